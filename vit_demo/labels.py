@@ -1,0 +1,38 @@
+"""ImageNet-1k class names, from the data timm ships (offline)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+@lru_cache(maxsize=None)
+def imagenet_labels() -> tuple[str, ...]:
+    """Short human names in timm's class order ("tench", "goldfish", ...)."""
+    from timm.data import ImageNetInfo
+
+    return tuple(d.split(",")[0].strip() for d in ImageNetInfo().label_descriptions())
+
+
+@lru_cache(maxsize=None)
+def imagenet_wnids() -> tuple[str, ...]:
+    """WordNet ids in class order (sorted, as the ImageNet folders are)."""
+    from timm.data import ImageNetInfo
+
+    return tuple(ImageNetInfo().label_names())
+
+
+def labels_for(num_classes: int) -> tuple[str, ...]:
+    """Names for a classifier with ``num_classes`` outputs: ImageNet names for 1000 classes,
+    otherwise ``class 0``, ``class 1``, ... (e.g. CLIP projections, ImageNet-21k heads)."""
+    if num_classes == 1000:
+        return imagenet_labels()
+    return tuple(f"class {i}" for i in range(num_classes))
+
+
+def class_from_filename(name: str) -> int | None:
+    """Class index for a file named like ``n01440764_tench.JPEG`` (wnid first), else None."""
+    wnid = name.split("_")[0]
+    try:
+        return imagenet_wnids().index(wnid)
+    except ValueError:
+        return None

@@ -1,0 +1,338 @@
+"""Weights in, weights out: timm model or checkpoint file <-> the from-scratch ViT.
+
+Strict, like nanoGPT's ``from_pretrained``: the config is read off the timm model itself,
+every checkpoint key must be used, every shape must match, and an error names what does not.
+A ported model saves to safetensors with its config in the metadata and reloads without timm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .model import ViTConfig, VisionTransformer
+from .preprocess import DataConfig
+
+FORMAT_TAG = "vit_demo/1"  # stored in safetensors metadata under "format"
+HUB_HOST = ("huggingface.co", 443)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into the model; the message names the keys."""
+
+
+class UnsupportedModelError(ValueError):
+    """A timm model outside the plain-ViT family this project implements."""
+
+
+# ----------------------------------------------------------------------------- timm -> config
+
+
+def config_from_timm(tm: nn.Module) -> ViTConfig:
+    """Read the architecture off a timm ``VisionTransformer`` instance (no table of names)."""
+    name = getattr(getattr(tm, "pretrained_cfg", {}), "get", lambda k, d=None: d)("architecture", type(tm).__name__)
+    problems = []
+    if not hasattr(tm, "blocks") or not hasattr(tm, "patch_embed") or not hasattr(tm, "pos_embed"):
+        raise UnsupportedModelError(f"{name}: not a timm VisionTransformer (no blocks / patch_embed / pos_embed)")
+    if getattr(tm, "attn_pool", None) is not None:
+        problems.append("attention-pool head (global_pool='map')")
+    if tm.pos_embed is None:
+        problems.append("no absolute position embedding")
+    if not isinstance(getattr(tm.patch_embed, "norm", nn.Identity()), nn.Identity):
+        problems.append("a norm inside the patch embedding")
+    if getattr(tm, "pool_include_prefix", False):
+        problems.append("pooling that includes prefix tokens")
+    if tm.global_pool not in ("token", "avg", ""):
+        problems.append(f"global_pool={tm.global_pool!r}")
+    b0 = tm.blocks[0]
+    attn, mlp = b0.attn, b0.mlp
+    for part, what in ((getattr(attn, "q_norm", None), "qk_norm"), (getattr(attn, "norm", None), "attention scale norm"),
+                       (getattr(mlp, "norm", None), "MLP scale norm")):
+        if part is not None and not isinstance(part, nn.Identity):
+            problems.append(what)
+    if type(b0).__name__ != "Block" or type(attn).__name__ != "Attention" or type(mlp).__name__ != "Mlp":
+        problems.append(f"block type {type(b0).__name__}/{type(attn).__name__}/{type(mlp).__name__}")
+    if getattr(attn, "gate", None) is not None:
+        problems.append("gated attention")
+    if attn.proj.bias is None or mlp.fc1.bias is None:
+        problems.append("projections without bias")
+    act = type(mlp.act).__name__
+    if act not in ("GELU", "QuickGELU"):
+        problems.append(f"activation {act}")
+    if act == "GELU" and getattr(mlp.act, "approximate", "none") != "none":
+        problems.append("tanh-approximate GELU")
+    norms = [m for m in tm.modules() if isinstance(m, nn.LayerNorm)]
+    if not norms or any(type(m).__name__ not in ("LayerNorm",) for m in norms):
+        problems.append("a norm layer other than LayerNorm")
+    if problems:
+        raise UnsupportedModelError(f"{name}: not a plain ViT this project implements: " + ", ".join(problems))
+
+    proj = tm.patch_embed.proj
+    embed_dim = proj.out_channels
+    dist = getattr(tm, "dist_token", None) is not None
+    reg = getattr(tm, "reg_token", None)
+    return ViTConfig(
+        img_size=tuple(tm.patch_embed.img_size),
+        patch_size=proj.kernel_size[0],
+        in_chans=proj.in_channels,
+        embed_dim=embed_dim,
+        depth=len(tm.blocks),
+        num_heads=attn.num_heads,
+        mlp_ratio=mlp.fc1.out_features / embed_dim,
+        qkv_bias=attn.qkv.bias is not None,
+        norm_eps=b0.norm1.eps,
+        act="quick_gelu" if act == "QuickGELU" else "gelu",
+        class_token=getattr(tm, "cls_token", None) is not None,
+        dist_token=dist,
+        reg_tokens=0 if reg is None else reg.shape[1],
+        no_embed_class=bool(tm.no_embed_class),
+        pre_norm=not isinstance(tm.norm_pre, nn.Identity),
+        patch_bias=proj.bias is not None,
+        final_norm=not (isinstance(tm.norm, nn.Identity) and isinstance(tm.fc_norm, nn.Identity)),
+        layer_scale=not isinstance(b0.ls1, nn.Identity),
+        global_pool=tm.global_pool,
+        fc_norm=not isinstance(tm.fc_norm, nn.Identity),
+        num_classes=tm.num_classes,
+    )
+
+
+def data_config_from_timm(tm: nn.Module) -> DataConfig:
+    """The eval preprocessing timm resolves for this model's pretrained config."""
+    from timm.data import resolve_data_config
+
+    return DataConfig.from_timm(resolve_data_config({}, model=tm))
+
+
+def from_timm(tm: nn.Module) -> tuple[VisionTransformer, DataConfig]:
+    """A scratch model with the architecture and weights of a timm ViT instance."""
+    cfg = config_from_timm(tm)
+    model = VisionTransformer(cfg)
+    load_state_dict_strict(model, tm.state_dict(), source=cfg_name(tm))
+    return model.eval(), data_config_from_timm(tm)
+
+
+def cfg_name(tm: nn.Module) -> str:
+    pc = getattr(tm, "pretrained_cfg", None) or {}
+    arch, tag = pc.get("architecture"), pc.get("tag")
+    return f"{arch}.{tag}" if arch and tag else (arch or type(tm).__name__)
+
+
+# ----------------------------------------------------------------------------- strict loading
+
+
+def expected_state(model: VisionTransformer) -> dict[str, tuple[int, ...]]:
+    """Every parameter the scratch model needs, with its shape (timm's key names)."""
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def check_state_dict(model: VisionTransformer, sd: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` naming missing, unexpected, mis-shaped and non-finite keys."""
+    want = expected_state(model)
+    missing = [k for k in want if k not in sd]
+    unexpected = [k for k in sd if k not in want]
+    misshaped = [f"{k}: checkpoint {tuple(sd[k].shape)} vs model {want[k]}" for k in want if k in sd and tuple(sd[k].shape) != want[k]]
+    nonfinite = [k for k in want if k in sd and sd[k].is_floating_point() and not bool(torch.isfinite(sd[k]).all())]
+    if missing or unexpected or misshaped or nonfinite:
+        lines = [f"{source} does not fit this architecture:"]
+        for what, keys in (("missing keys", missing), ("unexpected keys", unexpected),
+                           ("wrong shapes", misshaped), ("NaN/Inf values in", nonfinite)):
+            if keys:
+                shown = ", ".join(keys[:12]) + (f", ... ({len(keys)} in all)" if len(keys) > 12 else "")
+                lines.append(f"  {what}: {shown}")
+        raise CheckpointError("\n".join(lines))
+
+
+def load_state_dict_strict(model: VisionTransformer, sd: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """Copy ``sd`` into ``model`` after checking every key and shape. All or nothing."""
+    check_state_dict(model, sd, source)
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            v.copy_(sd[k].to(v.dtype))
+
+
+# ----------------------------------------------------------------------------- reading files
+
+
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors (timm key layout) and metadata from a .safetensors, .pth/.bin or .npz file.
+
+    ``.pth`` / ``.bin`` are opened with ``torch.load(weights_only=True)``: a pickle that would
+    build arbitrary objects or run code is refused, never executed.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"{p}: no such file")
+    if p.stat().st_size < 8:
+        raise CheckpointError(f"{p}: file is {p.stat().st_size} bytes, not a checkpoint")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(p), framework="pt") as f:
+                meta = f.metadata() or {}
+                return {k: f.get_tensor(k) for k in f.keys()}, meta
+        if suffix in (".pth", ".pt", ".bin", ".ckpt"):
+            obj = torch.load(str(p), map_location="cpu", weights_only=True)
+            return _unwrap_state_dict(obj, p), {}
+        if suffix == ".npz":
+            with np.load(str(p), allow_pickle=False) as z:
+                return {k: torch.from_numpy(np.array(z[k])) for k in z.files}, {}
+    except CheckpointError:
+        raise
+    except Exception as e:  # safetensors/torch/numpy raise many types for broken files
+        msg = str(e).strip().split("\n")[0][:300]
+        if suffix in (".pth", ".pt", ".bin", ".ckpt") and ("weights_only" in msg or "Unsupported global" in msg
+                                                              or "Unsupported operand" in msg):
+            raise CheckpointError(
+                f"{p.name}: refused - the pickle asks to build objects that are not plain tensors "
+                f"(it could run code). Only weights-only checkpoints are loaded. ({msg})"
+            ) from e
+        raise CheckpointError(f"{p.name}: cannot read the checkpoint ({type(e).__name__}: {msg})") from e
+    raise CheckpointError(f"{p.name}: unknown checkpoint format {suffix!r} (use .safetensors, .pth, .bin or .npz)")
+
+
+def _unwrap_state_dict(obj: Any, p: Path) -> dict[str, torch.Tensor]:
+    if isinstance(obj, dict):
+        for key in ("state_dict", "model", "model_ema", "module"):
+            if key in obj and isinstance(obj[key], dict):
+                obj = obj[key]
+                break
+        sd = {k.removeprefix("module."): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+        if sd:
+            return sd
+    raise CheckpointError(f"{p.name}: no tensors found (expected a state_dict)")
+
+
+def is_timm_layout(sd: dict[str, Any]) -> bool:
+    return "patch_embed.proj.weight" in sd or any(k.startswith("blocks.") for k in sd)
+
+
+# ----------------------------------------------------------------------------- timm models
+
+
+def timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
+    """A timm model by name (architecture only unless ``pretrained``)."""
+    import timm
+
+    try:
+        return timm.create_model(name, pretrained=pretrained, **kwargs).eval()
+    except RuntimeError as e:
+        if "Unknown model" in str(e):
+            raise UnsupportedModelError(f"timm does not know a model named {name!r}") from e
+        raise
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connect within ``timeout`` s (no retries)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        socket.getaddrinfo(HUB_HOST[0], HUB_HOST[1])  # fails fast with no DNS
+        with socket.create_connection(HUB_HOST, timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class HubUnavailableError(RuntimeError):
+    """Pretrained weights were asked for by name and the hub cannot be reached."""
+
+
+def from_hub(name: str) -> tuple[VisionTransformer, DataConfig]:
+    """Download ``name``'s pretrained weights with timm and port them. Fails within seconds
+    when the hub is unreachable, telling the user how to use a local file instead."""
+    t0 = time.perf_counter()
+    if not hub_reachable():
+        raise HubUnavailableError(
+            f"cannot download pretrained weights for {name!r}: the model hub is not reachable "
+            f"(checked in {time.perf_counter() - t0:.1f} s; offline or HF_HUB_OFFLINE=1). "
+            f"Give a local checkpoint instead: --weights FILE (a timm state_dict as .safetensors, "
+            f".pth/.bin or .npz), or put one in weights/ (see weights/README.md)."
+        )
+    return from_timm(timm_model(name, pretrained=True))
+
+
+def from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> tuple[VisionTransformer, DataConfig, dict[str, str]]:
+    """Load a checkpoint file into a scratch model.
+
+    A file this project saved carries its config and loads with no timm. A timm-layout file
+    needs the timm model name for its architecture (``model_name``, or the file's stem when it
+    is a timm name, e.g. ``deit_tiny_patch16_224.safetensors``).
+    """
+    p = Path(path)
+    sd, meta = read_checkpoint(p)
+    if meta.get("format") == FORMAT_TAG:
+        cfg = ViTConfig.from_dict(json.loads(meta["config"]))
+        dc = DataConfig.from_dict(json.loads(meta["data_config"]))
+        model = VisionTransformer(cfg)
+        load_state_dict_strict(model, sd, source=p.name)
+        return model.eval(), dc, meta
+    name = model_name or _timm_name_from_stem(p)
+    if name is None:
+        raise CheckpointError(
+            f"{p.name}: a timm-layout checkpoint needs the architecture: pass --model NAME "
+            f"(a timm model name such as deit_tiny_patch16_224)"
+        )
+    tm = timm_model(name)
+    if p.suffix.lower() == ".npz" and not is_timm_layout(sd):  # big_vision / JAX layout
+        from timm.models.vision_transformer import _load_weights
+
+        _load_weights(tm, str(p))
+        model, dc = from_timm(tm)
+        return model, dc, {"model_name": name, "source": p.name}
+    cfg = config_from_timm(tm)
+    model = VisionTransformer(cfg)
+    load_state_dict_strict(model, sd, source=p.name)
+    return model.eval(), data_config_from_timm(tm), {"model_name": name, "source": p.name}
+
+
+def _timm_name_from_stem(p: Path) -> str | None:
+    try:
+        import timm
+    except ImportError:
+        return None
+    stem = p.name.split(".safetensors")[0].split(".pth")[0].split(".bin")[0].split(".npz")[0]
+    base = stem.split(".")[0]
+    return stem if timm.is_model(stem) else (base if timm.is_model(base) else None)
+
+
+# ----------------------------------------------------------------------------- saving
+
+
+def save(model: VisionTransformer, dc: DataConfig, path: str | os.PathLike, name: str = "", source: str = "") -> Path:
+    """Write weights (timm key layout) and config to safetensors; reloads without timm."""
+    from safetensors.torch import save_file
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "format": FORMAT_TAG,
+        "config": json.dumps(model.cfg.to_dict()),
+        "data_config": json.dumps(dc.to_dict()),
+        "model_name": name,
+        "source": source,
+    }
+    sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    save_file(sd, str(tmp), metadata=meta)
+    tmp.replace(p)  # never leave a half-written checkpoint in weights/
+    return p
+
+
+def zip_has_pickle(path: str | os.PathLike) -> bool:
+    """True when a .pth zip archive holds a pickle (every torch.save file does)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith(".pkl") for n in z.namelist())
+    except zipfile.BadZipFile:
+        return False

@@ -1,0 +1,157 @@
+"""The model's evaluation transform, as timm resolves it from a pretrained config.
+
+resize (shorter side to floor(size / crop_pct), the configured interpolation) -> center crop
+-> [0, 1] tensor -> normalise with the model's mean and std. Tested to give the same tensor
+as ``timm.data.create_transform(**resolve_data_config(...))``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_INTERP = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
+}
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """How an image becomes the model's input."""
+
+    input_size: tuple[int, int] = (224, 224)  # (H, W) fed to the model
+    interpolation: str = "bicubic"
+    crop_pct: float = 0.9
+    crop_mode: str = "center"  # "center" (keep aspect, crop) or "squash" (stretch, crop)
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_size", tuple(int(s) for s in self.input_size))
+        object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
+        object.__setattr__(self, "std", tuple(float(s) for s in self.std))
+        if self.interpolation not in _INTERP:
+            raise ValueError(f"unsupported interpolation {self.interpolation!r}; one of {sorted(_INTERP)}")
+        if self.crop_mode not in ("center", "squash"):
+            raise ValueError(f"unsupported crop_mode {self.crop_mode!r}; 'center' or 'squash'")
+        if not 0 < self.crop_pct <= 1:
+            raise ValueError(f"crop_pct must be in (0, 1], got {self.crop_pct}")
+
+    @property
+    def scale_size(self) -> tuple[int, int]:
+        return tuple(math.floor(s / self.crop_pct) for s in self.input_size)
+
+    def with_size(self, size: tuple[int, int]) -> DataConfig:
+        return replace(self, input_size=tuple(size))
+
+    def describe(self) -> str:
+        """The transform in words, for people."""
+        h, w = self.input_size
+        sh, sw = self.scale_size
+        if self.crop_mode == "squash":
+            resize = f"stretch to {sw}x{sh} px"
+        elif sh == sw:
+            resize = f"resize the shorter side to {sh} px"
+        else:
+            resize = f"resize (keeping the aspect ratio) to cover {sw}x{sh} px"
+        fmt = lambda t: "(" + ", ".join(f"{v:.3f}" for v in t) + ")"  # noqa: E731
+        return (
+            f"{resize} ({self.interpolation}; crop_pct {self.crop_pct:g}), center-crop {w}x{h} px, "
+            f"scale to [0, 1], normalise with mean {fmt(self.mean)} and std {fmt(self.std)}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(input_size=list(self.input_size), mean=list(self.mean), std=list(self.std))
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DataConfig:
+        return cls(**{k: d[k] for k in ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std") if k in d})
+
+    @classmethod
+    def from_timm(cls, d: dict[str, Any]) -> DataConfig:
+        """From ``timm.data.resolve_data_config(...)``'s dict (input_size is (C, H, W))."""
+        return cls(
+            input_size=tuple(d["input_size"][-2:]),
+            interpolation=d.get("interpolation", "bicubic"),
+            crop_pct=d.get("crop_pct") or 0.875,
+            crop_mode=d.get("crop_mode") or "center",
+            mean=tuple(d["mean"]),
+            std=tuple(d["std"]),
+        )
+
+
+def _resized_size(w: int, h: int, dc: DataConfig) -> tuple[int, int]:
+    """(w, h) after the resize step, exactly as torchvision / timm compute it."""
+    sh, sw = dc.scale_size
+    if dc.crop_mode == "squash":
+        return sw, sh
+    if sh == sw:  # torchvision Resize(int): shorter side to sh, longer side truncated
+        short, long = (w, h) if w <= h else (h, w)
+        new_long = int(sh * long / short)
+        return (sh, new_long) if w <= h else (new_long, sh)
+    ratio = min(h / sh, w / sw)  # timm ResizeKeepRatio (longest=0)
+    return round(w / ratio), round(h / ratio)
+
+
+def model_input_image(img: Image.Image, dc: DataConfig) -> Image.Image:
+    """The RGB picture the model actually sees: resized and center-cropped (not normalised)."""
+    w, h = img.size
+    rw, rh = _resized_size(w, h, dc)
+    ch, cw = dc.input_size
+    if rw < cw or rh < ch:  # a rounding corner case: pad with black, as CenterCrop does
+        small = img.resize((rw, rh), _INTERP[dc.interpolation])
+        img = Image.new("RGB", (max(rw, cw), max(rh, ch)))
+        img.paste(small, ((img.width - rw) // 2, (img.height - rh) // 2))
+        return img.crop(_center_box(img.width, img.height, cw, ch))
+    left, top, right, bottom = _center_box(rw, rh, cw, ch)
+    if rw * rh <= 16 * cw * ch:  # the usual case: resize then crop, exactly as torchvision
+        return img.resize((rw, rh), _INTERP[dc.interpolation]).crop((left, top, right, bottom))
+    # Extreme aspect ratios (e.g. 3x5000 px) would resize to a huge strip only to crop it:
+    # resample just the source box that maps onto the crop. PIL's filter support still reaches
+    # outside the box, so this equals resize-then-crop up to float rounding.
+    sx, sy = w / rw, h / rh
+    box = (left * sx, top * sy, right * sx, bottom * sy)
+    return img.resize((cw, ch), _INTERP[dc.interpolation], box=box)
+
+
+def _center_box(w: int, h: int, cw: int, ch: int) -> tuple[int, int, int, int]:
+    top = int(round((h - ch) / 2.0))  # torchvision CenterCrop's rounding
+    left = int(round((w - cw) / 2.0))
+    return left, top, left + cw, top + ch
+
+
+def to_tensor(pic: Image.Image, dc: DataConfig) -> torch.Tensor:
+    """uint8 RGB picture -> normalised float tensor [3, H, W] (ToTensor + Normalize)."""
+    x = torch.from_numpy(np.array(pic, dtype=np.uint8, copy=True)).permute(2, 0, 1).contiguous()
+    x = x.to(torch.float32).div(255)
+    mean = torch.tensor(dc.mean, dtype=torch.float32)[:, None, None]
+    std = torch.tensor(dc.std, dtype=torch.float32)[:, None, None]
+    return x.sub_(mean).div_(std)
+
+
+def preprocess(img: Image.Image, dc: DataConfig) -> tuple[torch.Tensor, Image.Image]:
+    """RGB image -> (input tensor [3, H, W], the model-input picture)."""
+    pic = model_input_image(img, dc)
+    return to_tensor(pic, dc), pic
+
+
+def denormalize(x: torch.Tensor, dc: DataConfig) -> np.ndarray:
+    """Input tensor [3, H, W] -> float RGB array [H, W, 3] in [0, 1], for drawing."""
+    mean = torch.tensor(dc.mean)[:, None, None]
+    std = torch.tensor(dc.std)[:, None, None]
+    return (x.detach().cpu() * std + mean).clamp(0, 1).permute(1, 2, 0).numpy()
