@@ -1,0 +1,133 @@
+"""Scratch model vs timm's, same weights, same inputs -> a parity report."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .images import find_images
+from .inference import batches, load_inputs
+from .model import VisionTransformer
+from .port import from_timm, is_timm_layout, read_checkpoint, timm_model
+from .weights import LoadedModel, load_model, resolve_device
+
+DEFAULT_TOL = 1e-4
+
+
+def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwargs: Any) -> nn.Module:
+    """timm's own model for ``lm``'s architecture, loaded with the same weights.
+
+    With a file, timm reads the file itself (not our port of it), so a porting bug shows up.
+    """
+    if not lm.timm_name:
+        raise ValueError(f"{lm.name}: no timm architecture name is known; pass --model NAME")
+    cfg = lm.model.cfg
+    tm = timm_model(lm.timm_name, num_classes=cfg.num_classes, **kwargs)
+    if weights is not None:
+        sd, _ = read_checkpoint(weights)
+        if is_timm_layout(sd):
+            tm.load_state_dict(sd, strict=True)
+        else:  # big_vision .npz: timm's own loader
+            from timm.models.vision_transformer import _load_weights
+
+            _load_weights(tm, str(weights))
+    else:  # random init / hub: the scratch model holds the same weights as timm's would
+        tm.load_state_dict(lm.model.state_dict(), strict=True)
+    return tm.to(lm.device).eval()
+
+
+@torch.inference_mode()
+def compare(
+    scratch: VisionTransformer, tm: nn.Module, inputs: Sequence[torch.Tensor], batch_size: int = 16, progress: bool = True
+) -> dict[str, Any]:
+    """Run both models on ``inputs`` ([3, H, W] each) and measure how far apart they are."""
+    dev = next(scratch.parameters()).device
+    warm = inputs[0][None].to(dev)
+    scratch(warm), tm(warm)  # first-call overheads out of the timing
+    diffs, pdiffs, top1, top5 = [], [], 0, 0
+    t_scratch = t_timm = 0.0
+    for chunk in batches(list(inputs), batch_size, "verify", progress):
+        x = torch.stack(list(chunk)).to(dev)
+        t0 = time.perf_counter()
+        a = scratch(x).logits
+        t1 = time.perf_counter()
+        b = tm(x)
+        t2 = time.perf_counter()
+        t_scratch, t_timm = t_scratch + t1 - t0, t_timm + t2 - t1
+        a, b = a.float().cpu(), b.float().cpu()
+        diffs.append((a - b).abs().max().item())
+        pdiffs.append((a.softmax(-1) - b.softmax(-1)).abs().max().item())
+        top1 += (a.argmax(-1) == b.argmax(-1)).sum().item()
+        k = min(5, a.shape[-1])
+        top5 += sum(set(r.tolist()) == set(s.tolist()) for r, s in zip(a.topk(k).indices, b.topk(k).indices))
+    n = len(inputs)
+    return {
+        "images": n,
+        "max_abs_logit_diff": max(diffs),
+        "max_abs_prob_diff": max(pdiffs),
+        "top1_agreement": top1 / n,
+        "top5_agreement": top5 / n,
+        "scratch_ms_per_image": 1000 * t_scratch / n,
+        "timm_ms_per_image": 1000 * t_timm / n,
+    }
+
+
+def verify(
+    model: str | None,
+    weights: str | os.PathLike | None = None,
+    random_init: bool = False,
+    images: Sequence[str | os.PathLike] = (),
+    device: str = "auto",
+    tol: float = DEFAULT_TOL,
+    input_size: tuple[int, int] | None = None,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Build both models with the same weights and compare them on ``images`` (a folder or
+    files; random inputs when none). ``passed``: logits within ``tol`` and identical top-1."""
+    lm = load_model(model, weights, random_init=random_init, device=device)
+    dc = lm.data_config if input_size is None else lm.data_config.with_size(input_size)
+    kwargs = {"dynamic_img_size": True} if tuple(dc.input_size) != tuple(lm.model.cfg.img_size) else {}
+    tm = timm_twin(lm, weights, **kwargs)
+    paths = find_images(list(images))
+    if paths:
+        tensors, errors = load_inputs(paths, dc)
+        bad = [e for e in errors if e]
+        if bad:
+            raise ValueError(f"{len(bad)} image(s) could not be read, e.g. {bad[0]}")
+        inputs, what = tensors, f"{len(paths)} images"
+    else:
+        g = torch.Generator().manual_seed(0)
+        inputs = list(torch.randn(8, 3, *dc.input_size, generator=g))
+        what = "8 random-noise inputs"
+    report = compare(lm.model, tm, inputs, batch_size, progress)
+    report.update(
+        model=lm.name,
+        timm_model=lm.timm_name,
+        weights=str(weights) if weights else lm.source,
+        inputs=what,
+        input_size=list(dc.input_size),
+        device=str(resolve_device(device)),
+        tolerance=tol,
+    )
+    report["passed"] = report["max_abs_logit_diff"] <= tol and report["top1_agreement"] == 1.0
+    return report
+
+
+def format_report(r: dict[str, Any]) -> str:
+    verdict = f"PASSED: identical to {r['tolerance']:g}" if r["passed"] else "FAILED"
+    return "\n".join([
+        f"scratch ViT vs timm: {r['model']} ({r['weights']})",
+        f"  inputs:              {r['inputs']} at {r['input_size'][0]}x{r['input_size'][1]} on {r['device']}",
+        f"  max |logit diff|:    {r['max_abs_logit_diff']:.3e}",
+        f"  max |prob diff|:     {r['max_abs_prob_diff']:.3e}",
+        f"  top-1 agreement:     {r['top1_agreement'] * 100:.1f}%",
+        f"  top-5 agreement:     {r['top5_agreement'] * 100:.1f}%",
+        f"  time per image:      scratch {r['scratch_ms_per_image']:.1f} ms, timm {r['timm_ms_per_image']:.1f} ms",
+        f"  {verdict}",
+    ])
