@@ -1,0 +1,62 @@
+"""Scratch forward time / timm forward time, same process, same threads, same weights.
+
+    python benchmarks/bench_forward.py [--models deit_tiny_patch16_224 vit_base_patch16_224] [--repeats 7]
+
+Runs alternate between the two models so that machine noise hits both alike; medians are
+reported. Target: ratio <= 1.0 on the fast (no capture) path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def timed(fn, x: torch.Tensor) -> float:
+    t0 = time.perf_counter()
+    fn(x)
+    return time.perf_counter() - t0
+
+
+@torch.inference_mode()
+def bench(name: str, batch: int, repeats: int) -> dict:
+    from vit_demo.port import from_timm, timm_model
+
+    torch.manual_seed(0)
+    tm = timm_model(name)
+    model, _ = from_timm(tm)
+    x = torch.randn(batch, 3, *model.cfg.img_size)
+    scratch = lambda t: model(t).logits  # noqa: E731
+    for _ in range(2):  # warm-up
+        timed(scratch, x), timed(tm, x)
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(timed(scratch, x))
+        b.append(timed(tm, x))
+    sa, sb = statistics.median(a), statistics.median(b)
+    return {"model": name, "batch": batch, "scratch_ms": 1000 * sa, "timm_ms": 1000 * sb, "ratio": sa / sb}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["deit_tiny_patch16_224", "vit_base_patch16_224"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 32])
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    print("| model | batch | scratch ms | timm ms | scratch / timm |\n|---|---|---|---|---|")
+    for name in args.models:
+        for batch in args.batches:
+            r = bench(name, batch, args.repeats)
+            print(f"| {r['model']} | {r['batch']} | {r['scratch_ms']:.1f} | {r['timm_ms']:.1f} | {r['ratio']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

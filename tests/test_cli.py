@@ -1,0 +1,73 @@
+"""The CLI as a script would use it: JSON shapes, exit codes, folders, porting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "vit_demo", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)
+
+
+def test_predict_json(deit_tiny_path: Path, quick_images: list[Path], tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for p in quick_images[:3]:
+        os.symlink(p, folder / p.name)
+    r = run("predict", str(folder), str(quick_images[3]), "--weights", str(deit_tiny_path), "--topk", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [Path(o["image"]).name for o in out] == [p.name for p in quick_images[:4]]
+    for o in out:
+        assert len(o["topk"]) == 3 and set(o["topk"][0]) == {"index", "label", "prob"}
+        probs = [t["prob"] for t in o["topk"]]
+        assert probs == sorted(probs, reverse=True) and 0 < probs[0] <= 1
+    assert out[0]["topk"][0]["label"] == "tench" and out[0]["topk"][0]["index"] == 0
+
+
+def test_verify_json_and_exit_code(deit_tiny_path: Path, quick_images: list[Path], tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for p in quick_images[:4]:
+        os.symlink(p, folder / p.name)
+    r = run("verify", "--model", "deit_tiny_patch16_224", "--weights", str(deit_tiny_path), "--images", str(folder), "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    for key in ("model", "images", "max_abs_logit_diff", "max_abs_prob_diff", "top1_agreement", "top5_agreement",
+                "scratch_ms_per_image", "timm_ms_per_image", "passed"):
+        assert key in rep, key
+    assert rep["images"] == 4 and rep["passed"] is True and rep["top1_agreement"] == 1.0
+    assert rep["max_abs_logit_diff"] <= 1e-4
+    # An impossible tolerance makes it fail, with a non-zero exit code.
+    r = run("verify", "--model", "vit_tiny_patch16_224", "--random-init", "--tol", "-1", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["passed"] is False
+
+
+def test_verify_random_init_non_square() -> None:
+    r = run("verify", "--model", "deit3_small_patch16_224", "--random-init", "--input-size", "256x384", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["input_size"] == [256, 384]
+
+
+def test_port_then_predict(deit_tiny_path: Path, quick_images: list[Path], tmp_path: Path) -> None:
+    out = tmp_path / "deit.safetensors"
+    r = run("port", "--model", "deit_tiny_patch16_224", "--from", str(deit_tiny_path), "--out", str(out))
+    assert r.returncode == 0 and out.exists(), r.stderr
+    a = run("predict", str(quick_images[0]), "--weights", str(out), "--json")
+    b = run("predict", str(quick_images[0]), "--weights", str(deit_tiny_path), "--json")
+    assert json.loads(a.stdout)[0]["topk"] == json.loads(b.stdout)[0]["topk"]
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    r = run("predict", str(tmp_path / "missing.jpg"), "--model", "deit_tiny_patch16_224", "--random-init")
+    assert r.returncode == 2 and "unrecognized arguments" in r.stderr  # predict takes no --random-init
+    r = run("verify", "--model", "no_such_model_xyz", "--random-init")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no_such_model_xyz" in r.stderr
