@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -131,3 +132,73 @@ def format_report(r: dict[str, Any]) -> str:
         f"  time per image:      scratch {r['scratch_ms_per_image']:.1f} ms, timm {r['timm_ms_per_image']:.1f} ms",
         f"  {verdict}",
     ])
+
+
+@torch.inference_mode()
+def timm_attentions(tm: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """timm's logits and its own post-softmax attention per layer (fused attention switched off
+    for this call, probabilities read where timm applies attention dropout)."""
+    captured: list[torch.Tensor] = []
+    hooks, fused = [], []
+    for blk in tm.blocks:
+        fused.append(blk.attn.fused_attn)
+        blk.attn.fused_attn = False
+        hooks.append(blk.attn.attn_drop.register_forward_hook(lambda m, i, o: captured.append(o.detach())))
+    try:
+        logits = tm(x)
+    finally:
+        for h in hooks:
+            h.remove()
+        for blk, f in zip(tm.blocks, fused):
+            blk.attn.fused_attn = f
+    return logits, captured
+
+
+@torch.inference_mode()
+def compare_one(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, k: int = 5, repeats: int = 3) -> dict[str, Any]:
+    """Both models on one input [1, 3, H, W]: logits, top-k, per-layer attention, and timings."""
+
+    def best_time(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn(x)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    ours = scratch(x, capture=True)
+    ref_logits, ref_attn = timm_attentions(tm, x)
+    a, b = ours.logits.float().cpu()[0], ref_logits.float().cpu()[0]
+    k = min(k, a.numel())
+    ta, tb = a.topk(k).indices.tolist(), b.topk(k).indices.tolist()
+    layer_diffs = [(p.cpu() - q.cpu()).abs().max().item() for p, q in zip(ours.attentions, ref_attn)]
+    return {
+        "max_abs_logit_diff": (a - b).abs().max().item(),
+        "max_abs_prob_diff": (a.softmax(-1) - b.softmax(-1)).abs().max().item(),
+        "top1_agree": ta[0] == tb[0],
+        "topk_agree": ta == tb,
+        "scratch_topk": ta,
+        "timm_topk": tb,
+        "scratch_probs": a.softmax(-1)[ta].tolist(),
+        "timm_probs": b.softmax(-1)[tb].tolist(),
+        "layer_attn_max_diff": layer_diffs,
+        "scratch_ms": 1000 * best_time(lambda t: scratch(t)),
+        "timm_ms": 1000 * best_time(tm),
+    }
+
+
+def verdict(c: dict[str, Any], tol: float = DEFAULT_TOL) -> str:
+    """One sentence a presenter can read out."""
+    worst_attn = max(c["layer_attn_max_diff"]) if c["layer_attn_max_diff"] else 0.0
+    if c["max_abs_logit_diff"] <= tol and c["topk_agree"] and worst_attn <= tol:
+        return (f"Identical to {tol:g}: max logit difference {c['max_abs_logit_diff']:.1e}, "
+                f"max attention difference {worst_attn:.1e}, same top-{len(c['scratch_topk'])}.")
+    parts = []
+    if c["max_abs_logit_diff"] > tol:
+        parts.append(f"logits differ by up to {c['max_abs_logit_diff']:.2e}")
+    if not c["topk_agree"]:
+        parts.append("the top-k lists differ")
+    if worst_attn > tol:
+        layer = int(np.argmax(c["layer_attn_max_diff"]))
+        parts.append(f"attention differs by {worst_attn:.2e} (first worst at layer {layer})")
+    return "Mismatch: " + "; ".join(parts) + "."

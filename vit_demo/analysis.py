@@ -1,0 +1,142 @@
+"""One record per (image, model): everything the app and the CLI show, computed once.
+
+The slow part (a forward pass that captures attention; one backward pass per class for the
+class-specific maps) happens here, once. Every slider, head, colormap or query-patch change is
+then a cheap function of the cached record, which is what makes the app feel instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from . import explain
+from .inference import topk as topk_of
+from .model import TokenLayout
+from .preprocess import preprocess
+from .weights import LoadedModel
+
+
+def image_key(img: Image.Image) -> str:
+    """A content hash of the decoded pixels (same picture, same key, whatever the file name)."""
+    h = hashlib.sha256(f"{img.mode}{img.size}".encode())
+    h.update(img.tobytes())
+    return h.hexdigest()[:24]
+
+
+@dataclass
+class Analysis:
+    """The cached result of analysing one image with one model."""
+
+    key: str
+    model_name: str
+    picture: Image.Image  # what the model sees: resized and center-cropped RGB
+    x: torch.Tensor  # [1, 3, H, W] normalised input
+    logits: torch.Tensor  # [classes]
+    attentions: list[torch.Tensor]  # per layer [1, heads, N, N]
+    layout: TokenLayout
+    patch_size: int
+    labels: tuple[str, ...]
+    forward_s: float
+    class_maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the timm comparison
+
+    @property
+    def probs(self) -> torch.Tensor:
+        return self.logits.softmax(-1)
+
+    @property
+    def depth(self) -> int:
+        return len(self.attentions)
+
+    @property
+    def num_heads(self) -> int:
+        return self.attentions[0].shape[1]
+
+    @property
+    def top1(self) -> int:
+        return int(self.logits.argmax())
+
+    def topk(self, k: int = 5) -> list[dict[str, Any]]:
+        return topk_of(self.probs, k, self.labels)
+
+
+@torch.inference_mode()
+def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
+    """Preprocess, then one forward pass that captures every layer's attention."""
+    x, picture = preprocess(img, lm.data_config)
+    x = x[None].to(lm.device)
+    t0 = time.perf_counter()
+    out = lm.model(x, capture=True)
+    dt = time.perf_counter() - t0
+    logits = out.logits[0].float().cpu()
+    if lm.model.cfg.num_classes == 0:  # headless: no classes, only features
+        logits = torch.zeros(0)
+    return Analysis(
+        key=image_key(img),
+        model_name=lm.name,
+        picture=picture,
+        x=x,
+        logits=logits,
+        attentions=[a.float().cpu() for a in out.attentions],
+        layout=out.layout,
+        patch_size=lm.model.cfg.patch_size,
+        labels=lm.labels,
+        forward_s=dt,
+    )
+
+
+def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str, np.ndarray]:
+    """Gradient rollout and Chefer relevance for class ``cls`` (default: top-1), [gh, gw] each.
+    One forward + one backward pass per class, cached on the record."""
+    if lm.model.cfg.num_classes == 0:
+        raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
+    cls = a.top1 if cls is None else int(cls)
+    if cls not in a.class_maps:
+        g = explain.attention_gradients(lm.model, a.x, cls)
+        a.class_maps[cls] = {
+            "grad-rollout": explain.grad_rollout(g.attentions, g.grads, g.layout)[0].detach().cpu().numpy(),
+            "chefer": explain.chefer_relevance(g.attentions, g.grads, g.layout)[0].detach().cpu().numpy(),
+        }
+    return a.class_maps[cls]
+
+
+class AnalysisCache:
+    """A small thread-safe LRU of analyses, keyed by (model, image content)."""
+
+    def __init__(self, max_items: int = 16) -> None:
+        self.max_items = max_items
+        self._items: OrderedDict[tuple[str, str], Analysis] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, lm: LoadedModel, img: Image.Image) -> Analysis:
+        key = (f"{lm.name}|{lm.source}", image_key(img))
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key]
+        a = analyze(lm, img)  # outside the lock: concurrent users analyse in parallel
+        with self._lock:
+            self.misses += 1
+            self._items[key] = a
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_items:
+                self._items.popitem(last=False)
+        return a
+
+    def lookup(self, model_key: str, image_key_: str) -> Analysis | None:
+        with self._lock:
+            return self._items.get((model_key, image_key_))
+
+    def __len__(self) -> int:
+        return len(self._items)
