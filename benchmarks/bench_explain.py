@@ -1,0 +1,66 @@
+"""Prediction + every layer's attention maps + rollout for one image, as a ratio over timm's
+plain forward on the same image, same process, same threads. Target: <= 1.5x.
+
+    python benchmarks/bench_explain.py [--models deit_tiny_patch16_224 vit_base_patch16_224] [--repeats 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+
+@torch.inference_mode()
+def bench(name: str, repeats: int) -> dict:
+    from vit_demo import explain
+    from vit_demo.port import from_timm, timm_model
+
+    torch.manual_seed(0)
+    tm = timm_model(name)
+    model, _ = from_timm(tm)
+    x = torch.randn(1, 3, *model.cfg.img_size)
+
+    def ours() -> None:
+        out = model(x, capture=True)  # prediction + all attention probabilities
+        out.logits.softmax(-1).topk(5)
+        explain.head_maps(out.attentions, out.layout)  # every layer x head [class] map
+        explain.rollout(out.attentions, out.layout)
+
+    def timed(fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    for _ in range(2):
+        timed(ours), timed(lambda: tm(x))
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(timed(ours))
+        b.append(timed(lambda: tm(x)))
+    sa, sb = statistics.median(a), statistics.median(b)
+    return {"model": name, "ours_ms": 1000 * sa, "timm_ms": 1000 * sb, "ratio": sa / sb}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["deit_tiny_patch16_224", "vit_base_patch16_224"])
+    ap.add_argument("--repeats", type=int, default=9)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print("| model | predict + all maps + rollout (ms) | timm forward (ms) | ratio |\n|---|---|---|---|")
+    for name in args.models:
+        r = bench(name, args.repeats)
+        print(f"| {r['model']} | {r['ours_ms']:.1f} | {r['timm_ms']:.1f} | {r['ratio']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
