@@ -28,10 +28,12 @@ def png_chunk(ctype: bytes, data: bytes, crc: int | None = None) -> bytes:
     return struct.pack(">I", len(data)) + ctype + data + struct.pack(">I", good if crc is None else crc)
 
 
-def png_file(width: int, height: int, bit_depth: int, color_type: int, idat: bytes, ihdr_crc: int | None = None) -> bytes:
+def png_file(width: int, height: int, bit_depth: int, color_type: int, idat: bytes,
+             ihdr_crc: int | None = None) -> bytes:
     """A PNG with the given IHDR fields and an (already compressed) IDAT."""
     ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr, ihdr_crc) + png_chunk(b"IDAT", idat) + png_chunk(b"IEND", b"")
+    chunks = png_chunk(b"IHDR", ihdr, ihdr_crc) + png_chunk(b"IDAT", idat) + png_chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunks
 
 
 def png_bomb(width: int = 30_000, height: int = 30_000) -> bytes:
@@ -313,7 +315,8 @@ def malicious_checkpoints(root: str | os.PathLike, marker: Path) -> dict[str, Pa
     for proto in (0, 2, 4):
         p = root / f"raw_p{proto}.pth"
         p.write_bytes(pickle.dumps({"head.weight": [0.0], "x": pay["os_system"]}, protocol=proto))
-    for name in ("zip_system.pth", "zip_exec.bin", "zip_toplevel.pt", "zip_nested.ckpt", "raw_p0.pth", "raw_p2.pth", "raw_p4.pth"):
+    for name in ("zip_system.pth", "zip_exec.bin", "zip_toplevel.pt", "zip_nested.ckpt",
+                 "raw_p0.pth", "raw_p2.pth", "raw_p4.pth"):
         out[name] = root / name
     return out
 

@@ -6,11 +6,11 @@ import pytest
 import timm
 import torch
 
+from vit_demo.images import load_image
+from vit_demo.labels import class_from_filename
 from vit_demo.model import VisionTransformer
 from vit_demo.port import config_from_timm, from_timm
 from vit_demo.preprocess import preprocess
-from vit_demo.images import load_image
-from vit_demo.labels import class_from_filename
 
 TOL = 1e-4
 

@@ -10,7 +10,6 @@ import io
 import os
 import warnings
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
@@ -19,7 +18,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024  # 64 MiB on disk
 MAX_PIXELS = 64_000_000  # 8000x8000; 8000x6000 (48 MP) is fine, 20000x20000 is refused
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
-ImageSource = Union[str, os.PathLike, bytes, Image.Image, np.ndarray]
+ImageSource = str | os.PathLike | bytes | Image.Image | np.ndarray
 
 
 class ImageError(ValueError):
@@ -53,13 +52,16 @@ def _open(src: ImageSource) -> Image.Image:
     if (isinstance(fp, Path) and fp.stat().st_size == 0) or (isinstance(fp, io.BytesIO) and not data):
         raise ImageError(f"{name}: the file is empty (0 bytes)")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(fp)  # reads the header only
+        img = Image.open(fp)  # reads the header only
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageError(f"{name}: image declares too many pixels to decode safely") from e
-    except Exception as e:  # PIL raises UnidentifiedImageError, OSError, SyntaxError...
-        raise ImageError(f"{name}: not a readable image ({type(e).__name__})") from e
+    except Image.UnidentifiedImageError as e:  # its message is just the full path: say it in words
+        raise ImageError(f"{name}: not an image file this app can read (unknown format or corrupt header)") from e
+    except Exception as e:  # PIL raises OSError, SyntaxError, struct.error...
+        msg = str(e).strip().split("\n")[0][:200]
+        if "truncated" in msg.lower():
+            raise ImageError(f"{name}: the file is truncated (incomplete image header)") from e
+        raise ImageError(f"{name}: not a readable image ({type(e).__name__}: {msg})") from e
     return img
 
 
@@ -102,8 +104,8 @@ def to_rgb(img: Image.Image) -> Image.Image:
         if img.mode == "F":
             lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
             a = (a - lo) / (hi - lo) * 255 if hi > lo else np.zeros_like(a)
-        elif a.max() > 255:
-            a = a / 257.0  # 16-bit range -> 8-bit
+        elif img.mode.startswith("I;16") or a.max() > 255:
+            a = a / 257.0  # 16-bit range -> 8-bit (always for I;16: a dark 16-bit image stays dark)
         a = np.nan_to_num(a).clip(0, 255).round().astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
     if img.mode == "P":
@@ -128,3 +130,5 @@ def find_images(paths: list[str | os.PathLike]) -> list[Path]:
 
 # A truncated file must be an error, never silently padded with grey.
 ImageFile.LOAD_TRUNCATED_IMAGES = False
+# PIL's bomb warning becomes an error (process-wide filter: catch_warnings is not thread-safe).
+warnings.filterwarnings("error", category=Image.DecompressionBombWarning)

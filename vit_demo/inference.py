@@ -57,7 +57,10 @@ def predict_images(
         ok = [t for t in tensors if t is not None]
         probs = iter(lm.model(torch.stack(ok).to(lm.device)).logits.softmax(-1).cpu()) if ok else iter(())
         for p, t, err in zip(chunk, tensors, errors):
-            out.append({"image": str(p), "error": err} if t is None else {"image": str(p), "topk": topk(next(probs), k, lm.labels)})
+            if t is None:
+                out.append({"image": str(p), "error": err})
+            else:
+                out.append({"image": str(p), "topk": topk(next(probs), k, lm.labels)})
     return out
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import socket
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .model import ViTConfig, VisionTransformer
+from .model import VisionTransformer, ViTConfig
 from .preprocess import DataConfig
 
 FORMAT_TAG = "vit_demo/1"  # stored in safetensors metadata under "format"
@@ -139,7 +140,11 @@ def check_state_dict(model: VisionTransformer, sd: dict[str, torch.Tensor], sour
     want = expected_state(model)
     missing = [k for k in want if k not in sd]
     unexpected = [k for k in sd if k not in want]
-    misshaped = [f"{k}: checkpoint {tuple(sd[k].shape)} vs model {want[k]}" for k in want if k in sd and tuple(sd[k].shape) != want[k]]
+    misshaped = [
+        f"{k}: checkpoint {tuple(sd[k].shape)} vs model {want[k]}"
+        for k in want
+        if k in sd and tuple(sd[k].shape) != want[k]
+    ]
     nonfinite = [k for k in want if k in sd and sd[k].is_floating_point() and not bool(torch.isfinite(sd[k]).all())]
     if missing or unexpected or misshaped or nonfinite:
         lines = [f"{source} does not fit this architecture:"]
@@ -171,8 +176,8 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"{p}: no such file")
-    if p.stat().st_size < 8:
-        raise CheckpointError(f"{p}: file is {p.stat().st_size} bytes, not a checkpoint")
+    if (size := p.stat().st_size) < 8:
+        raise CheckpointError(f"{p.name}: file is {size} byte{'' if size == 1 else 's'}, too small to be a checkpoint")
     suffix = p.suffix.lower()
     try:
         if suffix == ".safetensors":
@@ -191,11 +196,19 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
         raise
     except Exception as e:  # safetensors/torch/numpy raise many types for broken files
         msg = str(e).strip().split("\n")[0][:300]
-        if suffix in (".pth", ".pt", ".bin", ".ckpt") and ("weights_only" in msg or "Unsupported global" in msg
-                                                              or "Unsupported operand" in msg):
+        if isinstance(e, pickle.UnpicklingError) and "weights only load failed" in str(e).lower():
+            # torch's message advises weights_only=False: never echo that; name what was asked for
+            glob = re.search(r"GLOBAL (\S+?)\.? ", str(e))
+            if glob:
+                raise CheckpointError(
+                    f"{p.name}: refused - the pickle asks for {glob.group(1)}, not plain tensors "
+                    f"(loading it could run code). Only weights-only checkpoints are loaded."
+                ) from e
+            op = re.search(r"Unsupported operand \d+", str(e))
+            met = op.group(0).lower() if op else "a forbidden instruction"
             raise CheckpointError(
-                f"{p.name}: refused - the pickle asks to build objects that are not plain tensors "
-                f"(it could run code). Only weights-only checkpoints are loaded. ({msg})"
+                f"{p.name}: refused - not a weights-only checkpoint (the safe loader met {met}: "
+                f"a corrupt file, or one that could run code)."
             ) from e
         raise CheckpointError(f"{p.name}: cannot read the checkpoint ({type(e).__name__}: {msg})") from e
     raise CheckpointError(f"{p.name}: unknown checkpoint format {suffix!r} (use .safetensors, .pth, .bin or .npz)")
@@ -262,7 +275,9 @@ def from_hub(name: str) -> tuple[VisionTransformer, DataConfig]:
     return from_timm(timm_model(name, pretrained=True))
 
 
-def from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> tuple[VisionTransformer, DataConfig, dict[str, str]]:
+def from_checkpoint(
+    path: str | os.PathLike, model_name: str | None = None
+) -> tuple[VisionTransformer, DataConfig, dict[str, str]]:
     """Load a checkpoint file into a scratch model.
 
     A file this project saved carries its config and loads with no timm. A timm-layout file
@@ -272,8 +287,17 @@ def from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> t
     p = Path(path)
     sd, meta = read_checkpoint(p)
     if meta.get("format") == FORMAT_TAG:
-        cfg = ViTConfig.from_dict(json.loads(meta["config"]))
-        dc = DataConfig.from_dict(json.loads(meta["data_config"]))
+        try:
+            cfg = ViTConfig.from_dict(json.loads(meta["config"]))
+            dc = DataConfig.from_dict(json.loads(meta["data_config"]))
+            with torch.device("meta"):  # shapes only: a forged config cannot make us allocate
+                skeleton = VisionTransformer(cfg)
+        except (KeyError, TypeError, ValueError, ArithmeticError, RuntimeError) as e:
+            msg = str(e).strip().split("\n")[0][:300]
+            raise CheckpointError(
+                f"{p.name}: its stored config is unreadable or invalid ({type(e).__name__}: {msg})"
+            ) from e
+        check_state_dict(skeleton, sd, source=p.name)  # the file must fit the config before any real model
         model = VisionTransformer(cfg)
         load_state_dict_strict(model, sd, source=p.name)
         return model.eval(), dc, meta
@@ -328,11 +352,3 @@ def save(model: VisionTransformer, dc: DataConfig, path: str | os.PathLike, name
     tmp.replace(p)  # never leave a half-written checkpoint in weights/
     return p
 
-
-def zip_has_pickle(path: str | os.PathLike) -> bool:
-    """True when a .pth zip archive holds a pickle (every torch.save file does)."""
-    try:
-        with zipfile.ZipFile(path) as z:
-            return any(n.endswith(".pkl") for n in z.namelist())
-    except zipfile.BadZipFile:
-        return False

@@ -123,10 +123,30 @@ def model_input_image(img: Image.Image, dc: DataConfig) -> Image.Image:
         return img.resize((rw, rh), _INTERP[dc.interpolation]).crop((left, top, right, bottom))
     # Extreme aspect ratios (e.g. 3x5000 px) would resize to a huge strip only to crop it:
     # resample just the source box that maps onto the crop. PIL's filter support still reaches
-    # outside the box, so this equals resize-then-crop up to float rounding.
+    # outside the box, so this equals resize-then-crop up to float rounding, PROVIDED the two
+    # separable passes run in the same order (each pass rounds and clips to 8 bits, which
+    # matters where bicubic overshoots): resize((rw, rh)) goes horizontal-first, except that
+    # Pillow does very tall images (h > 100 w, shrinking) vertical-first. Mirror that here.
+    # Work on the part of the source the filters can reach, so that the box coordinates stay
+    # small (Pillow takes them as float32).
     sx, sy = w / rw, h / rh
-    box = (left * sx, top * sy, right * sx, bottom * sy)
-    return img.resize((cw, ch), _INTERP[dc.interpolation], box=box)
+    (c0, c1), (r0, r1) = _reach(left * sx, right * sx, sx, w, dc), _reach(top * sy, bottom * sy, sy, h, dc)
+    x0, x1, y0, y1 = left * sx - c0, right * sx - c0, top * sy - r0, bottom * sy - r0
+    part, interp = img.crop((c0, r0, c1, r1)), _INTERP[dc.interpolation]
+    if h > 100 * w and rh < h:  # vertical pass first
+        cols = part.resize((c1 - c0, ch), interp, box=(0, y0, c1 - c0, y1))
+        return cols.resize((cw, ch), interp, box=(x0, 0, x1, ch))
+    rows = part.resize((cw, r1 - r0), interp, box=(x0, 0, x1, r1 - r0))
+    return rows.resize((cw, ch), interp, box=(0, y0, cw, y1))
+
+
+_SUPPORT = {"nearest": 1.0, "box": 0.5, "bilinear": 1.0, "hamming": 1.0, "bicubic": 2.0, "lanczos": 3.0}
+
+
+def _reach(a0: float, a1: float, scale: float, size: int, dc: DataConfig) -> tuple[int, int]:
+    """Source pixels [lo, hi) the resampling filter reads for the source span [a0, a1)."""
+    margin = _SUPPORT[dc.interpolation] * max(scale, 1.0) + 2
+    return max(0, math.floor(a0 - margin)), min(size, math.ceil(a1 + margin))
 
 
 def _center_box(w: int, h: int, cw: int, ch: int) -> tuple[int, int, int, int]:

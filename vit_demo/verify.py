@@ -14,7 +14,7 @@ from torch import nn
 from .images import find_images
 from .inference import batches, load_inputs
 from .model import VisionTransformer
-from .port import from_timm, is_timm_layout, read_checkpoint, timm_model
+from .port import is_timm_layout, read_checkpoint, timm_model
 from .weights import LoadedModel, load_model, resolve_device
 
 DEFAULT_TOL = 1e-4
