@@ -1,0 +1,1141 @@
+"""Pictures of what a ViT looks at: pure renderers, no model calls.
+
+Everything here takes numbers (numpy arrays or torch tensors, already computed by
+:mod:`vit_demo.explain`) and pictures (the model-input picture from
+:func:`vit_demo.preprocess.preprocess`), and returns either
+
+- a ``PIL.Image`` from the *fast* renderers (:func:`overlay_image`, :func:`heads_image`,
+  :func:`patch_grid_image`): numpy + PIL only, meant for the interactive app where a slider
+  re-renders on every move; or
+- a ``matplotlib.figure.Figure`` from the *figure* functions (``*_figure``), for slides and
+  papers, saved with :func:`save_figure` (PNG at a chosen pixel width, SVG or PDF).
+
+Figures are built on :class:`matplotlib.figure.Figure` directly: pyplot's global state is
+never touched, so figures are safe to make from a server and never leak.
+
+Conventions:
+
+- a *map* is a ``[gh, gw]`` array over the patch grid (row-major patch ``i`` sits at row
+  ``i // gw``, column ``i % gw``); stacks of maps are ``[H, gh, gw]`` (heads of one layer)
+  or ``[L, H, gh, gw]`` (every layer's heads). A leading batch axis of size 1 is dropped.
+- Layers, heads and patches are numbered from 0, as on the command line and in the JSON.
+- Unless ``vmin`` / ``vmax`` are given, every map is shown scaled to *its own* min..max
+  (each head panel separately), so the colours show where a map is high, not how high it is
+  compared with another map.
+- Sizes of PIL pictures are ``(width, height)``, as PIL has them.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+from matplotlib import colormaps, font_manager, patheffects
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyBboxPatch, Rectangle
+from matplotlib.transforms import Bbox
+from PIL import Image, ImageDraw, ImageFont
+
+Picture = Union[Image.Image, np.ndarray]  # noqa: UP007 - a runtime alias
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+# One look for every figure: sizes in points, colours as hex.
+TITLE_SIZE = 15
+PANEL_TITLE_SIZE = 11
+LABEL_SIZE = 12
+TICK_SIZE = 10
+TEXT_COLOR = "#222222"
+MUTED_COLOR = "#666666"
+ACCENT = "#1f77b4"
+HIGHLIGHT = "#00e5ff"  # a selected query patch: cyan reads on photos and on every colormap
+TOKEN_COLORS = {"class": "#7b3fa0", "dist": "#c0392b", "reg": "#5d6d7e"}
+_HIGHLIGHT_RGB = (0, 229, 255)
+
+
+# --------------------------------------------------------------------------------------
+# Arrays, colours, resampling
+# --------------------------------------------------------------------------------------
+
+
+def as_array(x: Any) -> np.ndarray:
+    """``x`` (numpy array, torch tensor on any device, nested lists) as a float32 numpy array."""
+    if hasattr(x, "detach"):  # torch tensor, without importing torch here
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=np.float32)
+
+
+def _maps(x: Any, ndims: Sequence[int], what: str) -> np.ndarray:
+    """``x`` as an array with one of ``ndims`` dimensions, dropping leading size-1 axes."""
+    a = as_array(x)
+    while a.ndim > max(ndims) and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim not in ndims:
+        want = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"{what} must be {want}, got shape {tuple(a.shape)}")
+    if a.shape[-1] < 1 or a.shape[-2] < 1:
+        raise ValueError(f"{what} is empty: shape {tuple(a.shape)}")
+    return np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def picture_array(picture: Picture) -> np.ndarray:
+    """A picture as uint8 RGB ``[h, w, 3]`` (PIL image, uint8 array, or float array in 0..1)."""
+    if isinstance(picture, Image.Image):
+        return np.asarray(picture.convert("RGB"))
+    a = np.asarray(picture)
+    if a.dtype.kind == "f":
+        a = (np.clip(a, 0, 1) * 255 + 0.5).astype(np.uint8)
+    elif a.dtype != np.uint8:
+        a = np.clip(a, 0, 255).astype(np.uint8)
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, axis=-1)
+    if a.ndim != 3 or a.shape[-1] not in (3, 4):
+        raise ValueError(f"picture must be [h, w, 3], got shape {a.shape}")
+    return a[..., :3]
+
+
+def normalize(maps: Any, vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
+    """Scale each ``[gh, gw]`` map (the last two axes) to 0..1 by its own min..max.
+
+    ``vmin`` / ``vmax`` fix the range instead (values outside are clipped). A constant map
+    becomes all zeros.
+    """
+    a = as_array(maps)
+    lo = a.min(axis=(-2, -1), keepdims=True) if vmin is None else np.float32(vmin)
+    hi = a.max(axis=(-2, -1), keepdims=True) if vmax is None else np.float32(vmax)
+    span = np.asarray(hi - lo, dtype=np.float32)
+    out = (a - lo) / np.where(span > 0, span, 1)
+    return np.clip(np.where(span > 0, out, 0), 0, 1).astype(np.float32)
+
+
+@lru_cache(maxsize=64)
+def _resize_matrix(n_in: int, n_out: int, smooth: bool) -> np.ndarray:
+    """``[n_out, n_in]`` weights resampling one axis: bilinear with pixel centres aligned (as
+    PIL and ``torch.nn.functional.interpolate(align_corners=False)``), or nearest."""
+    m = np.zeros((n_out, n_in), dtype=np.float32)
+    rows = np.arange(n_out)
+    if not smooth:
+        m[rows, np.clip(((rows + 0.5) * n_in / n_out).astype(int), 0, n_in - 1)] = 1
+    else:
+        c = np.clip((rows + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+        lo = np.floor(c).astype(int)
+        hi = np.minimum(lo + 1, n_in - 1)
+        w = (c - lo).astype(np.float32)
+        np.add.at(m, (rows, lo), 1 - w)
+        np.add.at(m, (rows, hi), w)
+    m.setflags(write=False)
+    return m
+
+
+def upsample(maps: Any, size: tuple[int, int], smooth: bool = True) -> np.ndarray:
+    """Resample ``[..., gh, gw]`` maps to ``[..., h, w]`` (``size`` is ``(h, w)``): bilinear
+    when ``smooth``, else nearest (blocky: one flat square per patch)."""
+    a = as_array(maps)
+    ry = _resize_matrix(a.shape[-2], int(size[0]), bool(smooth))
+    rx = _resize_matrix(a.shape[-1], int(size[1]), bool(smooth))
+    return ry @ a @ rx.T
+
+
+def check_cmap(name: str) -> str:
+    """``name`` if matplotlib knows that colormap, else a ValueError naming a few good ones."""
+    if name not in colormaps:
+        raise ValueError(f"unknown colormap {name!r}; try inferno, magma, viridis, plasma, turbo, jet or RdBu_r")
+    return name
+
+
+@lru_cache(maxsize=64)
+def colormap_lut(name: str) -> np.ndarray:
+    """A matplotlib colormap as a ``[256, 3]`` uint8 lookup table."""
+    lut = colormaps[check_cmap(name)](np.linspace(0, 1, 256))[:, :3]
+    out = (lut * 255 + 0.5).astype(np.uint8)
+    out.setflags(write=False)
+    return out
+
+
+def colorize(values01: np.ndarray, cmap: str = "inferno") -> np.ndarray:
+    """Values in 0..1 ``[...]`` -> uint8 RGB ``[..., 3]`` through the colormap."""
+    idx = (np.clip(values01, 0, 1) * 255 + 0.5).astype(np.uint8)
+    return colormap_lut(cmap)[idx]
+
+
+def _blend(picture: np.ndarray | None, colours: np.ndarray, alpha: float) -> np.ndarray:
+    """``(1 - alpha) * picture + alpha * colours`` in uint8 (the picture broadcasts)."""
+    if picture is None:
+        return colours
+    alpha = float(np.clip(alpha, 0, 1))
+    out = picture.astype(np.float32) * (1 - alpha) + colours.astype(np.float32) * alpha
+    return (out + 0.5).astype(np.uint8)
+
+
+def _target_size(w: int, h: int, size: int | tuple[int, int] | None) -> tuple[int, int]:
+    """Output ``(width, height)``: as is, the longer side = ``size``, or exactly ``size``."""
+    if size is None:
+        return w, h
+    if isinstance(size, (int, np.integer)):
+        s = int(size) / max(w, h)
+        return max(1, round(w * s)), max(1, round(h * s))
+    return int(size[0]), int(size[1])
+
+
+def _resized_picture(picture: Picture, size: tuple[int, int]) -> np.ndarray:
+    """uint8 RGB ``[h, w, 3]`` of the picture at ``size`` (width, height), bicubic."""
+    img = picture if isinstance(picture, Image.Image) else Image.fromarray(picture_array(picture))
+    img = img.convert("RGB")
+    if img.size != tuple(size):
+        img = img.resize(tuple(size), Image.Resampling.BICUBIC)
+    return np.asarray(img)
+
+
+@lru_cache(maxsize=32)
+def _font(size: int, bold: bool = False) -> ImageFont.FreeTypeFont:
+    """DejaVu Sans (shipped with matplotlib, so always there) at ``size`` pixels."""
+    path = font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans", weight="bold" if bold else "normal"))
+    try:
+        return ImageFont.truetype(path, size)
+    except OSError:  # pragma: no cover - a matplotlib without its fonts
+        return ImageFont.load_default(size)
+
+
+def patch_index_at(x: float, y: float, size: tuple[int, int], grid: tuple[int, int]) -> int:
+    """The row-major patch index under pixel ``(x, y)`` of a picture of ``size`` (width,
+    height) showing a ``grid`` of ``(gh, gw)`` patches (e.g. a click on a rendered image)."""
+    gh, gw = grid
+    col = min(gw - 1, max(0, int(x * gw / size[0])))
+    row = min(gh - 1, max(0, int(y * gh / size[1])))
+    return row * gw + col
+
+
+def _patch_box(index: int, grid: tuple[int, int], size: tuple[int, int]) -> tuple[float, float, float, float]:
+    """Pixel box (x0, y0, x1, y1) of patch ``index`` in a picture of ``size`` (w, h)."""
+    gh, gw = grid
+    if not 0 <= index < gh * gw:
+        raise ValueError(f"patch {index} is outside the {gh}x{gw} grid (0..{gh * gw - 1})")
+    r, c = divmod(int(index), gw)
+    cw, ch = size[0] / gw, size[1] / gh
+    return c * cw, r * ch, (c + 1) * cw, (r + 1) * ch
+
+
+def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], width: int) -> None:
+    """A cyan box with a thin dark rim, visible on any background."""
+    x0, y0, x1, y1 = (round(v) for v in box)
+    draw.rectangle((x0, y0, x1 - 1, y1 - 1), outline=(0, 0, 0), width=width + 2)
+    draw.rectangle((x0 + 1, y0 + 1, x1 - 2, y1 - 2), outline=_HIGHLIGHT_RGB, width=width)
+
+
+# --------------------------------------------------------------------------------------
+# Fast renderers (numpy + PIL) for the interactive app
+# --------------------------------------------------------------------------------------
+
+
+def overlay_image(
+    picture: Picture | None,
+    heat: Any,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    size: int | tuple[int, int] | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    mark: int | None = None,
+) -> Image.Image:
+    """A ``[gh, gw]`` map over the picture, as one RGB PIL image (fast: numpy + PIL).
+
+    The map is scaled to its own min..max (unless ``vmin`` / ``vmax``), coloured with the
+    matplotlib colormap ``cmap``, upsampled bilinearly (``smooth``) or as flat squares, and
+    alpha-blended: ``(1 - alpha) * picture + alpha * colour``. ``size``: output (width,
+    height), or an int for the longer side; default the picture's size (16 px per patch when
+    ``picture`` is None, which shows the map alone). ``mark``: a patch index to outline
+    (e.g. the query patch).
+    """
+    m = _maps(heat, (2,), "heat")
+    gh, gw = m.shape
+    if picture is None:
+        w, h = _target_size(gw * 16, gh * 16, size)
+        pic = None
+    else:
+        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
+        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
+        w, h = _target_size(w0, h0, size)
+        pic = _resized_picture(pic0, (w, h))
+    colours = colorize(upsample(normalize(m, vmin, vmax), (h, w), smooth), cmap)
+    img = Image.fromarray(_blend(pic, colours, alpha))
+    if mark is not None:
+        _outline(ImageDraw.Draw(img), _patch_box(mark, (gh, gw), (w, h)), max(2, round(min(w, h) / 150)))
+    return img
+
+
+def heads_image(
+    picture: Picture | None,
+    maps: Any,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    titles: bool = True,
+    tile: int | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    layer: int | None = None,
+    mark: int | None = None,
+) -> Image.Image:
+    """Every head's map as a tiled mosaic (fast: numpy + PIL).
+
+    ``maps``: ``[H, gh, gw]`` (one layer: tiles wrap into rows of at most 6, each labelled
+    "H3", or "L11 H3" when ``layer`` is given) or ``[L, H, gh, gw]`` (the whole model: one
+    row per layer labelled "L0".., one column per head labelled "H0"..). Each tile is scaled
+    to its own min..max unless ``vmin`` / ``vmax``. ``tile``: longer side of a tile in pixels
+    (default 160 for one layer, 96 for the whole model). ``mark``: a patch to outline.
+    """
+    a = _maps(maps, (3, 4), "maps")
+    whole = a.ndim == 4
+    L, H = (a.shape[0], a.shape[1]) if whole else (1, a.shape[0])
+    gh, gw = a.shape[-2:]
+    tile = int(tile or (96 if whole else 160))
+    if picture is None:
+        tw, th = _target_size(gw, gh, tile)
+        pic = None
+    else:
+        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
+        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
+        tw, th = _target_size(w0, h0, tile)
+        pic = _resized_picture(pic0, (tw, th))
+    tiles = _blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
+    tiles = tiles.reshape(L * H, th, tw, 3)
+
+    gap = max(2, tile // 40)
+    fsize = max(10, min(15, tile // 8))
+    font = _font(fsize, bold=True)
+    label_h = fsize + 6 if titles else 0
+    if whole:
+        rows, cols = L, H
+        left = (_text_width("L00", font) + 10) if titles else 0
+        top = label_h
+    else:
+        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
+        rows = math.ceil(H / cols)
+        left, top = 0, 0
+    step_y = th + gap + (0 if whole else label_h)
+    width = left + cols * (tw + gap) - gap
+    height = top + rows * step_y - gap
+    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
+    origins = []
+    for i in range(L * H):
+        r, c = divmod(i, cols)
+        x = left + c * (tw + gap)
+        y = top + r * step_y + (0 if whole else label_h)
+        canvas[y : y + th, x : x + tw] = tiles[i]
+        origins.append((x, y))
+    img = Image.fromarray(canvas)
+    draw = ImageDraw.Draw(img)
+    if mark is not None:
+        for x, y in origins:
+            x0, y0, x1, y1 = _patch_box(mark, (gh, gw), (tw, th))
+            _outline(draw, (x + x0, y + y0, x + x1, y + y1), 2)
+    if titles:
+        ink = (40, 40, 40)
+        if whole:
+            for h in range(H):
+                draw.text((left + h * (tw + gap) + tw / 2, top / 2), f"H{h}", font=font, fill=ink, anchor="mm")
+            for r in range(L):
+                draw.text((left - 6, top + r * step_y + th / 2), f"L{r}", font=font, fill=ink, anchor="rm")
+        else:
+            for i, (x, y) in enumerate(origins):
+                name = f"H{i}" if layer is None else f"L{layer} H{i}"
+                draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=ink, anchor="mm")
+    return img
+
+
+def _text_width(text: str, font: ImageFont.FreeTypeFont) -> int:
+    x0, _, x1, _ = font.getbbox(text)
+    return int(math.ceil(x1 - x0))
+
+
+def text_font(size: int, bold: bool = False) -> ImageFont.FreeTypeFont:
+    """The PIL font the fast renderers label with (DejaVu Sans, ``size`` pixels)."""
+    return _font(size, bold)
+
+
+def text_width(text: str, font: ImageFont.FreeTypeFont) -> int:
+    """Width in pixels of ``text`` drawn with ``font``."""
+    return _text_width(text, font)
+
+
+def patch_grid_image(
+    picture: Picture,
+    patch_size: int,
+    numbers: bool = True,
+    highlight: int | None = None,
+    scale: int | None = None,
+) -> Image.Image:
+    """The picture cut into its patches: grid lines, each patch numbered 0..gh*gw-1 in
+    row-major order (the order the transformer reads them), ``highlight`` (e.g. the selected
+    query patch) outlined. Fast: PIL only (the grid and number masks are cached per size).
+
+    ``scale``: integer upscaling so the numbers are readable (default: patch cells of at
+    least 32 px, e.g. 2x for 16-px patches: 224 -> 448 px). Use :func:`patch_index_at` with
+    the returned image's size to map a click back to a patch.
+    """
+    img = picture if isinstance(picture, Image.Image) else Image.fromarray(picture_array(picture))
+    img = img.convert("RGB")
+    p = int(patch_size)
+    gw, gh = img.width // p, img.height // p
+    if gw < 1 or gh < 1:
+        raise ValueError(f"a {img.width}x{img.height} picture holds no {p}-px patch")
+    if scale is None:
+        scale = max(1, math.ceil(32 / p)) if numbers else 1
+    cell = p * int(scale)
+    img = img.crop((0, 0, gw * p, gh * p)).resize((gw * cell, gh * cell), Image.Resampling.BICUBIC)
+    box = None
+    if highlight is not None:
+        box = tuple(round(v) for v in _patch_box(highlight, (gh, gw), img.size))
+        region = img.crop(box)
+        img.paste(Image.blend(region, Image.new("RGB", region.size, _HIGHLIGHT_RGB), 0.35), box[:2])
+    lines, outline, glyphs = _grid_masks(gh, gw, cell, bool(numbers))
+    img.paste((255, 255, 255), (0, 0, *img.size), lines)
+    if numbers:
+        img.paste((0, 0, 0), (0, 0, *img.size), outline)
+        img.paste((255, 255, 255), (0, 0, *img.size), glyphs)
+    if box is not None:
+        _outline(ImageDraw.Draw(img), box, max(2, cell // 12))
+    return img
+
+
+@lru_cache(maxsize=8)
+def _grid_masks(gh: int, gw: int, cell: int, numbers: bool) -> tuple[Image.Image, Image.Image, Image.Image]:
+    """Picture-independent "L" masks: grid lines, the numbers' dark outline, the numbers."""
+    size = (gw * cell, gh * cell)
+    lines = Image.new("L", size, 0)
+    draw = ImageDraw.Draw(lines)
+    width = max(1, cell // 24)
+    for c in range(1, gw):
+        draw.line([(c * cell, 0), (c * cell, size[1])], fill=150, width=width)
+    for r in range(1, gh):
+        draw.line([(0, r * cell), (size[0], r * cell)], fill=150, width=width)
+    outline, glyphs = Image.new("L", size, 0), Image.new("L", size, 0)
+    if numbers:
+        digits = len(str(gh * gw - 1))
+        fsize = max(7, min(int(cell * 0.36), int(cell * 0.8 / (0.62 * digits + 0.1))))
+        font = _font(fsize, bold=True)
+        d_out, d_txt = ImageDraw.Draw(outline), ImageDraw.Draw(glyphs)
+        stroke = max(1, round(fsize / 7))
+        for i in range(gh * gw):
+            xy = ((i % gw + 0.5) * cell, (i // gw + 0.5) * cell)
+            d_out.text(xy, str(i), font=font, fill=255, anchor="mm", stroke_width=stroke, stroke_fill=255)
+            d_txt.text(xy, str(i), font=font, fill=255, anchor="mm")
+    return lines, outline, glyphs
+
+
+# --------------------------------------------------------------------------------------
+# Figures (matplotlib, for slides)
+# --------------------------------------------------------------------------------------
+
+
+def _figure(width_in: float, height_in: float) -> Figure:
+    """A white figure whose layout packs fixed-aspect pictures tightly ("compressed");
+    :func:`save_figure` then trims the outer margin."""
+    return Figure(figsize=(width_in, height_in), layout="compressed", facecolor="white")
+
+
+def _renderer(fig: Figure):
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    return canvas.get_renderer()
+
+
+def _fit_height(fig: Figure, pad: float = 0.12) -> Figure:
+    """Shrink the figure's height to its content: fixed-aspect pictures are sized by the
+    width, and any height left over would otherwise open gaps around the title / caption."""
+    for _ in range(2):
+        r = _renderer(fig)
+        fig.draw_without_rendering()
+        boxes = [ax.get_tightbbox(r) for ax in fig.axes if ax.get_visible()]
+        if not boxes:
+            return fig
+        y0, y1 = min(b.y0 for b in boxes), max(b.y1 for b in boxes)
+        need = (y1 - y0) / fig.dpi + 2 * pad
+        for text in (getattr(fig, "_suptitle", None), getattr(fig, "_supxlabel", None)):
+            if text is not None and text.get_text():
+                need += text.get_window_extent(r).height / fig.dpi + pad
+        if fig.get_figheight() - need < 0.05:
+            break
+        fig.set_figheight(need)
+    return fig
+
+
+def _image_axis(ax) -> None:
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for s in ax.spines.values():
+        s.set_visible(False)
+
+
+def _panel_title(ax, text: str, size: float = PANEL_TITLE_SIZE) -> None:
+    ax.set_title(text, fontsize=size, color=TEXT_COLOR, pad=6)
+
+
+def _stroke(width: float = 2.5) -> list:
+    return [patheffects.withStroke(linewidth=width, foreground="black")]
+
+
+def _mark_patch(ax, index: int, grid: tuple[int, int], size: tuple[int, int]) -> None:
+    x0, y0, x1, y1 = _patch_box(index, grid, size)
+    for color, lw in (("black", 4.0), (HIGHLIGHT, 2.2)):
+        ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
+
+
+def _heat_layer(ax, pic: np.ndarray, m: np.ndarray, cmap: str, alpha: float, smooth: bool, norm: Normalize):
+    """Draw the picture and the (unnormalised) map over it, upsampled to the picture."""
+    h, w = pic.shape[:2]
+    ax.imshow(pic, interpolation="bilinear")
+    up = upsample(m, (h, w), smooth)
+    ax.imshow(
+        up,
+        cmap=cmap,
+        norm=norm,
+        alpha=float(alpha),
+        interpolation="bilinear" if smooth else "nearest",
+        extent=(-0.5, w - 0.5, h - 0.5, -0.5),
+    )
+    ax.set_xlim(-0.5, w - 0.5)
+    ax.set_ylim(h - 0.5, -0.5)
+    _image_axis(ax)
+
+
+def _colorbar(fig: Figure, ax, cmap: str, norm: Normalize, label: str, relative: bool, **kw) -> None:
+    """An opaque colour bar (the overlay's transparency would wash it out)."""
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, **kw)
+    cb.set_label(label, fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
+    cb.ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
+    cb.outline.set_visible(False)
+    if relative:
+        cb.set_ticks([norm.vmin, norm.vmax], labels=["low", "high"])
+
+
+def _norm_for(m: np.ndarray, vmin: float | None, vmax: float | None) -> Normalize:
+    lo = float(m.min()) if vmin is None else float(vmin)
+    hi = float(m.max()) if vmax is None else float(vmax)
+    if hi <= lo:
+        hi = lo + 1e-12
+    return Normalize(lo, hi, clip=True)
+
+
+def heatmap_figure(
+    picture: Picture,
+    heat: Any,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    colorbar: bool = True,
+    title: str | None = None,
+    label: str = "attention",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    show_input: bool = False,
+    mark: int | None = None,
+    caption: str | None = None,
+) -> Figure:
+    """A ``[gh, gw]`` map over the model-input picture (any grid shape, square or not).
+
+    The colours span the map's own min..max unless ``vmin`` / ``vmax``; the colour bar shows
+    the map's actual values. ``smooth``: bilinear upsampling, else one flat square per
+    patch. ``show_input``: the plain picture in a panel on the left. ``mark``: a patch to
+    outline (the query patch). ``caption``: a smaller line under the picture(s).
+    """
+    check_cmap(cmap)
+    m = _maps(heat, (2,), "heat")
+    pic = picture_array(picture)
+    h, w = pic.shape[:2]
+    aspect = w / h
+    panel = 5.0
+    ncols = 2 if show_input else 1
+    fig = _figure(panel * aspect * ncols + (1.1 if colorbar else 0.3), panel + (0.8 if title else 0.3) + (0.4 if caption else 0))
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    if show_input:
+        axes[0].imshow(pic, interpolation="bilinear")
+        _image_axis(axes[0])
+        _panel_title(axes[0], "model input", PANEL_TITLE_SIZE + 1)
+    ax = axes[-1]
+    norm = _norm_for(m, vmin, vmax)
+    _heat_layer(ax, pic, m, cmap, alpha, smooth, norm)
+    if mark is not None:
+        _mark_patch(ax, mark, m.shape, (w, h))
+    if show_input:
+        _panel_title(ax, label, PANEL_TITLE_SIZE + 1)
+    if colorbar:
+        _colorbar(fig, ax, cmap, norm, label, relative=False, shrink=0.85, pad=0.02, aspect=25)
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    if caption:
+        fig.supxlabel(caption, fontsize=LABEL_SIZE - 1, color=MUTED_COLOR)
+    return _fit_height(fig)
+
+
+def _mosaic(tiles: np.ndarray, rows: int, cols: int, gap: int, fill: float | int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Tiles ``[n, th, tw, ...]`` into one array with ``gap``-pixel gaps, and their origins."""
+    n, th, tw = tiles.shape[:3]
+    out = np.full((rows * (th + gap) - gap, cols * (tw + gap) - gap) + tiles.shape[3:], fill, dtype=tiles.dtype)
+    origins = []
+    for i in range(n):
+        r, c = divmod(i, cols)
+        y, x = r * (th + gap), c * (tw + gap)
+        out[y : y + th, x : x + tw] = tiles[i]
+        origins.append((x, y))
+    return out, origins
+
+
+def heads_figure(
+    picture: Picture | None,
+    maps: Any,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    title: str | None = None,
+    layer: int | None = None,
+    colorbar: bool = True,
+    label: str = "attention",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    layers_along: str = "auto",
+    mark: int | None = None,
+) -> Figure:
+    """All heads of one layer (``[H, gh, gw]``), or layers x heads (``[L, H, gh, gw]``), as
+    one image with every panel titled "L3 H5" (layer and head, from 0).
+
+    Each panel is scaled to its own min..max unless ``vmin`` / ``vmax`` (then the colour bar
+    shows values; otherwise it reads low..high). ``layers_along``: "rows", "columns" or
+    "auto" (the longer of layers / heads runs across, which suits a slide). ``picture``
+    None shows the maps alone.
+    """
+    check_cmap(cmap)
+    a = _maps(maps, (3, 4), "maps")
+    whole = a.ndim == 4
+    if not whole:
+        a = a[None]
+    L, H, gh, gw = a.shape
+    layer_ids = list(range(L)) if whole else [layer]
+    if layers_along == "auto":
+        layers_along = "columns" if whole and L > H else "rows"
+    if layers_along not in ("rows", "columns"):
+        raise ValueError(f"layers_along must be 'rows', 'columns' or 'auto', not {layers_along!r}")
+    # the grid of panels: (row, col) -> (layer, head)
+    if whole:
+        rows, cols = (L, H) if layers_along == "rows" else (H, L)
+        order = [(r, c) if layers_along == "rows" else (c, r) for r in range(rows) for c in range(cols)]
+    else:
+        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
+        rows = math.ceil(H / cols)
+        order = [(0, i) for i in range(H)]
+
+    if picture is None:
+        th, tw = gh * 16, gw * 16
+        pic = None
+    else:
+        p = picture_array(picture)
+        tile = 224 if rows * cols <= 36 else 160
+        tw, th = _target_size(p.shape[1], p.shape[0], tile)
+        pic = _resized_picture(p, (tw, th))
+    flat = np.stack([a[li, hi] for li, hi in order])
+    rgb = _blend(pic, colorize(upsample(normalize(flat, vmin, vmax), (th, tw), smooth), cmap), alpha)
+    panel_in = float(np.clip(11.0 / cols, 1.1, 3.4))  # a tile's width on the page, inches
+    fsize = PANEL_TITLE_SIZE + 1 if panel_in >= 2.5 else PANEL_TITLE_SIZE if panel_in >= 1.5 else PANEL_TITLE_SIZE - 2
+    px_per_in = tw / panel_in
+    gap = max(2, round(0.08 * px_per_in))
+    label_px = round((fsize * 1.6 / 72) * px_per_in)  # room for a panel title above each tile
+    tiles = np.full((len(order), th + label_px, tw, 3), 255, dtype=np.uint8)
+    tiles[:, label_px:] = rgb
+    mosaic, origins = _mosaic(tiles, rows, cols, gap, 255)
+    mh, mw = mosaic.shape[:2]
+    fig_w = mw / px_per_in + 0.1
+    fig_h = mh / px_per_in + (0.55 if title else 0.1) + (0.95 if colorbar else 0.1)
+    fig = _figure(fig_w, fig_h)
+    ax = fig.add_subplot()
+    ax.imshow(mosaic, interpolation="bilinear" if smooth else "nearest")
+    _image_axis(ax)
+    for (li, hi), (x, y) in zip(order, origins):
+        name = f"H{hi}" if layer_ids[li] is None else f"L{layer_ids[li]} H{hi}"
+        ax.text(x + tw / 2, y + label_px * 0.5, name, ha="center", va="center", fontsize=fsize, color=TEXT_COLOR)
+        if mark is not None:
+            x0, y0, x1, y1 = _patch_box(mark, (gh, gw), (tw, th))
+            for color, lw in (("black", 2.5), (HIGHLIGHT, 1.3)):
+                ax.add_patch(Rectangle((x + x0, y + label_px + y0), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
+    if colorbar:
+        relative = vmin is None and vmax is None
+        norm = (
+            Normalize(0, 1)
+            if relative
+            else Normalize(vmin if vmin is not None else float(a.min()), vmax if vmax is not None else float(a.max()))
+        )
+        cb_label = f"{label} (each panel scaled to its own min–max)" if relative else label
+        _colorbar(
+            fig,
+            ax,
+            cmap,
+            norm,
+            cb_label,
+            relative,
+            orientation="horizontal",
+            shrink=min(0.5, 4.5 / fig_w + 0.15),
+            aspect=30,
+            pad=0.01,
+        )
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    return _fit_height(fig)
+
+
+def compare_figure(
+    picture: Picture,
+    maps: Mapping[str, Any],
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    title: str | None = None,
+    show_input: bool = True,
+    colorbar: bool = True,
+    max_cols: int = 5,
+    mark: int | None = None,
+) -> Figure:
+    """Several methods side by side for one image: ``{"rollout": map, "chefer": map, ...}``,
+    each ``[gh, gw]`` and scaled to its own min..max, after the plain input (``show_input``).
+    """
+    check_cmap(cmap)
+    if not maps:
+        raise ValueError("compare_figure needs at least one map")
+    pic = picture_array(picture)
+    h, w = pic.shape[:2]
+    panels: list[tuple[str, np.ndarray | None]] = [("model input", None)] if show_input else []
+    panels += [(str(k), _maps(v, (2,), f"map {k!r}")) for k, v in maps.items()]
+    cols = min(len(panels), max_cols)
+    rows = math.ceil(len(panels) / cols)
+    panel_in = 3.0
+    fig = _figure(cols * panel_in * w / h + 0.3, rows * (panel_in + 0.45) + (0.8 if title else 0.2) + (0.7 if colorbar else 0))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    norm = Normalize(0, 1)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        name, m = panels[i]
+        if m is None:
+            ax.imshow(pic, interpolation="bilinear")
+            _image_axis(ax)
+        else:
+            _heat_layer(ax, pic, normalize(m), cmap, alpha, smooth, norm)
+            if mark is not None:
+                _mark_patch(ax, mark, m.shape, (w, h))
+        _panel_title(ax, name, PANEL_TITLE_SIZE + 1)
+    if colorbar:
+        _colorbar(
+            fig,
+            axes,
+            cmap,
+            norm,
+            "each map scaled to its own min–max",
+            True,
+            orientation="horizontal",
+            shrink=min(0.45, 4.0 / (cols * panel_in)),
+            aspect=30,
+            pad=0.02,
+        )
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    return _fit_height(fig)
+
+
+def uniform_attention_distance(grid: tuple[int, int], patch_size: int) -> float:
+    """Mean distance (pixels) between patch centres when every patch attends uniformly to
+    every patch: a reference level for :func:`distance_figure`."""
+    gh, gw = grid
+    ys, xs = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+    pts = np.stack([ys.ravel(), xs.ravel()], 1).astype(np.float64) * patch_size
+    d = np.sqrt(((pts[:, None] - pts[None]) ** 2).sum(-1))
+    return float(d.mean())
+
+
+def distance_figure(
+    distances: Any,
+    title: str | None = None,
+    reference: float | None = None,
+    reference_label: str = "uniform attention",
+) -> Figure:
+    """Mean attention distance per head against depth (ViT paper, Fig. 7 right): x = layer,
+    y = pixels, one dot per head (coloured by head), the layer mean as a grey line.
+
+    ``distances``: ``[L, H]`` (a leading batch axis is averaged). ``reference``: a dashed
+    level, e.g. :func:`uniform_attention_distance` for the input's grid.
+    """
+    a = as_array(distances)
+    if a.ndim == 3:
+        a = a.mean(axis=0)
+    if a.ndim != 2:
+        raise ValueError(f"distances must be [L, H] (or [B, L, H]), got shape {tuple(a.shape)}")
+    L, H = a.shape
+    fig = _figure(9.0, 5.6)
+    ax = fig.add_subplot()
+    colours = colormaps["tab10" if H <= 10 else "tab20"] if H <= 20 else colormaps["viridis"].resampled(H)
+    x = np.arange(L)
+    ax.plot(x, a.mean(axis=1), color="#999999", linewidth=1.8, zorder=1, label="mean over heads")
+    for h in range(H):
+        ax.scatter(
+            x,
+            a[:, h],
+            s=46,
+            color=colours(h % colours.N),
+            edgecolor="white",
+            linewidth=0.6,
+            zorder=3,
+            label=f"head {h}" if H <= 16 else None,
+        )
+    if reference is not None:
+        ax.axhline(
+            reference,
+            color="#444444",
+            linestyle="--",
+            linewidth=1.2,
+            zorder=0,
+            label=f"{reference_label} ({reference:.0f} px)",
+        )
+    ax.set_xlabel("Network depth (layer)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
+    ax.set_ylabel("Mean attention distance (pixels)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
+    ax.set_xticks(x)
+    ax.set_xlim(-0.6, L - 0.4)
+    top = max(float(a.max()), reference or 0.0)
+    ax.set_ylim(0, top * 1.08 + 1e-9)
+    ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
+    ax.grid(True, axis="y", color="#e6e6e6", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    handles, labels = ax.get_legend_handles_labels()
+    if labels:
+        ax.legend(
+            handles,
+            labels,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            frameon=False,
+            fontsize=TICK_SIZE,
+            ncol=1 if len(labels) <= 14 else 2,
+        )
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    return fig
+
+
+def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None = None) -> Figure:
+    """Cosine similarity of each patch's position embedding with all the others (ViT paper,
+    Fig. 7 centre): a gh x gw grid of small gh x gw maps, one shared -1..1 colour scale.
+
+    ``similarity``: ``[gh*gw, gh, gw]`` (row ``i`` = patch ``i``'s map) or ``[gh, gw, gh, gw]``.
+    Rows and columns are labelled from 0, like the patch numbers elsewhere.
+    """
+    check_cmap(cmap)
+    a = as_array(similarity)
+    if a.ndim == 3:
+        gh, gw = a.shape[1:]
+        if a.shape[0] != gh * gw:
+            raise ValueError(f"similarity [{a.shape[0]}, {gh}, {gw}] should have {gh * gw} maps")
+    elif a.ndim == 4:
+        gh, gw = a.shape[:2]
+        a = a.reshape(gh * gw, *a.shape[2:])
+    else:
+        raise ValueError(f"similarity must be [gh*gw, gh, gw] or [gh, gw, gh, gw], got {tuple(a.shape)}")
+    sh, sw = a.shape[1:]
+    k = max(1, 64 // max(sh, sw))  # pixels per cell, so gaps can be thin
+    tiles = np.repeat(np.repeat(a, k, axis=1), k, axis=2)
+    gap = max(2, round(k * max(sh, sw) * 0.12))
+    mosaic, origins = _mosaic(tiles.astype(np.float32), gh, gw, gap, np.nan)
+    cm = colormaps[cmap].with_extremes(bad="white")
+    fig = _figure(9.4 * max(1.0, gw / gh) ** 0.5, 8.6 * max(1.0, gh / gw) ** 0.5)
+    ax = fig.add_subplot()
+    im = ax.imshow(np.ma.masked_invalid(mosaic), cmap=cm, vmin=-1, vmax=1, interpolation="nearest")
+    th, tw = sh * k, sw * k
+    ax.set_xticks([x + tw / 2 for x, _ in origins[:gw]], [str(c) for c in range(gw)])
+    ax.set_yticks([y + th / 2 for _, y in origins[::gw]], [str(r) for r in range(gh)])
+    ax.tick_params(length=0, labelsize=TICK_SIZE, colors=TEXT_COLOR)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    ax.set_xlabel("Input patch column", fontsize=LABEL_SIZE, color=TEXT_COLOR)
+    ax.set_ylabel("Input patch row", fontsize=LABEL_SIZE, color=TEXT_COLOR)
+    cb = fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02, aspect=30, ticks=[-1, -0.5, 0, 0.5, 1])
+    cb.set_label("Cosine similarity", fontsize=LABEL_SIZE, color=TEXT_COLOR)
+    cb.ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
+    cb.outline.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    return fig
+
+
+def topk_figure(
+    predictions: Sequence[Mapping[str, Any]] | Mapping[str, float],
+    title: str | None = "Top predictions",
+    highlight: int | str | None = None,
+) -> Figure:
+    """Horizontal bars of the top-k classes, most likely on top, with percentages.
+
+    ``predictions``: ``[{"label", "prob", "index"?}, ...]`` (as :func:`vit_demo.inference.topk`
+    returns) or ``{label: prob}``. ``highlight``: a class index or label drawn in the accent
+    colour (default the first).
+    """
+    items = (
+        [{"label": k, "prob": float(v)} for k, v in predictions.items()]
+        if isinstance(predictions, Mapping)
+        else [dict(p) for p in predictions]
+    )
+    if not items:
+        raise ValueError("topk_figure needs at least one prediction")
+    items.sort(key=lambda p: -p["prob"])
+    k = len(items)
+    fig = _figure(8.5, 0.55 * k + 1.3 + (0.5 if title else 0))
+    ax = fig.add_subplot()
+    y = np.arange(k)[::-1]
+    hl = 0 if highlight is None else next((i for i, p in enumerate(items) if highlight in (p.get("index"), p["label"])), None)
+    colours = [ACCENT if i == hl else "#a9c6e0" for i in range(k)]
+    probs = np.array([p["prob"] for p in items]) * 100
+    ax.barh(y, probs, color=colours, height=0.68)
+    for yi, v in zip(y, probs):
+        ax.text(v + 1.2, yi, f"{v:.1f}%", va="center", fontsize=TICK_SIZE + 1, color=TEXT_COLOR)
+    names = [p["label"] + (f"  ({p['index']})" if p.get("index") is not None else "") for p in items]
+    ax.set_yticks(y, names)
+    ax.set_xlim(0, 112)
+    ax.set_xticks([0, 25, 50, 75, 100])
+    ax.set_xlabel("Probability (%)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
+    ax.tick_params(labelsize=TICK_SIZE + 1, colors=TEXT_COLOR)
+    ax.tick_params(axis="y", length=0)
+    for s in ("top", "right", "left"):
+        ax.spines[s].set_visible(False)
+    ax.grid(True, axis="x", color="#e6e6e6", linewidth=0.8)
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold", loc="left", pad=10)
+    return fig
+
+
+def _token_color(name: str) -> str:
+    if name.startswith("[reg"):
+        return TOKEN_COLORS["reg"]
+    return TOKEN_COLORS["dist" if name == "[dist]" else "class"]
+
+
+def patch_grid_figure(
+    picture: Picture,
+    patch_size: int,
+    prefix_names: Sequence[str] = ("[class]",),
+    numbers: bool = True,
+    highlight: int | None = None,
+    title: str | None = None,
+    sequence: bool = True,
+    max_patches: int = 16,
+) -> Figure:
+    """How the picture becomes a sequence (ViT paper, Fig. 1): the picture cut into
+    ``patch_size`` patches, numbered row-major, and below it the token sequence the
+    transformer reads: the prefix tokens (``prefix_names``, e.g. ``TokenLayout.names()``),
+    then the patches left-to-right, top-to-bottom, each with its position in the sequence.
+    Sequences of more than ``max_patches`` patches show the first and last few around "···".
+    """
+    pic = picture_array(picture)
+    p = int(patch_size)
+    gh, gw = pic.shape[0] // p, pic.shape[1] // p
+    if gh < 1 or gw < 1:
+        raise ValueError(f"a {pic.shape[1]}x{pic.shape[0]} picture holds no {p}-px patch")
+    n = gh * gw
+    pic = pic[: gh * p, : gw * p]
+    prefix = list(prefix_names)
+    if highlight is not None:
+        _patch_box(highlight, (gh, gw), (gw, gh))  # range check
+
+    # a fixed layout (inches): title, picture, gap, sequence strip
+    h, w = pic.shape[:2]
+    fig_w = 12.0
+    pic_w = min(6.4 * w / h, fig_w - 1.0)
+    pic_h = pic_w * h / w
+    top, gap = 0.6, 0.3
+    slots = len(prefix) + (n if n <= max_patches else max_patches + 1)
+    strip_w = fig_w - 1.0
+    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3) if sequence else 0.0
+    fig_h = top + pic_h + (gap + strip_h if sequence else 0) + 0.15
+    fig = Figure(figsize=(fig_w, fig_h), facecolor="white")
+    ax = fig.add_axes(((fig_w - pic_w) / 2 / fig_w, (fig_h - top - pic_h) / fig_h, pic_w / fig_w, pic_h / fig_h))
+    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h)) if sequence else None
+
+    # the picture, its grid and the numbers, in picture pixel coordinates (crisp as vectors)
+    ax.imshow(pic, interpolation="bilinear", extent=(0, w, h, 0))
+    ax.vlines(np.arange(1, gw) * p, 0, h, colors="white", linewidth=0.9, alpha=0.75)
+    ax.hlines(np.arange(1, gh) * p, 0, w, colors="white", linewidth=0.9, alpha=0.75)
+    if highlight is not None:
+        r, c = divmod(int(highlight), gw)
+        ax.add_patch(Rectangle((c * p, r * p), p, p, facecolor=HIGHLIGHT, alpha=0.3, edgecolor="none"))
+        for color, lw in (("black", 4.0), (HIGHLIGHT, 2.2)):
+            ax.add_patch(Rectangle((c * p, r * p), p, p, fill=False, edgecolor=color, linewidth=lw))
+    if numbers:
+        cell_pt = pic_w * 72 / gw
+        digits = len(str(n - 1))
+        fsize = float(np.clip(cell_pt * 0.72 / (0.66 * digits + 0.15), 3.0, 11.0))
+        for i in range(n):
+            r, c = divmod(i, gw)
+            ax.text(
+                (c + 0.5) * p,
+                (r + 0.5) * p,
+                str(i),
+                ha="center",
+                va="center",
+                fontsize=fsize,
+                color="white",
+                fontweight="bold",
+                path_effects=_stroke(max(0.8, fsize / 4.5)),
+            )
+    ax.set_xlim(0, w)
+    ax.set_ylim(h, 0)
+    _image_axis(ax)
+    fig.suptitle(
+        title or f"{p}x{p}-pixel patches: a {gh}x{gw} grid = {n} patches",
+        y=1 - 0.12 / fig_h,
+        va="top",
+        fontsize=TITLE_SIZE,
+        color=TEXT_COLOR,
+        fontweight="bold",
+    )
+    if ax_s is not None:
+        _sequence_strip(ax_s, pic, p, gw, prefix, highlight, max_patches)
+    return fig
+
+
+def _sequence_strip(ax, pic: np.ndarray, p: int, gw: int, prefix: list[str], highlight: int | None, max_patches: int) -> None:
+    """The token sequence: prefix boxes, patch thumbnails, patch numbers and positions."""
+    n = (pic.shape[0] // p) * gw
+    if n <= max_patches:
+        shown: list[int | None] = list(range(n))
+    else:
+        tail = max(2, max_patches // 4)
+        shown = [*range(max_patches - tail), None, *range(n - tail, n)]
+    slots = [("prefix", name) for name in prefix] + [("patch", i) if i is not None else ("dots", None) for i in shown]
+    step, box = 1.22, 1.0
+    pos_color = "#9b8fb8"
+    fig = ax.get_figure()
+    box_pt = ax.get_position().width * fig.get_figwidth() * 72 / (len(slots) * step + 0.3)  # one unit in points
+    small = float(np.clip(box_pt * 0.24, 6.0, 9.0))  # numbers under the tokens
+    longest = max((len(name) for name in prefix), default=7)
+    name_size = float(np.clip(box_pt * 0.86 / (0.56 * longest), 4.5, 9.0))  # one size for every prefix name
+    for k, (kind, val) in enumerate(slots):
+        x0 = k * step
+        if kind == "prefix":
+            ax.add_patch(
+                FancyBboxPatch(
+                    (x0 + 0.04, 0.04),
+                    box - 0.08,
+                    box - 0.08,
+                    facecolor=_token_color(val),
+                    boxstyle="round,pad=0.02,rounding_size=0.12",
+                    edgecolor="none",
+                )
+            )
+            ax.text(
+                x0 + box / 2,
+                box / 2,
+                val,
+                ha="center",
+                va="center",
+                fontsize=name_size,
+                color="white",
+                fontweight="bold",
+            )
+            position = k
+        elif kind == "patch":
+            r, c = divmod(val, gw)
+            ax.imshow(pic[r * p : (r + 1) * p, c * p : (c + 1) * p], extent=(x0, x0 + box, box, 0), interpolation="nearest")
+            lit = val == highlight
+            ax.add_patch(
+                Rectangle(
+                    (x0, 0),
+                    box,
+                    box,
+                    fill=False,
+                    edgecolor=HIGHLIGHT if lit else "#888888",
+                    linewidth=2.4 if lit else 0.6,
+                )
+            )
+            ax.text(x0 + box / 2, -0.18, str(val), ha="center", va="bottom", fontsize=small, color=TEXT_COLOR)
+            position = len(prefix) + val
+        else:
+            ax.text(
+                x0 + box / 2,
+                box / 2,
+                "···",
+                ha="center",
+                va="center",
+                fontsize=18,
+                color=MUTED_COLOR,
+                fontweight="bold",
+            )
+            continue
+        ax.text(
+            x0 + box / 2,
+            box + 0.33,
+            str(position),
+            ha="center",
+            va="center",
+            fontsize=small,
+            color="white",
+            bbox=dict(boxstyle="round,pad=0.25", facecolor=pos_color, edgecolor="none"),
+        )
+    ax.text(-0.3, -0.18, "patch", ha="right", va="bottom", fontsize=9, color=MUTED_COLOR, style="italic")
+    ax.text(-0.3, box + 0.33, "position", ha="right", va="center", fontsize=9, color=MUTED_COLOR, style="italic")
+    order = "left to right, top to bottom"
+    caption = (
+        f"The sequence the transformer reads: {' '.join(prefix)} + {n} patches ({order}) = {len(prefix) + n} tokens"
+        if prefix
+        else f"The sequence the transformer reads: {n} patches ({order})"
+    )
+    ax.text(len(slots) * step / 2, 1.9, caption, ha="center", va="center", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
+    ax.set_xlim(-0.3, len(slots) * step)
+    ax.set_ylim(2.15, -0.75)
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
+# --------------------------------------------------------------------------------------
+# Saving
+# --------------------------------------------------------------------------------------
+
+
+def _content_box(fig: Figure, pad: float = 0.12) -> Bbox:
+    """The figure's drawn content in inches (after layout), plus ``pad``, within the figure."""
+    renderer = _renderer(fig)
+    fig.draw_without_rendering()
+    tight = fig.get_tightbbox(renderer)
+    w, h = fig.get_size_inches()
+    return Bbox.from_extents(max(0, tight.x0 - pad), max(0, tight.y0 - pad), min(w, tight.x1 + pad), min(h, tight.y1 + pad))
+
+
+def save_figure(fig: Figure, path: str | Path, width_px: int = 2400) -> Path:
+    """Write ``fig`` to ``path``; the suffix picks PNG, SVG or PDF.
+
+    The outer white margin is trimmed. PNG: exactly ``width_px`` pixels wide (the dpi
+    follows from the trimmed width in inches; keep it >= 2000 for slides). SVG / PDF are
+    vector; the pictures inside them are embedded at that same resolution. Metadata dates
+    are left out, so the same figure gives the same file.
+    """
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in FIGURE_FORMATS:
+        raise ValueError(f"{path.name}: unsupported figure format {fmt!r}; use .png, .svg or .pdf")
+    box = _content_box(fig)
+    dpi = (int(width_px) + 0.25) / box.width  # a hair over, so truncation lands on width_px
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
+    fig.savefig(path, format=fmt, dpi=dpi, bbox_inches=box, facecolor=fig.get_facecolor(), metadata=metadata)
+    return path
+
+
+def figure_to_image(fig: Figure, width_px: int = 1600) -> Image.Image:
+    """Render ``fig`` to an RGB PIL image ``width_px`` wide (e.g. to show a figure in the app)."""
+    buf = io.BytesIO()
+    box = _content_box(fig)
+    fig.savefig(buf, format="png", dpi=(int(width_px) + 0.25) / box.width, bbox_inches=box, facecolor=fig.get_facecolor())
+    buf.seek(0)
+    return Image.open(buf).convert("RGB")
