@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 
-@lru_cache(maxsize=None)
+@cache
 def imagenet_labels() -> tuple[str, ...]:
     """Short human names in timm's class order ("tench", "goldfish", ...)."""
     from timm.data import ImageNetInfo
@@ -13,7 +13,7 @@ def imagenet_labels() -> tuple[str, ...]:
     return tuple(d.split(",")[0].strip() for d in ImageNetInfo().label_descriptions())
 
 
-@lru_cache(maxsize=None)
+@cache
 def imagenet_wnids() -> tuple[str, ...]:
     """WordNet ids in class order (sorted, as the ImageNet folders are)."""
     from timm.data import ImageNetInfo

@@ -1,0 +1,184 @@
+"""How fast the app feels: drive a running app with gradio_client, as the browser would.
+
+    python benchmarks/bench_app.py [--weights FILE] [--url http://127.0.0.1:7860/] [--repeats 20] [--json]
+
+Without --url it starts ``app.py`` on a free loopback port (with --weights, default the
+shared DeiT-Tiny) and stops it afterwards. Measured, over distinct photos so that every
+upload really runs the model (the cache is keyed by image content):
+
+- upload -> first result: ``/analyze``, the browser's upload event: upload the file, one
+  forward pass capturing attention, predictions and the first pictures (model input, patch
+  grid, sequence, attention, rollout), and download them;
+- slider re-render: ``/attention`` with another layer (no model run, the cached analysis);
+- ``/predict``: the JSON endpoint, for scripts.
+
+Targets (2-core CPU, DeiT-Tiny): upload -> first result <= 1.5 s, slider <= 0.3 s (p50).
+Reports p50 / p95 / max in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("VIT_DEMO_SHARED", ROOT.parent / "shared"))
+sys.path.insert(0, str(ROOT / "tests"))  # app_server: start the app on a free port
+
+
+def photos(n: int) -> list[Path]:
+    """``n`` distinct photos: the shared ImageNet sample when present, else variations of the
+    bundled example photos (so that no two have the same content)."""
+    sample = sorted((SHARED / "imagenet-sample").glob("*.JPEG"))
+    if len(sample) >= n:
+        return sample[:: max(1, len(sample) // n)][:n]
+    from PIL import Image
+
+    from vit_demo.examples import builtin_examples
+
+    base = [Image.open(e.path).convert("RGB") for e in builtin_examples()]
+    if not base:
+        raise SystemExit("no photos: needs ../shared/imagenet-sample or matplotlib / scikit-image sample data")
+    out_dir = Path(tempfile.mkdtemp(prefix="bench_app_"))
+    out = []
+    for i in range(n):
+        img = base[i % len(base)]
+        s = 1.0 - 0.02 * (i // len(base))
+        w, h = int(img.width * s), int(img.height * s)
+        p = out_dir / f"photo_{i:03d}.png"
+        img.crop((0, 0, w, h)).save(p)
+        out.append(p)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))]
+
+
+def summary(xs: list[float]) -> dict:
+    ms = [1000 * x for x in xs]
+    return {"n": len(ms), "p50_ms": statistics.median(ms), "p95_ms": pct(ms, 95), "max_ms": max(ms),
+            "min_ms": min(ms)}
+
+
+def run(url: str, repeats: int, slider_repeats: int) -> dict:
+    from gradio_client import Client, handle_file
+
+    client = Client(url, verbose=False)
+    imgs = photos(repeats + 1)
+    # warm-up: the first request also waits for the model to finish loading
+    t0 = time.perf_counter()
+    client.predict(handle_file(str(imgs[-1])), api_name="/analyze")
+    first_call = time.perf_counter() - t0
+
+    upload = []
+    for p in imgs[:repeats]:
+        t0 = time.perf_counter()
+        out = client.predict(handle_file(str(p)), api_name="/analyze")
+        upload.append(time.perf_counter() - t0)
+        assert out[4]["label"], out[4]  # predictions arrived
+
+    slider = []
+    for i in range(slider_repeats):
+        layer = i % 12
+        t0 = time.perf_counter()
+        out = client.predict(layer, "all", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
+        slider.append(time.perf_counter() - t0)
+        assert f"layer {layer}" in out[1], out[1]
+
+    predict = []
+    for p in imgs[:repeats]:
+        t0 = time.perf_counter()
+        client.predict(handle_file(str(p)), api_name="/predict")  # cached analysis: upload + JSON
+        predict.append(time.perf_counter() - t0)
+
+    return {
+        "url": url,
+        "first_call_s (model load + warm-up)": first_call,
+        "upload_to_first_result": summary(upload),
+        "slider_rerender": summary(slider),
+        "predict_json_cached": summary(predict),
+    }
+
+
+def in_process(weights: Path | None, n: int = 5) -> dict:
+    """The same steps without HTTP: forward pass, first pictures, the class-specific maps
+    (a follow-up event in the app), for reading the server numbers against."""
+    import torch
+
+    from vit_demo import appcore as ac
+    from vit_demo.images import load_image
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # as app.py: cores / concurrency (2)
+    reg = ac.ModelRegistry([weights] if weights else [])
+    key = reg.default_key()
+    reg.warm_up(key)
+    fwd, first, cmaps = [], [], []
+    for p in photos(n):
+        img = load_image(p)
+        t0 = time.perf_counter()
+        a = reg.analyze(key, img)
+        t1 = time.perf_counter()
+        ac.attention_view(a, a.depth - 1, ac.HEAD_ALL, None)
+        ac.tiles_image(a.picture, ac.method_maps(a, None), pending=ac.pending_titles(a, None))
+        ac.patch_picture(a)
+        ac.sequence_picture(a)
+        t2 = time.perf_counter()
+        ac.method_maps(a, reg.get(key))
+        t3 = time.perf_counter()
+        fwd.append(t1 - t0)
+        first.append(t2 - t1)
+        cmaps.append(t3 - t2)
+    return {"forward_with_attention": summary(fwd), "first_pictures": summary(first),
+            "class_specific_maps": summary(cmaps)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", help="a running app (default: start one)")
+    ap.add_argument("--weights", type=Path, default=SHARED / "weights" / "deit_tiny_patch16_224.safetensors")
+    ap.add_argument("--repeats", type=int, default=20, help="uploads (distinct photos)")
+    ap.add_argument("--slider-repeats", type=int, default=48)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # as app.py does
+        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // 2)))
+    weights = args.weights if args.weights and args.weights.exists() else None
+
+    if args.url:
+        report = run(args.url, args.repeats, args.slider_repeats)
+    else:
+        from app_server import running_app
+
+        app_args = ["--weights", str(weights)] if weights else []
+        with running_app(app_args) as app:
+            report = run(app.url, args.repeats, args.slider_repeats)
+    report["in_process"] = in_process(weights)
+    report["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                         "weights": str(weights) if weights else "random weights (deit_tiny_patch16_224)"}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"app benchmark ({report['machine']['cpus']} CPUs; {report['machine']['weights']})")
+    print(f"  first call (model load + warm-up): {report['first_call_s (model load + warm-up)']:.2f} s")
+    rows = [("upload -> first result (/analyze)", report["upload_to_first_result"], 1500),
+            ("slider re-render (/attention)", report["slider_rerender"], 300),
+            ("/predict JSON (cached analysis)", report["predict_json_cached"], None)]
+    rows += [(f"in-process: {k.replace('_', ' ')}", v, None) for k, v in report["in_process"].items()]
+    print(f"  {'':40s} {'p50':>8s} {'p95':>8s} {'max':>8s}  target")
+    for name, s, target in rows:
+        verdict = "" if target is None else (f"<= {target} ms " + ("OK" if s["p50_ms"] <= target else "MISSED"))
+        print(f"  {name:40s} {s['p50_ms']:7.0f}ms {s['p95_ms']:7.0f}ms {s['max_ms']:7.0f}ms  {verdict}")
+
+
+if __name__ == "__main__":
+    main()

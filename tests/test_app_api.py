@@ -1,0 +1,203 @@
+"""The app's named API, driven with gradio_client against ``python app.py`` on a free loopback
+port (one server for the module): predictions equal the CLI's, bad input gives a readable
+message and the app keeps serving, and every client (session) gets its own results."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+from app_server import ROOT, running_app
+from PIL import Image
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client, handle_file  # noqa: E402
+from gradio_client.exceptions import AppError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def app(deit_tiny_path: Path):
+    with running_app(["--weights", str(deit_tiny_path)]) as a:
+        yield a
+
+
+@pytest.fixture(scope="module")
+def client(app) -> Client:
+    return Client(app.url, verbose=False)
+
+
+STATUS, TOPK = 1, 4  # positions in /analyze's outputs (model info, status, model input, its caption, top-k, ...)
+
+
+def new_client(app) -> Client:
+    return Client(app.url, verbose=False)
+
+
+def test_named_endpoints(client: Client) -> None:
+    named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert {"/predict", "/analyze", "/attention", "/compare"} <= set(named)
+
+
+def test_predict_matches_cli(client: Client, deit_tiny_path: Path, quick_images: list[Path]) -> None:
+    photos = quick_images[:5]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "vit_demo", "predict", *map(str, photos), "--weights", str(deit_tiny_path),
+                        "--topk", "5", "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    cli = {Path(o["image"]).name: o["topk"] for o in json.loads(r.stdout)}
+    for p in photos:
+        out = client.predict(handle_file(str(p)), api_name="/predict")
+        assert out["image"] == p.name
+        ours, ref = out["topk"], cli[p.name]
+        assert [t["index"] for t in ours] == [t["index"] for t in ref], p.name
+        assert [t["label"] for t in ours] == [t["label"] for t in ref], p.name
+        for a, b in zip(ours, ref):
+            assert a["prob"] == pytest.approx(b["prob"], abs=1e-5), p.name
+    # the k parameter
+    three = client.predict(handle_file(str(photos[0])), k=3, api_name="/predict")
+    assert len(three["topk"]) == 3 and three["topk"][0]["label"] == "tench"
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _png(width: int, height: int, bit_depth: int, color_type: int, rows: bytes) -> bytes:
+    def chunk(t: bytes, d: bytes) -> bytes:
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+def huge_bilevel_png(size: int = 20_000) -> bytes:
+    """A real, complete 1-bit PNG of size x size px (400 MP) in about 60 KB."""
+    row = b"\0" * (1 + (size + 7) // 8)
+    co = zlib.compressobj(9)
+    body = b"".join(co.compress(row * 1000) for _ in range(size // 1000)) + co.flush()
+    return _png(size, size, 1, 0, body)
+
+
+def bad_files(tmp: Path, good: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (file, a phrase the message must contain)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = {}
+    p = tmp / "notes.png"
+    p.write_text("this is a text file with an image's name\n" * 20)
+    out["not an image"] = (p, "not an image file")
+    p = tmp / "truncated.jpg"
+    p.write_bytes(good.read_bytes()[:4000])
+    out["truncated"] = (p, "truncated")
+    p = tmp / "one_pixel.png"
+    Image.new("RGB", (1, 1), (200, 30, 30)).save(p)
+    out["1x1 px"] = (p, "1x1 px")
+    p = tmp / "huge.png"
+    p.write_bytes(huge_bilevel_png())
+    out["20000x20000 px"] = (p, "too many pixels")
+    return out
+
+
+@pytest.mark.parametrize("case", ["not an image", "truncated", "1x1 px", "20000x20000 px"])
+def test_bad_input_is_refused_readably(client: Client, quick_images: list[Path], tmp_path: Path, case: str) -> None:
+    path, phrase = bad_files(tmp_path, quick_images[0])[case]
+    with pytest.raises(AppError) as err:
+        client.predict(handle_file(str(path)), api_name="/predict")
+    msg = str(err.value)
+    assert phrase in msg and path.name in msg, msg
+    assert "Traceback" not in msg and len(msg) < 400, msg
+    # the app goes on serving
+    ok = client.predict(handle_file(str(quick_images[0])), api_name="/predict")
+    assert ok["topk"][0]["label"] == "tench"
+
+
+def test_bad_input_in_the_ui_event(app, quick_images: list[Path], tmp_path: Path) -> None:
+    """The upload event (what the browser calls) shows the message in the page instead of failing."""
+    c = new_client(app)
+    path, phrase = bad_files(tmp_path, quick_images[0])["truncated"]
+    out = c.predict(handle_file(str(path)), api_name="/analyze")
+    status = out[STATUS]
+    assert "Cannot use this image" in status and phrase in status
+    out = c.predict(handle_file(str(quick_images[0])), api_name="/analyze")
+    assert out[TOPK]["label"] == "tench"
+
+
+def test_animated_gif_uses_the_first_frame(client: Client, quick_images: list[Path], tmp_path: Path) -> None:
+    first = Image.open(quick_images[0]).convert("RGB").resize((224, 168))
+    frames = [first, Image.new("RGB", first.size, (0, 0, 255)), Image.new("RGB", first.size, (255, 0, 0))]
+    gif = tmp_path / "animated.gif"
+    frames[0].save(gif, save_all=True, append_images=frames[1:], duration=100, loop=0)
+    out = client.predict(handle_file(str(gif)), api_name="/predict")
+    assert any("animated" in n and "3 frames" in n and "first frame" in n for n in out["notes"]), out["notes"]
+    assert out["topk"][0]["prob"] > 0
+
+
+# ----------------------------------------------------------------------------- sessions and re-renders
+
+
+def test_slider_rerender_and_compare(app, quick_images: list[Path]) -> None:
+    c = new_client(app)
+    out = c.predict(handle_file(str(quick_images[0])), api_name="/analyze")
+    assert out[TOPK]["label"] == "tench"
+    a11 = c.predict(11, "mean", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
+    a3 = c.predict(3, "mean", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
+    assert "layer 11" in a11[1] and "layer 3" in a3[1]
+    assert Image.open(a11[0]).tobytes() != Image.open(a3[0]).tobytes()
+    q = c.predict(3, "2", "a patch (click the picture)", 100, "viridis", 0.5, False, api_name="/attention")
+    assert "patch 100" in q[1] and "head 2" in q[1]
+    verdict = c.predict(5, api_name="/compare")[0]
+    assert "Identical to" in verdict, verdict
+
+
+def test_sessions_are_separate(app, quick_images: list[Path]) -> None:
+    """Two users at once: each one's re-render shows its own image."""
+    photos = {"tench": quick_images[0], "bullfrog": quick_images[3]}
+    results: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def user(label: str, path: Path) -> None:
+        try:
+            c = new_client(app)
+            out = c.predict(handle_file(str(path)), api_name="/analyze")
+            results[label + " analyze"] = out[TOPK]["label"]
+            att = c.predict(5, "all", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
+            results[label + " attention"] = Image.open(att[0]).tobytes()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=user, args=item) for item in photos.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert results["tench analyze"] == "tench" and results["bullfrog analyze"] == "bullfrog"
+    assert results["tench attention"] != results["bullfrog attention"]
+
+
+def test_server_healthy(app) -> None:
+    assert app.alive()
+    assert "Traceback" not in app.log(50_000), app.log()
+
+
+def test_starts_without_any_checkpoint(tmp_path: Path, quick_images: list[Path]) -> None:
+    """No weights anywhere: the app starts, says how to get a checkpoint, and runs a model with
+    random weights, labelled as such."""
+    empty = tmp_path / "no_weights"
+    empty.mkdir()
+    env = {"VIT_DEMO_WEIGHTS_DIR": str(empty), "VIT_DEMO_WEIGHTS": ""}
+    with running_app(["--no-warm-up"], env=env) as bare:
+        import urllib.request
+
+        with urllib.request.urlopen(bare.url + "config", timeout=30) as r:
+            config = r.read().decode()
+        assert "No checkpoint found" in config and "weights/README.md" in config
+        c = new_client(bare)
+        out = c.predict(handle_file(str(quick_images[0])), api_name="/analyze")
+        assert "Random weights" in out[STATUS] and "random weights" in out[0]
+        assert len(out[TOPK]["confidences"]) == 5

@@ -1,0 +1,198 @@
+"""The app in a real browser: Chromium driven by Playwright, against ``python app.py`` on a
+free loopback port with the shared DeiT-Tiny.
+
+Screenshots of every step go to ``artifacts/screenshots/`` (git-ignored) for a person to look
+at. Chromium is never downloaded: the test skips when /usr/bin/chromium is absent
+(``.ci/browser-deps`` installs it in CI).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+from app_server import ROOT, running_app
+from PIL import Image
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+SHOTS = ROOT / "artifacts" / "screenshots"
+TIMEOUT_MS = 60_000  # generous: CI machines are shared and slow
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium; .ci/browser-deps does it in CI)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def app(deit_tiny_path: Path):
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Chromium at {CHROMIUM}")
+    with running_app(["--weights", str(deit_tiny_path)]) as a:
+        yield a
+
+
+@pytest.fixture
+def page(browser, app):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.outside = []  # requests that left this machine (there must be none)
+    pg.on("request", lambda r: pg.outside.append(r.url)
+          if not r.url.startswith((app.url.rstrip("/"), "data:", "blob:", "about:")) else None)
+    pg.goto(app.url)
+    pg.wait_for_selector("#upload")
+    yield pg
+    ctx.close()
+
+
+def shot(pg, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def img_src(pg, selector: str) -> str | None:
+    loc = pg.locator(f"{selector} img")
+    return loc.first.get_attribute("src") if loc.count() else None
+
+
+def wait_src_change(pg, selector: str, old: str | None, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        src = img_src(pg, selector)
+        if src and src != old:
+            return src
+        time.sleep(0.1)
+    raise AssertionError(f"{selector}: the picture did not change within {timeout:.0f} s")
+
+
+def fetch_pixels(pg, src: str) -> bytes:
+    r = pg.request.get(src)
+    assert r.ok, src
+    return Image.open(io.BytesIO(r.body())).convert("RGB").tobytes()
+
+
+def click_picture(pg, selector: str, fx: float, fy: float) -> None:
+    """Click at a fraction of the picture as drawn: gr.Image letterboxes it inside the element
+    (object-fit, never enlarged beyond its natural size)."""
+    img = pg.locator(selector).first
+    box = img.bounding_box()
+    nw, nh = img.evaluate("e => [e.naturalWidth, e.naturalHeight]")
+    r = min(box["width"] / nw, box["height"] / nh, 1)
+    x0, y0 = (box["width"] - nw * r) / 2, (box["height"] - nh * r) / 2
+    img.click(position={"x": x0 + nw * r * fx, "y": y0 + nh * r * fy})
+
+
+def upload(pg, path: Path) -> None:
+    pg.set_input_files("#upload input[type=file]", str(path))
+
+
+def test_tour(page, app, quick_images: list[Path], tmp_path: Path) -> None:
+    """Upload a photo, read the prediction, move the layer slider, click a patch, look at every
+    section, check the timm verdict; bad input on the way must not break anything."""
+    pg = page
+    tench = quick_images[0]
+    assert tench.name == "n01440764_tench.JPEG"
+
+    # 1. predictions
+    upload(pg, tench)
+    pg.wait_for_selector("#predictions h2:has-text('tench')")
+    assert pg.inner_text("#predictions h2").strip() == "tench"
+    pg.wait_for_selector("#model-input img")
+    assert "center-crop 224x224" in pg.inner_text("#input-caption")
+    shot(pg, "01_predictions")
+
+    # 2. the attention explorer: the layer slider re-renders the picture
+    pg.get_by_role("tab", name="Attention").click()
+    pg.wait_for_selector("#attention img")
+    before_src = img_src(pg, "#attention")
+    before = fetch_pixels(pg, before_src)
+    slider = pg.locator("#layer input[type=range]")
+    slider.focus()
+    for _ in range(4):
+        pg.keyboard.press("ArrowLeft")
+    after_src = wait_src_change(pg, "#attention", before_src)
+    assert fetch_pixels(pg, after_src) != before, "the attention picture did not change with the layer"
+    pg.wait_for_selector("#attention-caption:has-text('layer 7')")
+    shot(pg, "02_attention_layer7")
+
+    # 3. click a patch: it becomes the query
+    old, old_picker = img_src(pg, "#attention"), img_src(pg, "#query-picker")
+    click_picture(pg, "#query-picker img", 0.30, 0.40)
+    wait_src_change(pg, "#attention", old)
+    wait_src_change(pg, "#query-picker", old_picker)  # the picker outlines the query patch
+    pg.wait_for_selector("#attention-caption:has-text('patch 74')")  # row 5 (0.40 * 14), column 4 (0.30 * 14)
+    assert pg.locator("#query-patch input").input_value() == "74"
+    shot(pg, "03_attention_patch_query")
+
+    # 4. rollout and class-specific maps; 5. diagnostics
+    pg.get_by_role("tab", name="Rollout & relevance").click()
+    pg.wait_for_selector("#methods img")
+    pg.wait_for_function("document.querySelector('#explain-class input').value.includes('tench')")
+    shot(pg, "04_methods")
+    pg.get_by_role("tab", name="Model diagnostics").click()
+    pg.wait_for_selector("#distance img")
+    pg.wait_for_selector("#pos-embed img")
+    shot(pg, "05_diagnostics")
+
+    # 6. timm on the same weights and input
+    pg.get_by_role("tab", name="Compare with timm").click()
+    pg.click("#run-timm")
+    pg.wait_for_selector("#verdict:has-text('Identical')", timeout=120_000)
+    assert "Identical to" in pg.inner_text("#verdict")
+    assert "tench" in pg.inner_text("#theirs")
+    shot(pg, "06_timm")
+
+    # a download: a slide-ready PNG made on demand
+    pg.get_by_role("button", name="PNG for slides").last.click()
+    link = pg.locator("#timm-file a[download]").first
+    link.wait_for()
+    with pg.expect_download() as dl:
+        link.click()
+    png = tmp_path / "timm.png"
+    dl.value.save_as(png)
+    assert Image.open(png).width == 2400
+
+    # bad input: a readable message, and the app goes on serving
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(tench.read_bytes()[:3000])
+    upload(pg, broken)
+    pg.wait_for_selector("#status:has-text('Cannot use this image')")
+    assert "truncated" in pg.inner_text("#status")
+    shot(pg, "07_bad_input")
+    frog = quick_images[3]
+    assert frog.name == "n01641577_bullfrog.JPEG"
+    upload(pg, frog)
+    pg.wait_for_selector("#predictions h2:has-text('bullfrog')")
+    assert pg.inner_text("#status").strip() == ""
+
+    assert not pg.outside, f"the page fetched from outside this machine: {pg.outside[:5]}"
+    assert app.alive()
+    assert "Traceback" not in app.log(20_000), app.log()
+
+
+def test_example_gallery(page, app) -> None:
+    """The bundled example photos are there and one click analyses one."""
+    pg = page
+    thumbs = pg.locator("#examples .thumbnail-item")
+    if thumbs.count() == 0:
+        pytest.skip("no example photos installed (matplotlib / scikit-image sample data)")
+    thumbs.first.click()  # the cat from scikit-image
+    pg.wait_for_selector("#predictions h2")
+    pg.wait_for_function("document.querySelector('#predictions h2').innerText.includes('cat')", timeout=TIMEOUT_MS)
+    shot(pg, "00_example")
+    assert not pg.outside
