@@ -1,0 +1,135 @@
+"""Deletion / insertion (Petsiuk et al. 2018) against a step-by-step reference, and the
+acceptance check on the 100-image quick subset with the real DeiT-Tiny."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vit_demo.explain import METHODS
+from vit_demo.faithfulness import deletion_insertion, evaluate, format_results, patch_order, spread
+
+
+def load_photos(lm, paths, size=None):
+    from vit_demo.images import load_image
+    from vit_demo.preprocess import preprocess
+
+    dc = lm.data_config if size is None else lm.data_config.with_size(size)
+    return torch.stack([preprocess(load_image(p), dc)[0] for p in paths])
+
+
+def naive_curves(model, x, saliency, target, per_step):
+    """One image [3, h, w], one map [gh, gw]: build every perturbed input patch by patch and
+    run it alone. Returns (deletion, insertion) lists of target probabilities."""
+    gh, gw = saliency.shape
+    p = model.cfg.patch_size
+    values = saliency.flatten().tolist()
+    order = sorted(range(gh * gw), key=lambda i: (-values[i], i))  # most salient first, ties row-major
+    deletion, insertion = [], []
+    steps = -(-gh * gw // per_step)
+    for k in range(steps + 1):
+        chosen = order[: min(k * per_step, gh * gw)]
+        deleted, inserted = x.clone(), torch.zeros_like(x)
+        for i in chosen:
+            r, c = divmod(i, gw)
+            rows, cols = slice(r * p, (r + 1) * p), slice(c * p, (c + 1) * p)
+            deleted[:, rows, cols] = 0.0  # 0 in normalised space: the mean colour
+            inserted[:, rows, cols] = x[:, rows, cols]
+        with torch.no_grad():
+            deletion.append(float(model(deleted[None]).logits.softmax(-1)[0, target]))
+            insertion.append(float(model(inserted[None]).logits.softmax(-1)[0, target]))
+    return deletion, insertion
+
+
+def test_patch_order():
+    s = torch.tensor([[[0.1, 0.5], [0.5, 0.0]]])
+    assert patch_order(s).tolist() == [[1, 2, 0, 3]]  # ties keep the row-major order
+
+
+def test_curves_match_naive(deit_tiny, quick_images):
+    model = deit_tiny.model
+    x = load_photos(deit_tiny, [quick_images[0], quick_images[37]])
+    saliency = METHODS["chefer"](model, x, None)
+    with torch.no_grad():
+        target = model(x).logits.argmax(-1)
+    d, i = deletion_insertion(model, x, saliency, target)
+    assert d.shape == i.shape == (2, 15)  # 14 patches per step on the 14x14 grid
+    for b in range(2):
+        nd, ni = naive_curves(model, x[b], saliency[b], int(target[b]), 14)
+        torch.testing.assert_close(d[b], torch.tensor(nd), atol=1e-5, rtol=0)
+        torch.testing.assert_close(i[b], torch.tensor(ni), atol=1e-5, rtol=0)
+    torch.testing.assert_close(d[:, 0], i[:, -1])  # the clean image
+    torch.testing.assert_close(d[:, -1], i[:, 0])  # the blank image
+
+
+def test_non_square_curves(deit_tiny, quick_images):
+    model = deit_tiny.model
+    x = load_photos(deit_tiny, [quick_images[5]], size=(224, 320))
+    saliency = torch.rand(1, 14, 20, generator=torch.Generator().manual_seed(0))
+    d, i = deletion_insertion(model, x, saliency, 3, per_step=70)
+    assert d.shape == i.shape == (1, 5)  # 280 patches, 70 per step
+    nd, ni = naive_curves(model, x[0], saliency[0], 3, 70)
+    torch.testing.assert_close(d[0], torch.tensor(nd), atol=1e-5, rtol=0)
+    torch.testing.assert_close(i[0], torch.tensor(ni), atol=1e-5, rtol=0)
+    d, _ = deletion_insertion(model, x, saliency, 3)
+    assert d.shape == (1, 15)  # default: one grid row (20 patches) per step, gh + 1 points
+
+
+def test_spread():
+    assert spread(list(range(1000)), 100) == list(range(0, 1000, 10))
+    assert spread(list(range(5)), 10) == list(range(5))
+
+
+def test_cli_matches_library(deit_tiny, deit_tiny_path, sample_images, capsys):
+    from vit_demo.cli import main
+
+    folder = sample_images[0].parent
+    rc = main(["faithfulness", "--images", str(folder), "--model", "deit_tiny_patch16_224", "--weights",
+               str(deit_tiny_path), "--device", "cpu", "--methods", "attention", "--target", "label",
+               "--limit", "2", "--json"])
+    assert rc == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["images"] == 2 and r["target"] == "label" and r["points"] == 15 and r["errors"] == []
+    assert list(r["methods"]) == ["attention", "random"]
+    # the same numbers by hand: files 0 and 500 (evenly spaced), true classes 0 and 500
+    x = load_photos(deit_tiny, [sample_images[0], sample_images[500]])
+    target = torch.tensor([0, 500])
+    d, i = deletion_insertion(deit_tiny.model, x, METHODS["attention"](deit_tiny.model, x, target), target)
+    assert r["methods"]["attention"]["deletion_auc"] == pytest.approx(float(d.mean()), abs=1e-5)
+    assert r["methods"]["attention"]["insertion_auc"] == pytest.approx(float(i.mean()), abs=1e-5)
+    curve = torch.tensor(r["methods"]["attention"]["deletion_curve"], dtype=torch.float64)
+    torch.testing.assert_close(curve, d.mean(0).double(), atol=1e-5, rtol=0)
+    for m in r["methods"].values():
+        assert len(m["deletion_curve"]) == len(m["insertion_curve"]) == 15
+        assert m["deletion_curve"][0] == pytest.approx(m["insertion_curve"][-1])  # both: the clean images
+    table = format_results(r)
+    assert "attention" in table and "random" in table and "deletion AUC" in table
+
+
+def test_label_target_needs_wnid_names(deit_tiny, quick_images, tmp_path):
+    import shutil
+
+    odd = tmp_path / "holiday.jpg"
+    shutil.copy(quick_images[0], odd)
+    with pytest.raises(ValueError, match="no ImageNet class"):
+        evaluate(deit_tiny, [odd], ["attention"], target="label", progress=False)
+    with pytest.raises(ValueError, match="unknown method"):
+        evaluate(deit_tiny, [odd], ["gradcam"], progress=False)
+
+
+@pytest.mark.timeout(1800)  # ~18,400 DeiT-Tiny forward passes: ~7 min on 2 idle CPU cores, longer on busy ones
+def test_acceptance_quick_subset(deit_tiny, quick_images):
+    """The 100-image quick subset, true-label target: every map beats random orders under
+    deletion, and the class-specific gradient methods clearly beat them under insertion."""
+    r = evaluate(deit_tiny, quick_images, target="label", batch_size=10, progress=False)
+    print("\n" + format_results(r))
+    assert r["images"] == 100 and r["errors"] == []
+    m = r["methods"]
+    random = m["random"]
+    for name in METHODS:
+        assert m[name]["deletion_auc"] < random["deletion_auc"], (name, m)
+    for name in ("grad-rollout", "chefer"):
+        assert m[name]["insertion_auc"] >= random["insertion_auc"] + 0.05, (name, m)
+    assert m["chefer"]["deletion_auc"] <= 0.19, m
