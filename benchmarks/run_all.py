@@ -65,7 +65,7 @@ def main() -> None:
         "",
         "## Forward pass: scratch vs timm (random weights, same process, medians)",
         "",
-        table_part(run([str(HERE / "bench_forward.py")], "forward")),
+        table_part(run([str(HERE / "bench_forward.py"), "--repeats", "5"], "forward")),
         "",
         "## Prediction + every attention map + rollout vs timm's plain forward (one image)",
         "",

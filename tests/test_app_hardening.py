@@ -182,3 +182,29 @@ def test_full_queue_answers_with_a_message(deit_tiny_path: Path, quick_images: l
         out = client.predict(handle_file(str(quick_images[1])), api_name="/predict")
         assert out["topk"][0]["index"] == 10 or out["topk"]  # still serving
         assert app.alive()
+
+
+def test_hostile_corpus_through_the_running_app(deit_tiny_path: Path, quick_images: list[Path], tmp_path: Path) -> None:
+    """Every generated hostile file through /predict: bad files get a one-line human message,
+    good ones a prediction (tiny images are refused by the app on purpose), and the app keeps
+    serving after each."""
+    import hostile
+    from gradio_client.exceptions import AppError
+
+    corpus = hostile.build_images(tmp_path / "corpus")
+    tiny = {"one_pixel.png", "strip_3x5000.png"}  # under 16 px on a side: the app says so
+    with running_app(["--weights", str(deit_tiny_path)]) as app:
+        client = Client(app.url, verbose=False)
+        for name in hostile.BAD + hostile.GOOD:
+            if name in hostile.BAD or name in tiny:
+                with pytest.raises(AppError) as err:
+                    client.predict(handle_file(str(corpus[name])), api_name="/predict")
+                msg = str(err.value).strip()
+                assert msg and "\n" not in msg and "Traceback" not in msg, (name, msg)
+                if name in tiny:
+                    assert "small" in msg.lower(), (name, msg)
+            else:
+                out = client.predict(handle_file(str(corpus[name])), api_name="/predict")
+                assert len(out["topk"]) == 5 and 0 < out["topk"][0]["prob"] <= 1, name
+        assert client.predict(handle_file(str(quick_images[0])), api_name="/predict")["topk"][0]["label"] == "tench"
+        assert app.alive()

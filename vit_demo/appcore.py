@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
 from . import explain, viz
 from .analysis import Analysis, AnalysisCache, class_maps
@@ -59,23 +59,6 @@ FUSIONS = ("mean", "max", "min")
 
 
 # ----------------------------------------------------------------------------- drawing helpers
-
-
-@lru_cache(maxsize=16)
-def _font(size: int, bold: bool = False) -> ImageFont.FreeTypeFont:
-    """DejaVu Sans (it ships with matplotlib, so it is always there) at ``size`` pixels."""
-    from matplotlib import font_manager
-
-    path = font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans", weight="bold" if bold else "normal"))
-    try:
-        return ImageFont.truetype(path, size)
-    except OSError:  # pragma: no cover - a matplotlib without its fonts
-        return ImageFont.load_default(size)
-
-
-def _text_width(text: str, font: ImageFont.FreeTypeFont) -> float:
-    x0, _, x1, _ = font.getbbox(text)
-    return x1 - x0
 
 
 def _token_color(name: str) -> str:
@@ -503,7 +486,7 @@ def sequence_picture(
     slots: list[tuple[str, Any]] = [("prefix", t) for t in names]
     slots += [("patch", i) if i is not None else ("dots", None) for i in shown]
 
-    title_font, small, tiny = _font(17, bold=True), _font(13), _font(12, bold=True)
+    title_font, small, tiny = viz.text_font(17, bold=True), viz.text_font(13), viz.text_font(12, bold=True)
     height = 250
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
@@ -707,14 +690,14 @@ def tiles_image(
     (after "\\n") smaller. ``pending``: titles of maps still being computed, drawn as grey
     placeholders so the layout does not jump when they arrive."""
     titles = list(maps) + list(pending)
-    bold, small = _font(16, bold=True), _font(14)
+    bold, small = viz.text_font(16, bold=True), viz.text_font(14)
     gap, label_h = 12, 46
     n = len(titles)
     canvas = Image.new("RGB", (n * tile + (n - 1) * gap, tile + label_h), "white")
     draw = ImageDraw.Draw(canvas)
 
     def fit(text: str, font) -> str:
-        while _text_width(text, font) > tile and len(text) > 4:
+        while viz.text_width(text, font) > tile and len(text) > 4:
             text = text[:-2].rstrip() + "…"
         return text
 

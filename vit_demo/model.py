@@ -121,12 +121,13 @@ class PatchEmbed(nn.Module):
         p = cfg.patch_size
         self.proj = nn.Conv2d(cfg.in_chans, cfg.embed_dim, kernel_size=p, stride=p, bias=cfg.patch_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         _, _, h, w = x.shape  # [B, 3, h, w]
         p = self.patch_size
         if h % p or w % p:
             raise ValueError(f"input {h}x{w} is not a multiple of the patch size {p}")
-        return self.proj(x).permute(0, 2, 3, 1)  # [B, gh, gw, C]
+        x = self.proj(x)  # [B, C, gh, gw]
+        return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])  # [B, gh*gw, C], row-major
 
 
 class Attention(nn.Module):
@@ -252,17 +253,17 @@ class VisionTransformer(nn.Module):
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, TokenLayout]:
         """Image [B, 3, h, w] -> token sequence [B, P + gh*gw, C] with position information."""
         cfg = self.cfg
-        x = self.patch_embed(x)  # [B, gh, gw, C]
-        B, gh, gw, C = x.shape
-        x = x.reshape(B, gh * gw, C)  # patches in row-major order
-        P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
-        pos_prefix, pos_patch = self.pos_embed[:, :P], self.pos_embed[:, P:]
-        pos_patch = resample_pos_embed(pos_patch, cfg.grid_size, (gh, gw))  # other input sizes
+        x, (gh, gw) = self.patch_embed(x)  # [B, gh*gw, C]
+        B = x.shape[0]
+        pos = self.pos_embed
+        if (gh, gw) != cfg.grid_size:  # another input size: resample the patches' positions
+            P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
+            pos = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, (gh, gw))], dim=1)
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         if cfg.no_embed_class:  # DeiT-III / DINOv2: only patches get a position
-            x = torch.cat(prefix + [x + pos_patch], dim=1)
+            x = torch.cat(prefix + [x + pos], dim=1)
         else:
-            x = torch.cat(prefix + [x], dim=1) + torch.cat([pos_prefix, pos_patch], dim=1)
+            x = torch.cat(prefix + [x], dim=1) + pos
         return x, self.layout((gh, gw))
 
     def forward_features(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, list[torch.Tensor], TokenLayout]:
