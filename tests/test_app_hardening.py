@@ -202,7 +202,7 @@ def test_hostile_corpus_through_the_running_app(deit_tiny_path: Path, quick_imag
                 msg = str(err.value).strip()
                 assert msg and "\n" not in msg and "Traceback" not in msg, (name, msg)
                 if name in tiny:
-                    assert "small" in msg.lower(), (name, msg)
+                    assert "at least 16 px" in msg, (name, msg)
             else:
                 out = client.predict(handle_file(str(corpus[name])), api_name="/predict")
                 assert len(out["topk"]) == 5 and 0 < out["topk"][0]["prob"] <= 1, name
