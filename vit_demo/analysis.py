@@ -47,7 +47,6 @@ class Analysis:
     labels: tuple[str, ...]
     forward_s: float
     class_maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the timm comparison
 
     @property
     def probs(self) -> torch.Tensor:
@@ -133,10 +132,6 @@ class AnalysisCache:
             while len(self._items) > self.max_items:
                 self._items.popitem(last=False)
         return a
-
-    def lookup(self, model_key: str, image_key_: str) -> Analysis | None:
-        with self._lock:
-            return self._items.get((model_key, image_key_))
 
     def __len__(self) -> int:
         return len(self._items)

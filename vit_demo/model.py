@@ -14,7 +14,6 @@ H heads, D head dim.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, NamedTuple
 
@@ -297,7 +296,3 @@ class VisionTransformer(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-
-def grid_for(cfg: ViTConfig, size: tuple[int, int]) -> tuple[int, int]:
-    """Patch grid (gh, gw) for an input of ``size`` (h, w)."""
-    return math.floor(size[0] / cfg.patch_size), math.floor(size[1] / cfg.patch_size)

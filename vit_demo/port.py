@@ -299,7 +299,7 @@ def from_checkpoint(
             ) from e
         check_state_dict(skeleton, sd, source=p.name)  # the file must fit the config before any real model
         model = VisionTransformer(cfg)
-        load_state_dict_strict(model, sd, source=p.name)
+        model.load_state_dict(sd, strict=True)  # checked above: keys, shapes and values fit
         return model.eval(), dc, meta
     name = model_name or _timm_name_from_stem(p)
     if name is None:

@@ -169,9 +169,3 @@ def preprocess(img: Image.Image, dc: DataConfig) -> tuple[torch.Tensor, Image.Im
     pic = model_input_image(img, dc)
     return to_tensor(pic, dc), pic
 
-
-def denormalize(x: torch.Tensor, dc: DataConfig) -> np.ndarray:
-    """Input tensor [3, H, W] -> float RGB array [H, W, 3] in [0, 1], for drawing."""
-    mean = torch.tensor(dc.mean)[:, None, None]
-    std = torch.tensor(dc.std)[:, None, None]
-    return (x.detach().cpu() * std + mean).clamp(0, 1).permute(1, 2, 0).numpy()

@@ -29,10 +29,12 @@ def discover_checkpoints(extra: list[str | os.PathLike] = ()) -> list[Path]:
     """Checkpoint files in ``weights/``, in $VIT_DEMO_WEIGHTS and in ``extra`` (no duplicates)."""
     roots = [weights_dir(), *[p for p in os.environ.get(ENV_WEIGHTS, "").split(os.pathsep) if p], *extra]
     found: list[Path] = []
+    seen: set[Path] = set()
     for root in map(Path, roots):
         files = sorted(root.iterdir()) if root.is_dir() else [root]
         for f in files:
-            if f.is_file() and f.name.endswith(CHECKPOINT_SUFFIXES) and f.resolve() not in [g.resolve() for g in found]:
+            if f.is_file() and f.name.endswith(CHECKPOINT_SUFFIXES) and f.resolve() not in seen:
+                seen.add(f.resolve())
                 found.append(f)
     return found
 
