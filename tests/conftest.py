@@ -14,7 +14,7 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("VIT_DEMO_SHARED", ROOT.parent / "shared"))
-DEIT_TINY = SHARED / "weights" / "deit_tiny_patch16_224.safetensors"
+DEIT_TINY = ROOT / "weights" / "deit_tiny_patch16_224.safetensors"  # embedded in the repo (weights/README.md)
 SAMPLE = SHARED / "imagenet-sample"
 
 
@@ -26,8 +26,8 @@ def _need(path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def deit_tiny_path() -> Path:
-    """The real ImageNet-trained DeiT-Tiny checkpoint (timm layout)."""
-    return _need(DEIT_TINY)
+    """The real ImageNet-trained DeiT-Tiny checkpoint (timm layout) that ships in weights/."""
+    return DEIT_TINY
 
 
 @pytest.fixture(scope="session")

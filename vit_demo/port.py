@@ -333,8 +333,19 @@ def _timm_name_from_stem(p: Path) -> str | None:
 # ----------------------------------------------------------------------------- saving
 
 
-def save(model: VisionTransformer, dc: DataConfig, path: str | os.PathLike, name: str = "", source: str = "") -> Path:
-    """Write weights (timm key layout) and config to safetensors; reloads without timm."""
+def save(
+    model: VisionTransformer,
+    dc: DataConfig,
+    path: str | os.PathLike,
+    name: str = "",
+    source: str = "",
+    class_names: list[str] | tuple[str, ...] | None = None,
+    extra_meta: dict[str, str] | None = None,
+) -> Path:
+    """Write weights (timm key layout) and config to safetensors; reloads without timm.
+
+    ``class_names`` (one per output) are stored as JSON under ``class_names``; ``extra_meta``
+    adds string entries (e.g. a training summary)."""
     from safetensors.torch import save_file
 
     p = Path(path)
@@ -345,7 +356,12 @@ def save(model: VisionTransformer, dc: DataConfig, path: str | os.PathLike, name
         "data_config": json.dumps(dc.to_dict()),
         "model_name": name,
         "source": source,
+        **(extra_meta or {}),
     }
+    if class_names is not None:
+        if len(class_names) != model.cfg.num_classes:
+            raise ValueError(f"{len(class_names)} class names for a head with {model.cfg.num_classes} outputs")
+        meta["class_names"] = json.dumps(list(class_names))
     sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     tmp = p.with_suffix(p.suffix + ".tmp")
     save_file(sd, str(tmp), metadata=meta)

@@ -3,8 +3,11 @@ initialisation, or the hub (only when it is reachable, failing fast otherwise)."
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -18,11 +21,62 @@ CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
 ENV_WEIGHTS = "VIT_DEMO_WEIGHTS"  # extra checkpoint files or folders, os.pathsep-separated
 ENV_WEIGHTS_DIR = "VIT_DEMO_WEIGHTS_DIR"  # overrides the default weights/ folder
 
+# The checkpoint that ships with the repository (see weights/README.md): a real ImageNet DeiT-Tiny.
+DEFAULT_MODEL = "deit_tiny_patch16_224"
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "weights" / f"{DEFAULT_MODEL}.safetensors"
+DEFAULT_SHA256 = "9c82f0d7bd2e747b8c1112c01d124ba5f7682cd4a802eea337dcf14fad2f6684"
+META_CLASS_NAMES = "class_names"  # safetensors metadata key: JSON list of the head's class names
+
 
 def weights_dir() -> Path:
     """The project's ``weights/`` folder (or $VIT_DEMO_WEIGHTS_DIR)."""
     env = os.environ.get(ENV_WEIGHTS_DIR)
     return Path(env) if env else Path(__file__).resolve().parent.parent / "weights"
+
+
+@cache
+def _sha256_ok(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file (cached per path, size and modification time)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def default_checkpoint() -> Path:
+    """The embedded DeiT-Tiny, its sha256 verified (once per process and file version).
+
+    Raises CheckpointError with what to do when it is missing, truncated or corrupted."""
+    p = DEFAULT_CHECKPOINT
+    if not p.is_file():
+        raise CheckpointError(
+            f"the default checkpoint {p} is missing: restore it with `git checkout -- weights/` "
+            f"(it ships with the repository; see weights/README.md)"
+        )
+    st = p.stat()
+    digest = _sha256_ok(str(p), st.st_size, st.st_mtime_ns)
+    if digest != DEFAULT_SHA256:
+        raise CheckpointError(
+            f"the default checkpoint {p} is corrupted or truncated ({st.st_size} bytes, sha256 "
+            f"{digest[:12]}..., expected {DEFAULT_SHA256[:12]}...): restore it with "
+            f"`git checkout -- weights/{p.name}` (see weights/README.md)"
+        )
+    return p
+
+
+def class_names_from_meta(meta: dict[str, str]) -> tuple[str, ...] | None:
+    """Class names stored in a checkpoint's metadata (``class_names``: a JSON list), if any."""
+    raw = meta.get(META_CLASS_NAMES)
+    if not raw:
+        return None
+    try:
+        names = json.loads(raw)
+    except ValueError as e:
+        raise CheckpointError(f"the checkpoint's class_names metadata is not valid JSON ({e})") from e
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CheckpointError("the checkpoint's class_names metadata must be a JSON list of strings")
+    return tuple(names)
 
 
 def discover_checkpoints(extra: list[str | os.PathLike] = ()) -> list[Path]:
@@ -64,9 +118,13 @@ class LoadedModel:
     source: str  # where the weights came from, in words
     timm_name: str | None  # timm architecture name, for comparisons (None if unknown)
     random_weights: bool = False
+    class_names: tuple[str, ...] | None = None  # from the checkpoint's metadata (ported / trained)
 
     @property
     def labels(self) -> tuple[str, ...]:
+        """The checkpoint's own class names when it has them, else ImageNet's (or ``class i``)."""
+        if self.class_names is not None and len(self.class_names) == self.model.cfg.num_classes:
+            return self.class_names
         return labels_for(self.model.cfg.num_classes)
 
     @property
@@ -89,9 +147,12 @@ def load_model(
     """
     dev = resolve_device(device)
     if weights is not None:
+        if Path(weights).resolve() == DEFAULT_CHECKPOINT:
+            default_checkpoint()  # sha256 check of the embedded file: a clear error, not a crash
         model, dc, meta = from_checkpoint(weights, name)
         timm_name = meta.get("model_name") or name
-        lm = LoadedModel(model, dc, timm_name or Path(weights).stem, f"file {weights}", timm_name)
+        lm = LoadedModel(model, dc, timm_name or Path(weights).stem, f"file {weights}", timm_name,
+                         class_names=class_names_from_meta(meta))
     elif random_init:
         if not name:
             raise ValueError("--random-init needs --model NAME (any ViT name timm knows)")
