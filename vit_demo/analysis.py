@@ -8,9 +8,7 @@ then a cheap function of the cached record, which is what makes the app feel ins
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +17,7 @@ import torch
 from PIL import Image
 
 from . import explain
+from .budget import DEFAULT_CACHE_MB, MB, ByteLRU, tensor_nbytes
 from .inference import topk as topk_of
 from .model import TokenLayout
 from .preprocess import preprocess
@@ -108,30 +107,56 @@ def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str
     return a.class_maps[cls]
 
 
-class AnalysisCache:
-    """A small thread-safe LRU of analyses, keyed by (model, image content)."""
+def analysis_nbytes(a: Analysis) -> int:
+    """Bytes one analysis holds: attention (it dominates: layers x heads x N x N floats), the
+    input tensor, the logits, the class-specific maps so far and the model-input picture."""
+    pic = a.picture.width * a.picture.height * len(a.picture.getbands())
+    return pic + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
 
-    def __init__(self, max_items: int = 16) -> None:
-        self.max_items = max_items
-        self._items: OrderedDict[tuple[str, str], Analysis] = OrderedDict()
-        self._lock = threading.Lock()
+
+class AnalysisCache:
+    """A thread-safe LRU of analyses keyed by (model, image content), bounded by bytes.
+
+    ``max_bytes`` is the budget for all analyses together (default 1 GiB: about 3 ViT-B/8
+    analyses or 500 DeiT-Tiny ones). An analysis larger than the whole budget is still
+    returned, but not kept; an evicted one is simply computed again when its photo comes back.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_MB * MB) -> None:
+        self._lru: ByteLRU[tuple[str, str], Analysis] = ByteLRU(max_bytes, analysis_nbytes)
         self.hits = self.misses = 0
 
+    @staticmethod
+    def key(lm: LoadedModel, img: Image.Image) -> tuple[str, str]:
+        return f"{lm.name}|{lm.source}", image_key(img)
+
     def get(self, lm: LoadedModel, img: Image.Image) -> Analysis:
-        key = (f"{lm.name}|{lm.source}", image_key(img))
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                self.hits += 1
-                return self._items[key]
-        a = analyze(lm, img)  # outside the lock: concurrent users analyse in parallel
-        with self._lock:
-            self.misses += 1
-            self._items[key] = a
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_items:
-                self._items.popitem(last=False)
+        key = self.key(lm, img)
+        a = self._lru.get(key)
+        if a is not None:
+            self._lru.reweigh(key)  # class-specific maps may have been added since it was stored
+            self.hits += 1
+            return a
+        a = analyze(lm, img)  # outside any lock: concurrent users analyse in parallel
+        self.misses += 1
+        self._lru.put(key, a)
         return a
 
+    @property
+    def max_bytes(self) -> int:
+        return self._lru.max_bytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the kept analyses hold now (at most ``max_bytes``)."""
+        return self._lru.nbytes
+
+    @property
+    def evictions(self) -> int:
+        return self._lru.evictions
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._lru
+
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._lru)

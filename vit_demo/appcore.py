@@ -132,7 +132,7 @@ class ModelRegistry:
             names.insert(0, model_name)
         for n in names:
             self._add(ModelSpec(f"hub:{n}", f"{n}  ·  download from the hub (needs internet)", "hub", n))
-        self.analyses = AnalysisCache(max_items=16)
+        self.analyses = AnalysisCache()
 
     # -- the menu
 

@@ -1,0 +1,164 @@
+"""Memory budgets: a least-recently-used store bounded by bytes, not by count.
+
+One analysis of a ViT-B/8 holds about 0.35 GB of attention, one of DeiT-Tiny about 2 MB, so a
+cache that keeps "16 of them" is either wasteful or a way to run out of memory. Everything the
+app keeps per image or per model goes through a :class:`ByteLRU` instead: each item is weighed
+once when it is stored (and again when it grows), and the least recently used items leave
+until the total fits the budget again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import torch
+
+MB = 1 << 20
+DEFAULT_CACHE_MB = 1024  # analyses: a small machine (a laptop, a 16 GB cloud box) keeps 1 GiB of them
+DEFAULT_MODELS_MB = 1536  # loaded models and their timm twins: a ViT-B pair fits, a ViT-L alone
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def tensor_nbytes(obj: Any, _seen: set[int] | None = None) -> int:
+    """Bytes held by the tensors and arrays in ``obj`` (nested lists, tuples, dicts, dataclass
+    attributes are not followed: pass them in explicitly). Shared storages count once."""
+    seen = set() if _seen is None else _seen
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr in seen:
+            return 0
+        seen.add(ptr)
+        return storage.nbytes()
+    if isinstance(obj, np.ndarray):
+        base = obj if obj.base is None else obj.base
+        if id(base) in seen:
+            return 0
+        seen.add(id(base))
+        return int(getattr(base, "nbytes", obj.nbytes))
+    if isinstance(obj, dict):
+        return sum(tensor_nbytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_nbytes(v, seen) for v in obj)
+    return 0
+
+
+def module_nbytes(module: torch.nn.Module) -> int:
+    """Bytes of a model's parameters and buffers (tied weights count once)."""
+    seen: set[int] = set()
+    return sum(tensor_nbytes(t, seen) for t in (*module.parameters(), *module.buffers()))
+
+
+class ByteLRU(Generic[K, V]):
+    """A thread-safe LRU map bounded by the bytes its values hold.
+
+    ``sizeof(value)`` weighs an item. :meth:`put` stores an item and evicts the least recently
+    used others until the total fits ``max_bytes``, never the keys in ``protect`` (the items in
+    use). An item larger than the whole budget is not kept, unless ``keep_oversize`` (a model
+    in use must stay loaded, whatever its size: then it is kept alone).
+    """
+
+    def __init__(self, max_bytes: int, sizeof: Callable[[V], int],
+                 on_evict: Callable[[K, V], None] | None = None) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"a memory budget cannot be negative ({max_bytes} bytes)")
+        self.max_bytes = int(max_bytes)
+        self.sizeof = sizeof
+        self.on_evict = on_evict
+        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._nbytes = 0
+        self._lock = threading.RLock()
+        self.evictions = 0
+
+    def get(self, key: K) -> V | None:
+        """The value for ``key`` (now the most recently used), or None."""
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: K, value: V, protect: Iterable[K] = (), keep_oversize: bool = False) -> bool:
+        """Store ``value`` as the most recently used item; returns whether it was kept."""
+        size = int(self.sizeof(value))
+        evicted: list[tuple[K, V]] = []
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._nbytes -= old[1]
+            if size > self.max_bytes and not keep_oversize:
+                kept = False
+            else:
+                self._items[key] = (value, size)
+                self._nbytes += size
+                kept = True
+            evicted = self._shrink({key, *protect})
+        self._notify(evicted)
+        return kept
+
+    def reweigh(self, key: K) -> None:
+        """Weigh ``key``'s value again (it grew, e.g. a class map was added), then fit the budget."""
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return
+            size = int(self.sizeof(item[0]))
+            self._nbytes += size - item[1]
+            self._items[key] = (item[0], size)
+            if size > self.max_bytes:  # grew past the whole budget: it leaves, as a new one would
+                self._items.pop(key)
+                self._nbytes -= size
+                evicted = []
+            else:
+                evicted = self._shrink({key})
+        self._notify(evicted)
+
+    def pop(self, key: K) -> V | None:
+        with self._lock:
+            item = self._items.pop(key, None)
+            if item is None:
+                return None
+            self._nbytes -= item[1]
+            return item[0]
+
+    def _shrink(self, protect: set) -> list[tuple[K, V]]:
+        """Evict least recently used items (never ``protect``) until the total fits; lock held."""
+        evicted = []
+        for k in list(self._items):
+            if self._nbytes <= self.max_bytes:
+                break
+            if k in protect:
+                continue
+            v, size = self._items.pop(k)
+            self._nbytes -= size
+            self.evictions += 1
+            evicted.append((k, v))
+        return evicted
+
+    def _notify(self, evicted: list[tuple[K, V]]) -> None:
+        if self.on_evict is not None:
+            for k, v in evicted:
+                self.on_evict(k, v)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now (the sum of the items' weights)."""
+        return self._nbytes
+
+    def keys(self) -> list[K]:
+        """Keys, least recently used first."""
+        with self._lock:
+            return list(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
