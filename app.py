@@ -1,6 +1,7 @@
 """The vit_demo app: see how a Vision Transformer looks at your image, in the browser.
 
     python app.py [--host 127.0.0.1] [--port 7860] [--model NAME] [--weights FILE] [--examples DIR] [--share]
+                  [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise; no analytics; start-up makes
 no network connection (the hub is only tried when a user picks a hub model).
@@ -15,15 +16,6 @@ import sys
 import threading
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported anywhere
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,7 +38,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CPU threads per model run (default: CPU cores / --concurrency, at least 1)")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="do not load the default model in the background at start-up")
-    return ap.parse_args(argv)
+    # (defaults: vit_demo.app_limits.Limits; not imported here, so that numpy loads after the
+    # thread count is set)
+    ap.add_argument("--cache-mb", type=float,
+                    help="memory for the analyses kept for instant re-renders; the least recently used "
+                         "leave first (default 1024)")
+    ap.add_argument("--models-mb", type=float,
+                    help="memory for loaded models and their timm twins (default 1536; the model in use "
+                         "always stays)")
+    ap.add_argument("--max-upload-mb", type=float, help="largest image file accepted (default 25)")
+    ap.add_argument("--allow-checkpoint-upload", action="store_true",
+                    help="let users upload checkpoints even when the app is exposed (--share or --host)")
+    ap.add_argument("--exposed", action="store_true",
+                    help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
+    args = ap.parse_args(argv)
+    for flag in ("cache_mb", "models_mb", "max_upload_mb"):
+        if (getattr(args, flag) or 0) < 0:
+            ap.error(f"--{flag.replace('_', '-')} cannot be negative")
+    return args
+
+
+def limits(args: argparse.Namespace):
+    """The flags -> what the app may keep and accept (a :class:`vit_demo.app_limits.Limits`)."""
+    from vit_demo.app_limits import Limits
+
+    exposed = args.exposed or args.share or not is_loopback(args.host)
+    given = {k: getattr(args, k) for k in ("max_upload_mb", "cache_mb", "models_mb") if getattr(args, k) is not None}
+    return Limits.for_exposure(exposed, args.allow_checkpoint_upload, max_queue=args.max_queue,
+                               concurrency=args.concurrency, **given)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this computer only (127.0.0.0/8, ::1, localhost)."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,19 +92,23 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(threads)
-    exposed = args.share or not is_loopback(args.host)
-    if exposed:
+    lim = limits(args)
+    if lim.exposed:
         if args.share:
             what = "--share makes the app public on the internet through a gradio.live link"
+        elif args.exposed:
+            what = "--exposed: the limits of an exposed app, on this computer only"
         else:
             what = f"--host {args.host} makes the app reachable from other computers on port {args.port}"
-        print(f"WARNING: {what}: anyone who can reach it can upload images and checkpoints and use this "
-              f"machine's CPU. Loading checkpoints by server path is switched off.", file=sys.stderr)
+        uploads = ("images and checkpoints" if lim.allow_checkpoint_upload
+                   else "images (checkpoint upload is off: --allow-checkpoint-upload turns it on)")
+        print(f"WARNING: {what}: anyone who can reach it can upload {uploads} and use this machine's CPU. "
+              f"Loading checkpoints by server path is switched off.", file=sys.stderr)
 
     from vit_demo.ui import AppConfig, build, launch_kwargs
 
     cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device,
-                    exposed=exposed, max_queue=args.max_queue, concurrency=args.concurrency)
+                    exposed=lim.exposed, max_queue=args.max_queue, concurrency=args.concurrency)
     demo, reg = build(cfg)
     if not args.no_warm_up:  # the first image should not wait for the model to load
         threading.Thread(target=_warm_up, args=(reg,), daemon=True, name="warm-up").start()

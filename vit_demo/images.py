@@ -25,7 +25,7 @@ class ImageError(ValueError):
     """The input is not an image this app can use; the message says why, in one line."""
 
 
-def _open(src: ImageSource) -> Image.Image:
+def _open(src: ImageSource, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
     if isinstance(src, Image.Image):
         return src
     if isinstance(src, np.ndarray):
@@ -37,8 +37,8 @@ def _open(src: ImageSource) -> Image.Image:
             raise ImageError(f"array of shape {src.shape} and dtype {src.dtype} is not an image") from e
     if isinstance(src, bytes):
         data, name = src, "upload"
-        if len(data) > MAX_FILE_BYTES:
-            raise ImageError(f"{name}: file is {len(data) / 2**20:.0f} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB")
+        if len(data) > max_bytes:
+            raise ImageError(f"{name}: file is {len(data) / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
         fp: io.BytesIO | Path = io.BytesIO(data)
     else:
         fp = Path(src)
@@ -46,8 +46,8 @@ def _open(src: ImageSource) -> Image.Image:
         if not fp.is_file():
             raise ImageError(f"{src}: no such file")
         size = fp.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ImageError(f"{name}: file is {size / 2**20:.0f} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB")
+        if size > max_bytes:
+            raise ImageError(f"{name}: file is {size / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
         data = b""
     if (isinstance(fp, Path) and fp.stat().st_size == 0) or (isinstance(fp, io.BytesIO) and not data):
         raise ImageError(f"{name}: the file is empty (0 bytes)")
@@ -65,13 +65,14 @@ def _open(src: ImageSource) -> Image.Image:
     return img
 
 
-def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS) -> Image.Image:
-    """Return ``src`` as an 8-bit RGB PIL image, EXIF-rotated upright.
+def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
+    """Return ``src`` as an 8-bit RGB PIL image, EXIF-rotated upright (files over ``max_bytes``
+    are refused before they are read).
 
     Greyscale, 16-bit, palette, CMYK and transparent images are converted (transparency is
     composited on white); animated images give their first frame. Raises :class:`ImageError`.
     """
-    img = _open(src)
+    img = _open(src, max_bytes)
     name = Path(getattr(img, "filename", "") or "image").name
     w, h = img.size
     if w < 1 or h < 1:
