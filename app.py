@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CPU threads per model run (default: CPU cores / --concurrency, at least 1)")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="do not load the default model in the background at start-up")
-    # (defaults: vit_demo.app_limits.Limits; not imported here, so that numpy loads after the
+    # (defaults: vit_demo.app.limits.Limits; not imported here, so that numpy loads after the
     # thread count is set)
     ap.add_argument("--cache-mb", type=float,
                     help="memory for the analyses kept for instant re-renders; the least recently used "
@@ -60,8 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def limits(args: argparse.Namespace):
-    """The flags -> what the app may keep and accept (a :class:`vit_demo.app_limits.Limits`)."""
-    from vit_demo.app_limits import Limits
+    """The flags -> what the app may keep and accept (a :class:`vit_demo.app.limits.Limits`)."""
+    from vit_demo.app.limits import Limits
 
     exposed = args.exposed or args.share or not is_loopback(args.host)
     given = {k: getattr(args, k) for k in ("max_upload_mb", "cache_mb", "models_mb") if getattr(args, k) is not None}
@@ -109,10 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"WARNING: {what}: anyone who can reach it can upload {uploads} and use this machine's CPU. "
               f"Loading checkpoints by server path is switched off.", file=sys.stderr)
 
-    from vit_demo.ui import AppConfig, build, launch_kwargs
+    from vit_demo.app.build import AppConfig, build, launch_kwargs
 
-    cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device,
-                    exposed=lim.exposed, max_queue=args.max_queue, concurrency=args.concurrency)
+    cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device, limits=lim)
     demo, reg = build(cfg)
     if not args.no_warm_up:  # the first image should not wait for the model to load
         threading.Thread(target=_warm_up, args=(reg,), daemon=True, name="warm-up").start()

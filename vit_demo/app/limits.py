@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import DEFAULT_CACHE_MB, DEFAULT_MODELS_MB, MB
+from ..budget import DEFAULT_CACHE_MB, DEFAULT_MODELS_MB, MB
 
 DEFAULT_MAX_UPLOAD_MB = 25  # an image file; a 48-MP JPEG is about 15 MB
 CHECKPOINT_MAX_MB = 1024  # when checkpoint uploads are allowed: a ViT-L is 1.2 GB in float32... and 0.6 in half
