@@ -165,6 +165,11 @@ class MethodsTab(Section):
             sess = ctx.session(sess)
             if not sess.ready or not sess.analysis.logits.numel():
                 return gr.skip()
+            if sess.open_tab != self.name:  # closed: the backward pass now, the picture when it is opened
+                fu, di, st, cl = rest[:4]
+                a = sess.analysis
+                method_maps(a, self._reg.get(sess.model_key), fu, di, st, chosen_class(a, cl))
+                return gr.skip()
             return self.picture(sess, *rest, True)
 
         return dep.success(on_class_maps, [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",

@@ -65,6 +65,7 @@ class Session:
     extra_models: list[str] = field(default_factory=list)  # checkpoints this session loaded itself
     open_tab: str = "patches"
     rendered: dict[str, str] = field(default_factory=dict)  # lazily drawn tab -> analysis it shows
+    drawn: dict[str, str] = field(default_factory=dict)  # tab -> analysis its show() pictures are of
     comparison: dict[str, Any] | None = None
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled
     last_pick: tuple[str, float] | None = None  # (model key, time) of the last menu pick
