@@ -127,3 +127,31 @@ def test_tensor_bytes_count_shared_storage_once():
     assert tensor_nbytes([t, torch.zeros(10, dtype=torch.float16)]) == 4020
     with pytest.raises(ValueError):
         ByteLRU(-1, len)
+
+
+def test_sessions_hold_no_analysis_of_their_own(deit_tiny, deit_tiny_path, photos, reference):
+    """Two users, a registry whose cache holds one analysis: a session does not keep its analysis
+    alive (sessions add nothing to the budget); when the other user's photo pushed it out, the
+    session's analysis is computed again, the same answer. The model budget holds the model."""
+    import gc
+
+    from vit_demo.app.registry import ModelRegistry
+    from vit_demo.app.session import Session, Upload
+
+    size = analysis_nbytes(analyze(deit_tiny, photos[0]))
+    reg = ModelRegistry([deit_tiny_path], cache_bytes=size + 1, models_bytes=64 << 20)
+    key = reg.default_key()
+    users = []
+    for i in (0, 1):
+        s = Session(model_key=key, upload=Upload(photos[i], f"photo {i}", photos[i].size))
+        s.reanalyze = lambda s: reg.analyze(s.model_key, s.upload.picture)
+        s.analysis = reg.analyze(key, photos[i])
+        users.append(s)
+    gc.collect()
+    assert len(reg.analyses) == 1 and users[0].peek() is None and users[1].peek() is not None
+    misses = reg.analyses.misses
+    assert users[0].ready and torch.equal(users[0].analysis.logits, reference[0])  # recomputed
+    assert reg.analyses.misses == misses + 1 and users[1].peek() is None  # ... and it took the cache's place
+    assert torch.equal(users[1].analysis.logits, reference[1])
+    assert reg.is_loaded(key) and reg.models_nbytes == 4 * 5_717_416
+

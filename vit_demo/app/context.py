@@ -131,8 +131,11 @@ class Context:
     reanalyze: Callable[[Callable], Any] | None = None
 
     def session(self, sess: Session | None) -> Session:
-        """The user's session (a new one on the first event)."""
-        return sess if isinstance(sess, Session) else Session(model_key=self.default_key)
+        """The user's session (a new one on the first event), able to recompute its analysis."""
+        sess = sess if isinstance(sess, Session) else Session(model_key=self.default_key)
+        reg = self.reg  # a plain function, not a bound method: nothing of the app is copied with the state
+        sess.reanalyze = lambda s: reg.analyze(s.model_key, s.upload.picture)
+        return sess
 
     def model(self, sess: Session) -> LoadedModel:
         return self.reg.get(sess.model_key)

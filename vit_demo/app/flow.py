@@ -67,7 +67,8 @@ def wire(ctx: Context) -> None:
             sess.shown = None
             return {state: sess, ctx.status: note("Could not load that model.", str(e))}
         a = ctx.reg.analyze(key, up.picture)
-        same_grid = sess.analysis is not None and sess.analysis.layout.grid == a.layout.grid
+        old = sess.peek()  # the previous analysis, if still cached (an evicted one is not computed again)
+        same_grid = old is not None and old.layout.grid == a.layout.grid
         sess.model_key, sess.upload, sess.analysis = key, up, a
         sess.rendered, sess.comparison = {}, None
         if not same_grid:

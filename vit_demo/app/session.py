@@ -7,6 +7,8 @@ upload into an :class:`Upload` or one readable :class:`~vit_demo.images.ImageErr
 from __future__ import annotations
 
 import os
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,11 +58,16 @@ def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_byt
 
 @dataclass
 class Session:
-    """What one browser tab (or API client) is looking at; kept in its gr.State, never global."""
+    """What one browser tab (or API client) is looking at; kept in its gr.State, never global.
+
+    The session does not own its analysis: it holds a weak reference to the one in the
+    registry's byte-bounded cache, so that sessions (kept for hours) add nothing to the cache's
+    budget. When the cache has let it go, :attr:`analysis` computes it again from the upload
+    through ``reanalyze`` (set by the app for every event), the same answer as before.
+    """
 
     model_key: str | None = None
     upload: Upload | None = None
-    analysis: Analysis | None = None
     query: int | None = None  # the query patch of the attention explorer (None: the [class] token)
     extra_models: list[str] = field(default_factory=list)  # checkpoints this session loaded itself
     open_tab: str = "patches"
@@ -70,9 +77,28 @@ class Session:
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled
     last_pick: tuple[str, float] | None = None  # (model key, time) of the last menu pick
 
+    _analysis: Any = field(default=None, repr=False)  # weakref.ref to the Analysis, or None
+    reanalyze: Callable[[Session], Analysis] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def analysis(self) -> Analysis | None:
+        a = self._analysis() if self._analysis is not None else None
+        if a is None and self._analysis is not None and self.upload is not None and self.reanalyze is not None:
+            a = self.reanalyze(self)  # evicted from the cache: the same photo and model again
+            self._analysis = weakref.ref(a)
+        return a
+
+    def peek(self) -> Analysis | None:
+        """The analysis if the cache still holds it (never computes)."""
+        return self._analysis() if self._analysis is not None else None
+
+    @analysis.setter
+    def analysis(self, a: Analysis | None) -> None:
+        self._analysis = weakref.ref(a) if a is not None else None
+
     @property
     def ready(self) -> bool:
-        return self.analysis is not None and self.upload is not None
+        return self._analysis is not None and self.upload is not None
 
     @property
     def view_key(self) -> str:
