@@ -143,6 +143,52 @@ def run(url: str, repeats: int, slider_repeats: int, log=None) -> dict:
     return report
 
 
+def versus(baseline: Path, weights: Path | None, repeats: int, slider_repeats: int) -> dict:
+    """This checkout's app and ``baseline``'s (another checkout, e.g. ``git archive main``) side
+    by side, each request sent to one then the other: both see the same machine load, which on
+    a shared machine moves more than the difference measured. Reports both, and the ratios."""
+    from app_server import start_app
+    from gradio_client import Client, handle_file
+
+    app_args = ["--weights", str(weights)] if weights else []
+    env = {"VIT_DEMO_TIMING": "1"}
+    apps = {"this": start_app(app_args, env=env)}
+    try:
+        apps["baseline"] = start_app(app_args, env=env, root=baseline.resolve())
+        clients = {k: Client(a.url, verbose=False) for k, a in apps.items()}
+        imgs = photos(repeats + 1)
+        for c in clients.values():
+            c.predict(handle_file(str(imgs[-1])), api_name="/analyze")  # model loaded, warm
+        times: dict[str, dict[str, list[float]]] = {k: {} for k in apps}
+
+        def one(kind: str, handler: str, call) -> None:
+            for k, c in clients.items():
+                seen = len(server_times(apps[k].log(10_000_000), handler))
+                t0 = time.perf_counter()
+                call(c)
+                times[k].setdefault(kind, []).append(time.perf_counter() - t0)
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    server = server_times(apps[k].log(10_000_000), handler)
+                    if len(server) > seen:
+                        times[k].setdefault("server: " + kind, []).append(server[-1])
+                        break
+                    time.sleep(0.02)
+
+        for p in imgs[:repeats]:
+            one("upload_to_first_result", "on_image", lambda c, p=p: c.predict(handle_file(str(p)), api_name="/analyze"))
+        for i in range(slider_repeats):
+            one("slider_rerender", "on_attention", lambda c, i=i: c.predict(
+                i % 12, "all", "[class] token", 0, "inferno", 0.6, True, api_name="/attention"))
+    finally:
+        for a in apps.values():
+            a.stop()
+    report = {k: {kind: summary(v) for kind, v in t.items()} for k, t in times.items()}
+    report["ratio_p50 (this / baseline)"] = {
+        kind: round(report["this"][kind]["p50_ms"] / report["baseline"][kind]["p50_ms"], 2) for kind in report["this"]}
+    return report
+
+
 def in_process(weights: Path | None, n: int = 5) -> dict:
     """The same steps without HTTP: forward pass, first pictures, the class-specific maps
     (a follow-up event in the app), for reading the server numbers against."""
@@ -186,12 +232,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20, help="uploads (distinct photos)")
     ap.add_argument("--slider-repeats", type=int, default=48)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--baseline", type=Path, metavar="DIR",
+                    help="another checkout (e.g. git archive main | tar -x -C DIR): both apps, requests interleaved")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # as app.py does
         os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // 2)))
     weights = args.weights if args.weights and args.weights.exists() else None
 
+    if args.baseline:
+        print(json.dumps(versus(args.baseline, weights, args.repeats, args.slider_repeats), indent=2))
+        return
     if args.url:
         report = run(args.url, args.repeats, args.slider_repeats)
     else:

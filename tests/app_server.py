@@ -69,8 +69,9 @@ def _answers(url: str) -> bool:
 
 
 def start_app(args: Sequence[str] = (), timeout: float = 120.0, env: dict[str, str] | None = None,
-              tries: int = 3) -> AppServer:
-    """``python app.py --port FREE ARGS...``; returns once the API answers (or raises with the log)."""
+              tries: int = 3, root: Path = ROOT) -> AppServer:
+    """``python app.py --port FREE ARGS...``; returns once the API answers (or raises with the log).
+    ``root``: the checkout whose app to start (another one: a before/after benchmark)."""
     last = ""
     for _ in range(tries):  # another process may grab the free port between the check and the bind
         port = free_port()
@@ -78,8 +79,8 @@ def start_app(args: Sequence[str] = (), timeout: float = 120.0, env: dict[str, s
         full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
                     "PYTHONUNBUFFERED": "1", **(env or {})}
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port),
-                                     *args], cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([sys.executable, str(root / "app.py"), "--host", "127.0.0.1", "--port", str(port),
+                                     *args], cwd=root, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         app = AppServer(proc, port, log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and app.alive():
