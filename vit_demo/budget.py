@@ -164,15 +164,16 @@ class ByteLRU(Generic[K, V]):
         return len(self._items)
 
 
-def return_large_frees_to_os(threshold: int = 4 * MB) -> bool:
+def return_large_frees_to_os(threshold: int = 1 * MB) -> bool:
     """Ask glibc to hand blocks of ``threshold`` bytes or more straight back to the OS when freed.
 
     By default glibc raises its mmap threshold as large blocks are freed (up to 32 MiB), so the
     attention maps and backward-pass buffers of a big model (30 MB each for ViT-B/8) come from
     the heap of whichever worker thread ran the request, and stay there after they are freed:
-    the budgets above would bound what the app holds, not what the process takes. Measured on
-    ViT-B/8 with a 1 GiB analysis cache, one thread: 2.7 GiB resident -> 2.05 GiB (the model,
-    the libraries and exactly the cache). Smaller blocks (all of DeiT-Tiny's) are unaffected.
+    the budgets above would bound what the app holds, not what the process takes. Measured
+    (benchmarks/bench_memory.py: ViT-B/8, 24 photos, default 1 GiB cache): without this, 5.4 GiB
+    resident at the end; with a 4 MiB threshold 2.5 GiB; with 1 MiB 2.2 GiB (the libraries, the
+    model and the cache). DeiT-Tiny's blocks (under 1 MiB at batch 1) are unaffected.
     Returns False where this is not glibc (macOS, musl): nothing changes there.
     """
     import ctypes
