@@ -74,7 +74,7 @@ class Recipe:
 
 def scratch_recipe() -> Recipe:
     """Small data, small pictures: a narrow, shallow ViT trained for a few dozen epochs."""
-    return Recipe(epochs=60, batch_size=64, lr=1e-3, backbone_lr_scale=1.0, weight_decay=0.05, warmup_epochs=3,
+    return Recipe(epochs=50, batch_size=64, lr=1e-3, backbone_lr_scale=1.0, weight_decay=0.05, warmup_epochs=3,
                   label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.5, 1.0), jitter=0.3))
 
 
@@ -473,7 +473,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--img-size", type=int, help="model input size (default: the pictures' own size from scratch, "
                                                 "the checkpoint's when fine-tuning)")
     p.add_argument("--patch-size", type=int, help="from scratch: patch size (default: about 8 patches a side)")
-    p.add_argument("--epochs", type=int, help="default 60 from scratch, 5 fine-tuning, 8 linear probe")
+    p.add_argument("--epochs", type=int, help="default 50 from scratch, 5 fine-tuning, 8 linear probe")
     p.add_argument("--batch-size", type=int, help="global batch (split across torchrun processes); default 64 / 16")
     p.add_argument("--lr", type=float, help="peak learning rate (default 1e-3)")
     p.add_argument("--freeze-backbone", action="store_true", help="with --from: train the head only (linear probe)")
