@@ -403,7 +403,7 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
         meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name, "best_epoch": best["epoch"],
                                         "seed": opts.seed, "val_split": opts.val_split, "data": s.data.source,
                                         "processes": dist.world, "recipe": asdict(s.recipe), "history": history})}
-        save(model, s.dc, opts.out, name=Path(opts.out).stem.split(".")[0], source=f"trained here ({s.mode}) on "
+        save(model, s.dc, opts.out, name="", source=f"trained here ({s.mode}) on "
              f"{s.data.source}", class_names=s.data.classes, extra_meta=meta)
         plot_curves(history, curves_path(opts.out), title=f"{Path(opts.out).name} ({s.mode})")
     return summary
