@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-PLUGINS = ("vit_demo.explain_cli", "vit_demo.faithfulness")  # modules with register(subparsers)
+# modules with register(subparsers)
+PLUGINS = ("vit_demo.explain_cli", "vit_demo.faithfulness", "vit_demo.data", "vit_demo.train", "vit_demo.pointing")
 
 
 class UserError(Exception):

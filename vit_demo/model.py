@@ -238,6 +238,29 @@ class VisionTransformer(nn.Module):
         self.head = nn.Linear(C, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
         self.head_dist = nn.Linear(C, cfg.num_classes) if cfg.dist_token and cfg.num_classes > 0 else None
 
+    @torch.no_grad()
+    def init_weights(self) -> VisionTransformer:
+        """Initialise for training from scratch, as ViT / DeiT do: truncated normal (std 0.02)
+        for linear layers and position embeddings, zero biases, unit LayerNorms, a tiny
+        [class] token, and a zero head so that every class starts out equally likely."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        for t in (self.cls_token, self.dist_token, self.reg_token):
+            if t is not None:
+                nn.init.normal_(t, std=1e-6)
+        for head in (self.head, self.head_dist):
+            if isinstance(head, nn.Linear):
+                nn.init.zeros_(head.weight)
+                nn.init.zeros_(head.bias)
+        return self
+
     def layout(self, grid: tuple[int, int]) -> TokenLayout:
         cfg = self.cfg
         i = 0

@@ -13,7 +13,7 @@ from torch import nn
 
 from .images import find_images
 from .inference import batches, load_inputs
-from .model import VisionTransformer
+from .model import VisionTransformer, ViTConfig
 from .port import is_timm_layout, read_checkpoint, timm_model
 from .weights import LoadedModel, load_model, resolve_device
 
@@ -25,10 +25,13 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
 
     With a file, timm reads the file itself (not our port of it), so a porting bug shows up.
     """
-    if not lm.timm_name:
-        raise ValueError(f"{lm.name}: no timm architecture name is known; pass --model NAME")
     cfg = lm.model.cfg
-    tm = timm_model(lm.timm_name, num_classes=cfg.num_classes, **kwargs)
+    if lm.timm_name:
+        tm = timm_model(lm.timm_name, num_classes=cfg.num_classes, **kwargs)
+    elif lm.class_names is not None:  # trained here (vit_demo train): no timm name, a plain config
+        tm = timm_from_config(cfg, **kwargs)
+    else:
+        raise ValueError(f"{lm.name}: no timm architecture name is known; pass --model NAME")
     if weights is not None:
         sd, _ = read_checkpoint(weights)
         if is_timm_layout(sd):
@@ -40,6 +43,23 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
     else:  # random init / hub: the scratch model holds the same weights as timm's would
         tm.load_state_dict(lm.model.state_dict(), strict=True)
     return tm.to(lm.device).eval()
+
+
+def timm_from_config(cfg: ViTConfig, **kwargs: Any) -> nn.Module:
+    """timm's ``VisionTransformer`` built from one of our configs (a checkpoint trained here has
+    no timm model name). Only for the plain variants timm's class builds the same way."""
+    from functools import partial
+
+    from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+    if cfg.dist_token or cfg.act != "gelu" or cfg.layer_scale:
+        raise ValueError("timm's VisionTransformer has no distillation token / QuickGELU / LayerScale by config")
+    return TimmViT(img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
+                   global_pool=cfg.global_pool, embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
+                   mlp_ratio=cfg.mlp_ratio, qkv_bias=cfg.qkv_bias, class_token=cfg.class_token,
+                   no_embed_class=cfg.no_embed_class, reg_tokens=cfg.reg_tokens, pre_norm=cfg.pre_norm,
+                   final_norm=cfg.final_norm, fc_norm=cfg.fc_norm, norm_layer=partial(nn.LayerNorm, eps=cfg.norm_eps),
+                   **kwargs).eval()
 
 
 @torch.inference_mode()

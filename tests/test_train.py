@@ -1,0 +1,154 @@
+"""Training: from scratch (JSON, checkpoint, curves), resume after a kill equals an
+uninterrupted run, two-process torchrun, a linear probe on DeiT-Tiny, and the trained
+checkpoint predicting its own class names with timm blocked.
+
+Kept small: 400 shapes at 32 px, patch 8 (a 4x4 grid), 6 epochs (each run 10-30 s of CPU).
+A ViT needs thousands of steps on these shapes (benchmarks/bench_train.py measures the real
+run); here the check is that learning starts: losses fall well below chance's ln 4.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from vit_demo.data import make_shapes
+from vit_demo.train import Recipe, finetune_recipe, make_optimizer, state_path, warmup_cosine, with_new_head
+
+ROOT = Path(__file__).resolve().parent.parent
+FLAGS = ["--patch-size", "8", "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--val-split", "0.2", "--seed", "3",
+         "--no-progress"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "seconds", "out"]
+
+
+def vit_demo(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vit_demo", *args], capture_output=True, text=True, cwd=ROOT, env=ENV,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("shapes")
+    make_shapes(root, per_class=100, size=32, seed=1, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(shapes: Path, tmp_path_factory) -> tuple[dict, Path, str]:
+    out = tmp_path_factory.mktemp("run") / "shapes.safetensors"
+    r = vit_demo("train", "--data", str(shapes), "--out", str(out), *FLAGS, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), out, r.stderr
+
+
+def test_scratch_training_learns_and_reports(trained: tuple[dict, Path, str]) -> None:
+    summary, out, log = trained
+    assert list(summary) == KEYS and summary["out"] == str(out)
+    assert summary["classes"] == ["circle", "square", "star", "triangle"]
+    assert (summary["train_images"], summary["val_images"], summary["skipped_files"], summary["epochs"]) == (320, 80, 0, 6)
+    lines = [ln for ln in log.splitlines() if ln.startswith("epoch ")]
+    assert len(lines) == 6 and all("val acc" in ln and "img/s" in ln for ln in lines)
+    train_loss = [float(ln.split("train loss")[1].split()[0]) for ln in lines]
+    val_loss = [float(ln.split("val loss")[1].split()[0]) for ln in lines]
+    assert train_loss[-1] < train_loss[0] - 0.03 and val_loss[-1] < math.log(4) - 0.04, log  # learning has started
+    assert summary["best_val_accuracy"] >= 0.3, log  # chance: 0.25
+    with safe_open(str(out), "pt") as f:
+        meta = f.metadata()
+    assert json.loads(meta["class_names"]) == summary["classes"]
+    training = json.loads(meta["training"])
+    assert training["mode"] == "scratch" and len(training["history"]) == 6 and training["seed"] == 3
+    assert json.loads(meta["config"])["patch_size"] == 8 and json.loads(meta["data_config"])["input_size"] == [32, 32]
+    assert out.with_name("shapes.curves.png").stat().st_size > 5000
+    assert state_path(out).is_file()
+
+
+def test_checkpoint_predicts_its_classes_without_timm(trained: tuple[dict, Path, str], shapes: Path) -> None:
+    _, out, _ = trained
+    code = ("import sys; sys.modules['timm'] = None\nfrom vit_demo.cli import main\n"
+            f"sys.exit(main(['predict', {str(shapes / 'star')!r}, '--weights', {str(out)!r}, '--topk', '4', '--json']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    assert r.returncode == 0, r.stderr
+    results = json.loads(r.stdout)
+    assert len(results) == 100 and {t["label"] for t in results[0]["topk"]} == {"circle", "square", "star", "triangle"}
+
+
+def test_resume_after_kill_equals_uninterrupted(trained: tuple[dict, Path, str], shapes: Path, tmp_path: Path) -> None:
+    summary, reference, _ = trained
+    out = tmp_path / "shapes.safetensors"
+    cmd = [sys.executable, "-m", "vit_demo", "train", "--data", str(shapes), "--out", str(out), *FLAGS, "--json"]
+    p = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not state_path(out).exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    p.send_signal(signal.SIGINT)  # Ctrl-C after the first finished epoch
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "resume with --resume" in err, err
+    done = torch.load(state_path(out), weights_only=True)["epoch"]
+    assert 1 <= done < 6 and not out.exists(), f"the run was not stopped mid-way (epoch {done})"
+    r = vit_demo("train", "--data", str(shapes), "--out", str(out), *FLAGS, "--json", "--resume")
+    assert r.returncode == 0 and f"resuming after epoch {done}/6" in r.stderr, r.stderr
+    resumed = json.loads(r.stdout)
+    assert {k: v for k, v in resumed.items() if k not in ("seconds", "out")} == \
+        {k: v for k, v in summary.items() if k not in ("seconds", "out")}
+    a, b = load_file(str(reference)), load_file(str(out))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit for bit
+    # resuming with other settings is refused in one line
+    r = vit_demo("train", "--data", str(shapes), "--out", str(out), *FLAGS, "--lr", "5e-4", "--resume")
+    assert r.returncode == 2 and "different recipe" in r.stderr, r.stderr
+
+
+def test_torchrun_two_processes(trained: tuple[dict, Path, str], shapes: Path, tmp_path: Path) -> None:
+    single, _, _ = trained
+    out = tmp_path / "ddp.safetensors"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "vit_demo", "train", "--data", str(shapes), "--out",
+           str(out), *FLAGS, "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    objects = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert len(objects) == 1 and list(objects[0]) == KEYS, r.stdout  # printed once, by rank 0
+    assert "2 processes" in r.stderr and sum(ln.startswith("epoch ") for ln in r.stderr.splitlines()) == 6
+    with safe_open(str(out), "pt") as f:
+        assert json.loads(f.metadata()["training"])["processes"] == 2
+    assert objects[0]["best_val_accuracy"] >= 0.3 and abs(objects[0]["best_val_accuracy"] - single["best_val_accuracy"]) <= 0.2
+
+
+def test_linear_probe_on_deit_tiny(shapes: Path, deit_tiny_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "probe.safetensors"
+    r = vit_demo("train", "--data", str(shapes), "--out", str(out), "--from", "--freeze-backbone", "--img-size", "64",
+                 "--epochs", "3", "--batch-size", "16", "--no-progress", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["best_val_accuracy"] >= 0.5, r.stderr  # DeiT features + a trained head beat chance (0.25)
+    new, old = load_file(str(out)), load_file(str(deit_tiny_path))
+    assert new["head.weight"].shape == (4, 192)
+    frozen = [k for k in old if not k.startswith(("head.", "pos_embed"))]
+    assert all(torch.equal(new[k], old[k]) for k in frozen)  # the backbone did not move
+    with safe_open(str(out), "pt") as f:
+        meta = f.metadata()
+    assert json.loads(meta["training"])["mode"] == "linear-probe" and json.loads(meta["data_config"])["input_size"] == [64, 64]
+
+
+def test_finetune_groups_and_schedule(deit_tiny) -> None:
+    model = with_new_head(deit_tiny.model, 3)
+    assert model.head.weight.shape == (3, 192) and not model.head.weight.any()
+    assert torch.equal(model.blocks[0].attn.qkv.weight, deit_tiny.model.blocks[0].attn.qkv.weight)
+    recipe: Recipe = finetune_recipe(False)
+    opt = make_optimizer(model, recipe, freeze=False)
+    lrs = {(any(p is model.head.weight for p in g["params"]), g["weight_decay"] > 0): g["lr"] for g in opt.param_groups}
+    assert lrs[(True, True)] == recipe.lr and lrs[(False, True)] == pytest.approx(recipe.lr * 0.1)
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+    f = warmup_cosine(100, 10)
+    assert f(0) == pytest.approx(0.1) and f(9) == 1.0 and f(55) == pytest.approx(0.5) and f(100) == pytest.approx(0.0)

@@ -1,0 +1,310 @@
+"""Training data: the procedural shapes set (with each shape's bounding box), ImageFolder
+reading into memory, and CIFAR-10 through torchvision when the network is there.
+
+The shapes set is the project's offline data: ``python -m vit_demo data shapes --out DIR``
+writes ``DIR/<class>/<class>_<i>.png`` plus ``DIR/boxes.json``, whose boxes are in pixel
+coordinates of the written picture: ``[x0, y0, x1, y1]``, continuous, x1 / y1 exclusive
+(a box covering pixels 3..7 is ``[3, y0, 8, y1]``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from .images import IMAGE_SUFFIXES, ImageError, load_image
+from .preprocess import DataConfig, model_input_image
+
+SHAPES = ("circle", "square", "triangle", "star")
+BOXES_FILE = "boxes.json"
+SUPERSAMPLE = 4  # shapes are drawn at 4x and downsampled: smooth, anti-aliased edges
+
+
+class DataError(ValueError):
+    """A data folder that cannot be trained on; the message says why, in one line."""
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+def shape_outline(kind: str, cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]]:
+    """Vertices of a shape of circumradius ``r`` centred at (cx, cy), rotated by ``angle``
+    (radians). A circle is a 64-gon, so that its box is computed the same way."""
+    if kind == "circle":
+        pts = [(r, 2 * math.pi * i / 64) for i in range(64)]
+    elif kind == "square":
+        pts = [(r, math.pi / 4 + math.pi / 2 * i) for i in range(4)]
+    elif kind == "triangle":
+        pts = [(r, -math.pi / 2 + 2 * math.pi / 3 * i) for i in range(3)]
+    elif kind == "star":
+        pts = [(r if i % 2 == 0 else 0.42 * r, -math.pi / 2 + math.pi / 5 * i) for i in range(10)]
+    else:
+        raise ValueError(f"unknown shape {kind!r}; one of {', '.join(SHAPES)}")
+    return [(cx + rr * math.cos(a + angle), cy + rr * math.sin(a + angle)) for rr, a in pts]
+
+
+def _luminance(c: np.ndarray) -> float:
+    return float(0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2])
+
+
+def _colours(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A background and a shape colour, each of random hue: the shape is always clearly brighter
+    (by >= 90 of 255 in luminance). With a random contrast polarity as well, a small ViT needs
+    many times more steps to find the shapes' outlines; with this it learns in minutes."""
+    while True:
+        bg, fg = rng.integers(0, 160, 3), rng.integers(60, 256, 3)
+        if _luminance(fg) - _luminance(bg) >= 90:
+            return bg, fg
+
+
+def render_shape(kind: str, size: int, rng: np.random.Generator) -> tuple[Image.Image, list[float]]:
+    """One picture: a shape of random colour, size, position and rotation on a noisy
+    background. Returns the picture and the shape's box ``[x0, y0, x1, y1]`` (pixels)."""
+    bg, fg = _colours(rng)
+    r = size * rng.uniform(0.18, 0.38)  # circumradius in pixels
+    cx, cy = rng.uniform(r, size - r, 2)
+    pts = shape_outline(kind, cx, cy, r, rng.uniform(0, 2 * math.pi))
+    s = SUPERSAMPLE
+    canvas = Image.new("RGB", (size * s, size * s), tuple(int(c) for c in bg))
+    ImageDraw.Draw(canvas).polygon([(x * s, y * s) for x, y in pts], fill=tuple(int(c) for c in fg))
+    pic = np.asarray(canvas.resize((size, size), Image.Resampling.BOX), dtype=np.float32)
+    pic = pic + rng.normal(0, rng.uniform(4, 24), pic.shape)  # sensor-like noise, on everything
+    pic = Image.fromarray(np.clip(pic.round(), 0, 255).astype(np.uint8))
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    box = [max(0.0, min(xs)), max(0.0, min(ys)), min(float(size), max(xs)), min(float(size), max(ys))]
+    return pic, [round(v, 3) for v in box]
+
+
+def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, seed: int = 0,
+                classes: Sequence[str] = SHAPES, progress: bool = True) -> dict[str, Any]:
+    """Write the shapes ImageFolder and ``boxes.json``; the same seed gives the same files."""
+    if per_class < 1 or size < 8:
+        raise DataError(f"need --per-class >= 1 and --size >= 8 (got {per_class} and {size})")
+    root = Path(out)
+    rng = np.random.default_rng(seed)
+    boxes: dict[str, list[float]] = {}
+    from tqdm import tqdm
+
+    bar = tqdm(total=per_class * len(classes), desc="shapes", unit="img", disable=not progress, leave=False)
+    for kind in classes:
+        (root / kind).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pic, box = render_shape(kind, size, rng)
+            rel = f"{kind}/{kind}_{i:05d}.png"
+            pic.save(root / rel)
+            boxes[rel] = box
+            bar.update()
+    bar.close()
+    meta = {"size": size, "seed": seed, "per_class": per_class, "classes": list(classes),
+            "box_format": "[x0, y0, x1, y1] in pixels of the written picture, x1/y1 exclusive", "boxes": boxes}
+    (root / BOXES_FILE).write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def read_boxes(root: str | os.PathLike) -> dict[str, list[float]]:
+    """``relative path -> [x0, y0, x1, y1]`` from a shapes folder's ``boxes.json``."""
+    p = Path(root) / BOXES_FILE
+    if not p.is_file():
+        raise DataError(f"{root}: no {BOXES_FILE} (make one with `python -m vit_demo data shapes --out DIR`)")
+    try:
+        return dict(json.loads(p.read_text())["boxes"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{p}: not a boxes file this project wrote ({type(e).__name__}: {e})") from e
+
+
+# ----------------------------------------------------------------------------- image folders
+
+
+@dataclass
+class FolderIndex:
+    """The files of an ImageFolder: classes sorted by name, a class index per file."""
+
+    root: Path
+    classes: list[str]
+    files: list[Path]
+    targets: list[int]
+
+
+def index_folder(root: str | os.PathLike) -> FolderIndex:
+    """List an ImageFolder (``root/<class>/<image>``). Clear errors, before any training, for a
+    missing or unreadable folder, fewer than two classes, or a class with no image files."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{root}: no such folder (expected one sub-folder of images per class)")
+    try:
+        subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+        listing = {d.name: sorted(f for f in d.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+                   for d in subdirs}
+    except OSError as e:
+        raise DataError(f"{root}: cannot read the folder ({e.strerror or e})") from e
+    if len(listing) < 2:
+        raise DataError(f"{root}: found {len(listing)} class folder(s); training needs at least 2 "
+                        f"(one sub-folder of images per class)")
+    empty = [c for c, fs in listing.items() if not fs]
+    if empty:
+        raise DataError(f"{root}: class folder(s) with no image files: {', '.join(empty)}")
+    classes = list(listing)
+    files = [f for c in classes for f in listing[c]]
+    targets = [i for i, c in enumerate(classes) for _ in listing[c]]
+    return FolderIndex(root, classes, files, targets)
+
+
+def split_indices(targets: Sequence[int], val_split: float, seed: int) -> tuple[list[int], list[int]]:
+    """A stratified, seeded train/val split: ``val_split`` of every class (at least one picture
+    per class when ``val_split > 0`` and the class has two or more)."""
+    if not 0 <= val_split < 1:
+        raise DataError(f"--val-split must be in [0, 1), got {val_split}")
+    g = torch.Generator().manual_seed(seed)
+    train, val = [], []
+    t = torch.tensor(list(targets))
+    for c in sorted(set(targets)):
+        idx = torch.nonzero(t == c).flatten()
+        idx = idx[torch.randperm(len(idx), generator=g)].tolist()
+        n_val = 0 if val_split == 0 else min(len(idx) - 1, max(1, round(len(idx) * val_split)))
+        val += idx[:n_val]
+        train += idx[n_val:]
+    return sorted(train), sorted(val)
+
+
+@dataclass
+class TrainData:
+    """Pictures in memory as uint8 tensors, ready for batched augmentation on tensors.
+
+    ``train_x`` holds the training pictures resized (shorter side) and center-cropped to a
+    square of ``store_size`` (>= the model input); ``val_x`` holds the validation pictures
+    after the model's eval transform, exactly what the model sees at inference."""
+
+    classes: list[str]
+    train_x: torch.Tensor  # [N, 3, S, S] uint8
+    train_y: torch.Tensor  # [N] int64
+    val_x: torch.Tensor  # [M, 3, h, w] uint8
+    val_y: torch.Tensor
+    skipped: int  # unreadable files, skipped with a warning each
+    source: str
+
+
+def common_size(files: Sequence[Path], limit: int = 64) -> tuple[int, int]:
+    """The most common (h, w) among the first ``limit`` readable pictures."""
+    sizes: dict[tuple[int, int], int] = {}
+    for f in files[:limit]:
+        try:
+            w, h = load_image(f).size
+        except ImageError:
+            continue
+        sizes[(h, w)] = sizes.get((h, w), 0) + 1
+    if not sizes:
+        raise DataError("none of the first pictures could be read")
+    return max(sizes, key=sizes.get)
+
+
+def _as_uint8(pic: Image.Image) -> torch.Tensor:
+    return torch.from_numpy(np.array(pic, dtype=np.uint8, copy=True)).permute(2, 0, 1).contiguous()
+
+
+def load_folder(index: FolderIndex, dc: DataConfig, val_split: float, seed: int, store_size: int,
+                progress: bool = True, warn=None) -> TrainData:
+    """Read every picture once: training ones to ``store_size`` squares, validation ones through
+    the eval transform. Unreadable files are skipped with one warning line each."""
+    warn = warn or (lambda msg: print(msg, file=sys.stderr))
+    train_idx, val_idx = split_indices(index.targets, val_split, seed)
+    is_val = set(val_idx)
+    store_dc = DataConfig(input_size=(store_size, store_size), interpolation=dc.interpolation, crop_pct=1.0,
+                          crop_mode="center", mean=dc.mean, std=dc.std)
+    from tqdm import tqdm
+
+    tx, ty, vx, vy, skipped = [], [], [], [], 0
+    for i in tqdm(range(len(index.files)), desc="reading", unit="img", disable=not progress, leave=False):
+        try:
+            img = load_image(index.files[i])
+        except ImageError as e:
+            warn(f"warning: skipped {index.files[i]}: {e}")
+            skipped += 1
+            continue
+        if i in is_val:
+            vx.append(_as_uint8(model_input_image(img, dc)))
+            vy.append(index.targets[i])
+        else:
+            tx.append(_as_uint8(model_input_image(img, store_dc)))
+            ty.append(index.targets[i])
+    missing = [c for k, c in enumerate(index.classes) if k not in set(ty)]
+    if missing:
+        raise DataError(f"{index.root}: no readable training picture in class(es) {', '.join(missing)}")
+    h, w = dc.input_size
+    return TrainData(
+        index.classes, torch.stack(tx), torch.tensor(ty),
+        torch.stack(vx) if vx else torch.zeros(0, 3, h, w, dtype=torch.uint8), torch.tensor(vy, dtype=torch.long),
+        skipped, str(index.root),
+    )
+
+
+# ----------------------------------------------------------------------------- CIFAR-10
+
+CIFAR_HOST = ("www.cs.toronto.edu", 443)
+
+
+def cifar_cache() -> Path:
+    return Path(os.environ.get("VIT_DEMO_DATA", Path.home() / ".cache" / "vit_demo")) / "cifar10"
+
+
+def load_cifar10(dc: DataConfig, store_size: int = 32, timeout: float = 3.0) -> TrainData:
+    """CIFAR-10 through torchvision: the 50k training pictures and the 10k test pictures as
+    validation. Downloads once into the cache; offline with no cache it fails fast."""
+    try:
+        from torchvision.datasets import CIFAR10
+    except ImportError as e:
+        raise DataError("--data cifar10 needs torchvision (pip install torchvision)") from e
+    root = cifar_cache()
+    have = (root / "cifar-10-batches-py").is_dir()
+    if not have:
+        try:
+            socket.getaddrinfo(*CIFAR_HOST)
+            socket.create_connection(CIFAR_HOST, timeout=timeout).close()
+        except OSError as e:
+            raise DataError(f"--data cifar10: cannot download CIFAR-10 (no network: {e.strerror or e}); "
+                            f"train on a local folder instead, e.g. `python -m vit_demo data shapes --out DIR`") from e
+    train = CIFAR10(str(root), train=True, download=not have)
+    test = CIFAR10(str(root), train=False, download=False)
+
+    def convert(ds, size_dc: DataConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()  # [N, 3, 32, 32] uint8
+        if tuple(size_dc.input_size) != (32, 32):
+            x = torch.stack([_as_uint8(model_input_image(Image.fromarray(a), size_dc)) for a in ds.data])
+        return x, torch.tensor(ds.targets)
+
+    store_dc = DataConfig(input_size=(store_size, store_size), crop_pct=1.0, mean=dc.mean, std=dc.std)
+    tx, ty = convert(train, store_dc)
+    vx, vy = convert(test, dc)
+    return TrainData(list(train.classes), tx, ty, vx, vy, 0, "cifar10")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def cmd_shapes(args) -> int:
+    meta = make_shapes(args.out, args.per_class, args.size, args.seed)
+    n = meta["per_class"] * len(meta["classes"])
+    print(f"wrote {n} pictures ({', '.join(meta['classes'])}; {args.size} px) and {BOXES_FILE} to {args.out}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``data shapes`` to the CLI."""
+    p = subparsers.add_parser("data", help="make training data (procedural shapes with bounding boxes)")
+    sub = p.add_subparsers(dest="data_command", required=True)
+    s = sub.add_parser("shapes", help="circles, squares, triangles and stars as an ImageFolder + boxes.json")
+    s.add_argument("--out", required=True, help="output folder")
+    s.add_argument("--per-class", type=int, default=1000, help="pictures per class (default 1000)")
+    s.add_argument("--size", type=int, default=32, help="picture size in pixels (default 32)")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=cmd_shapes)

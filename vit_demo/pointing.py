@@ -1,0 +1,185 @@
+"""The pointing game on the shapes set: does an explanation map point at the shape?
+
+Each shape comes with its bounding box (``boxes.json``, see vit_demo.data). Maps live on the
+model's patch grid, so the box is carried into patch coordinates first:
+
+1. the eval transform's resize and center-crop map picture pixels to model-input pixels
+   (for shapes at the model's own size this is the identity);
+2. dividing by the patch size gives the box on the grid, in continuous patch units;
+3. every patch gets its **coverage**: the share of its area inside the box, in [0, 1].
+
+Then, per picture and method (maps from ``vit_demo.explain.METHODS``, all of them by default):
+
+- **pointing hit**: the map's maximum falls on a patch whose centre lies inside the box
+  (when the box is so small that no patch centre lies in it: the patch holding the box's centre);
+- **mass in box**: sum(map * coverage) / sum(map), with negative values clipped to 0 (a map with
+  no positive mass counts as uniform).
+
+Baselines, next to them: a random map (uniform noise, so a uniformly random patch), the box-area
+share (the mass a uniform map puts in the box) and the share of patches that count as hits (a
+random pointer's expected accuracy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .data import read_boxes
+from .images import ImageError, load_image
+from .preprocess import DataConfig, _center_box, _resized_size, preprocess
+
+
+def box_to_input(box: Sequence[float], size: tuple[int, int], dc: DataConfig) -> tuple[float, float, float, float]:
+    """A box [x0, y0, x1, y1] in picture pixels -> model-input pixels (resize + center crop)."""
+    w, h = size
+    rw, rh = _resized_size(w, h, dc)
+    ch, cw = dc.input_size
+    left, top, _, _ = _center_box(rw, rh, cw, ch)
+    sx, sy = rw / w, rh / h
+    x0, y0, x1, y1 = box
+    clip = lambda v, hi: min(max(v, 0.0), float(hi))  # noqa: E731
+    return clip(x0 * sx - left, cw), clip(y0 * sy - top, ch), clip(x1 * sx - left, cw), clip(y1 * sy - top, ch)
+
+
+def patch_coverage(box: Sequence[float], grid: tuple[int, int], patch: int) -> Tensor:
+    """[gh, gw] share of each patch's area inside ``box`` (model-input pixels)."""
+    gh, gw = grid
+    x0, y0, x1, y1 = (v / patch for v in box)
+    cols, rows = torch.arange(gw, dtype=torch.float64), torch.arange(gh, dtype=torch.float64)
+    ox = (torch.minimum(cols + 1, torch.tensor(x1)) - torch.maximum(cols, torch.tensor(x0))).clamp(min=0)
+    oy = (torch.minimum(rows + 1, torch.tensor(y1)) - torch.maximum(rows, torch.tensor(y0))).clamp(min=0)
+    return oy[:, None] * ox[None, :]
+
+
+def hit_patches(box: Sequence[float], grid: tuple[int, int], patch: int) -> Tensor:
+    """[gh, gw] bool: patches whose centre lies inside ``box`` (at least one: see the module doc)."""
+    gh, gw = grid
+    x0, y0, x1, y1 = (v / patch for v in box)
+    cx, cy = torch.arange(gw) + 0.5, torch.arange(gh) + 0.5
+    hits = ((cy >= y0) & (cy <= y1))[:, None] & ((cx >= x0) & (cx <= x1))[None, :]
+    if not hits.any():
+        i = min(gh - 1, max(0, int((y0 + y1) / 2)))
+        j = min(gw - 1, max(0, int((x0 + x1) / 2)))
+        hits[i, j] = True
+    return hits
+
+
+def score_maps(maps: Tensor, coverage: Tensor, hits: Tensor) -> tuple[Tensor, Tensor]:
+    """Per picture: (pointing hit 0/1, mass share in the box). All [B, gh, gw] inputs."""
+    B = maps.shape[0]
+    flat = maps.reshape(B, -1).double()
+    hit = hits.reshape(B, -1).gather(1, flat.argmax(dim=1, keepdim=True)).squeeze(1).double()
+    mass = flat.clamp(min=0)
+    total = mass.sum(dim=1, keepdim=True)
+    mass = torch.where(total > 0, mass / total.clamp(min=1e-300), torch.full_like(mass, 1 / mass.shape[1]))
+    share = (mass * coverage.reshape(B, -1).double()).sum(dim=1)
+    return hit, share
+
+
+def evaluate(lm, root: str | Path, methods: Sequence[str], target: str = "label", limit: int | None = None,
+             batch_size: int = 32, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Pointing accuracy and mass in box for every method, a random map and the baselines."""
+    from .explain import METHODS
+    from .inference import batches
+
+    root = Path(root)
+    boxes = read_boxes(root)
+    names = sorted(boxes)
+    if limit:
+        names = [names[i * len(names) // limit] for i in range(min(limit, len(names)))]
+    classes = {c: i for i, c in enumerate(lm.labels)}
+    model, dc, p = lm.model, lm.data_config, lm.model.cfg.patch_size
+    g = torch.Generator().manual_seed(seed)
+    sums: dict[str, Tensor] = {m: torch.zeros(2, dtype=torch.float64) for m in [*methods, "random"]}
+    base = torch.zeros(2, dtype=torch.float64)
+    count, errors, grid = 0, [], None
+    for chunk in batches(names, batch_size, "pointing", progress):
+        xs, covs, hitss, ys = [], [], [], []
+        for rel in chunk:
+            try:
+                img = load_image(root / rel)
+            except ImageError as e:
+                errors.append(str(e))
+                continue
+            xs.append(preprocess(img, dc)[0])
+            box = box_to_input(boxes[rel], img.size, dc)
+            grid = (dc.input_size[0] // p, dc.input_size[1] // p)
+            covs.append(patch_coverage(box, grid, p))
+            hitss.append(hit_patches(box, grid, p))
+            ys.append(classes.get(rel.split("/")[0], -1))
+        if not xs:
+            continue
+        x = torch.stack(xs).to(lm.device)
+        cov, hits = torch.stack(covs), torch.stack(hitss)
+        if target == "label":
+            if min(ys) < 0:
+                raise ValueError(f"the model's classes ({', '.join(lm.labels[:6])}...) do not include the folder's "
+                                 f"class names; use --target predicted")
+            cls: Tensor | None = torch.tensor(ys, device=lm.device)
+        else:
+            cls = None
+        for m in methods:
+            maps = METHODS[m](model, x, cls).detach().cpu()
+            sums[m] += torch.stack(score_maps(maps, cov, hits)).sum(dim=1)
+        rnd = torch.rand(cov.shape, generator=g, dtype=torch.float64)
+        sums["random"] += torch.stack(score_maps(rnd, cov, hits)).sum(dim=1)
+        base += torch.stack([hits.double().mean(dim=(1, 2)), cov.mean(dim=(1, 2))]).sum(dim=1)
+        count += len(xs)
+    if count == 0:
+        raise ValueError("no readable pictures to evaluate: " + "; ".join(errors[:3]))
+    res = {k: {"pointing_accuracy": round(float(v[0]) / count, 4), "mass_in_box": round(float(v[1]) / count, 4)}
+           for k, v in sums.items()}
+    return {"images": count, "grid": list(grid), "target": target, "methods": {m: res[m] for m in methods},
+            "random": res["random"],
+            "baseline": {"hit_patch_share": round(float(base[0]) / count, 4), "box_area_share": round(float(base[1]) / count, 4)},
+            "errors": errors}
+
+
+def format_results(r: dict[str, Any]) -> str:
+    lines = [f"pointing game on {r['images']} pictures ({r['grid'][0]}x{r['grid'][1]} patch grid; maps for "
+             f"{'the true class' if r['target'] == 'label' else 'the predicted class'})",
+             f"{'method':<16}{'pointing accuracy':>20}{'mass in box':>14}"]
+    for name, m in [*r["methods"].items(), ("random map", r["random"])]:
+        lines.append(f"{name:<16}{m['pointing_accuracy']:>20.3f}{m['mass_in_box']:>14.3f}")
+    b = r["baseline"]
+    lines.append(f"{'box baseline':<16}{b['hit_patch_share']:>20.3f}{b['box_area_share']:>14.3f}"
+                 f"   (share of hit patches / of the grid inside the box)")
+    lines += [f"skipped: {e}" for e in r["errors"]]
+    return "\n".join(lines)
+
+
+def cmd_pointing(args: argparse.Namespace) -> int:
+    from .cli import UserError, load_from_args
+    from .explain import METHODS
+
+    methods = [m.strip() for m in (args.methods or ",".join(METHODS)).split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}")
+    lm = load_from_args(args)
+    r = evaluate(lm, args.data, methods, args.target, args.limit, args.batch_size, progress=not args.json)
+    print(json.dumps(r, indent=2) if args.json else format_results(r))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``pointing`` sub-command."""
+    from .cli import add_model_args
+
+    p = subparsers.add_parser("pointing", help="pointing game: do the explanation maps point at the shapes?")
+    p.add_argument("--data", required=True, help="a shapes folder with boxes.json (python -m vit_demo data shapes)")
+    add_model_args(p)
+    p.add_argument("--methods", help="comma-separated names from vit_demo.explain.METHODS (default: all)")
+    p.add_argument("--target", default="label", choices=["label", "predicted"],
+                   help="class the class-specific maps explain: the folder's (true) class or the predicted one")
+    p.add_argument("--limit", type=int, help="use N pictures spread through the set")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_pointing)

@@ -1,0 +1,486 @@
+"""Train the from-scratch ViT: from scratch on a folder of pictures, or by fine-tuning a
+checkpoint (a new head; ``--freeze-backbone`` for a linear probe). One process, or several
+with ``torchrun`` (DistributedDataParallel; gloo on CPU, nccl on GPU).
+
+The recipe is the one the ViT / DeiT papers and timm's train script use, sized for small data:
+AdamW, linear warm-up then cosine decay, label smoothing, random-resized-crop + flip + colour
+jitter for training and the model's eval transform for validation. The pictures sit in memory
+as uint8 tensors and are augmented a batch at a time (vit_demo.augment).
+
+Nothing is lost: after every epoch the whole training state goes to ``OUT.train-state``, and
+``--resume`` continues from the last finished epoch to the same result as an uninterrupted run
+(every random draw comes from a generator seeded by (seed, epoch, rank)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .augment import AugmentConfig, eval_batch, train_batch
+from .data import DataError, TrainData, common_size, index_folder, load_cifar10, load_folder
+from .model import VisionTransformer, ViTConfig, resample_pos_embed
+from .preprocess import DataConfig
+
+STATE_SUFFIX = ".train-state"  # beside OUT; not a checkpoint suffix, so the app never lists it
+
+
+@dataclass
+class TrainOptions:
+    """What the ``train`` command was asked to do (its flags)."""
+
+    data: str
+    out: str
+    from_: str | None = None  # checkpoint to fine-tune; None: from scratch
+    img_size: int | None = None
+    patch_size: int | None = None
+    epochs: int | None = None
+    batch_size: int | None = None  # global batch (split across torchrun processes)
+    lr: float | None = None
+    freeze_backbone: bool = False
+    val_split: float = 0.2
+    seed: int = 0
+    resume: bool = False
+    device: str = "auto"
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Hyper-parameters. Defaults from :func:`scratch_recipe` / :func:`finetune_recipe`."""
+
+    epochs: int
+    batch_size: int
+    lr: float  # peak learning rate (the head's, when fine-tuning)
+    backbone_lr_scale: float  # backbone LR = lr * this (fine-tuning); 1 from scratch
+    weight_decay: float
+    warmup_epochs: float
+    label_smoothing: float
+    grad_clip: float
+    augment: AugmentConfig
+
+
+def scratch_recipe() -> Recipe:
+    """Small data, small pictures: a narrow, shallow ViT trained for a few dozen epochs."""
+    return Recipe(epochs=50, batch_size=64, lr=1e-3, backbone_lr_scale=1.0, weight_decay=0.05, warmup_epochs=3,
+                  label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.5, 1.0), jitter=0.3))
+
+
+def finetune_recipe(freeze: bool) -> Recipe:
+    """A pretrained backbone: few epochs, gentle crops, a 10x lower LR for the backbone."""
+    return Recipe(epochs=5 if not freeze else 8, batch_size=16, lr=1e-3, backbone_lr_scale=0.1, weight_decay=0.05,
+                  warmup_epochs=1, label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.35, 1.0), jitter=0.2))
+
+
+def scratch_config(img_size: int, num_classes: int, patch_size: int | None = None) -> ViTConfig:
+    """The default from-scratch architecture: patch 4 at 32 px (an 8x8 grid; larger pictures
+    keep about 8 patches a side), width 96, 4 blocks, 4 heads, MLP ratio 2: about 0.3 M parameters."""
+    p = patch_size or max(2, round(img_size / 8))
+    if img_size % p:
+        raise DataError(f"--img-size {img_size} is not a multiple of the patch size {p}; pass --patch-size")
+    return ViTConfig(img_size=(img_size, img_size), patch_size=p, embed_dim=96, depth=4, num_heads=4, mlp_ratio=2.0,
+                     num_classes=num_classes)
+
+
+def scratch_data_config(img_size: int) -> DataConfig:
+    """Eval transform of a model trained here: resize the shorter side, center-crop (no margin)."""
+    return DataConfig(input_size=(img_size, img_size), interpolation="bicubic", crop_pct=1.0, crop_mode="center",
+                      mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+
+
+def with_new_head(model: VisionTransformer, num_classes: int, img_size: int | None = None) -> VisionTransformer:
+    """A copy of ``model`` with a fresh zero head for ``num_classes`` (and, given ``img_size``, its
+    position embeddings resampled to that size)."""
+    cfg = model.cfg
+    size = (img_size, img_size) if img_size else cfg.img_size
+    new = VisionTransformer(replace(cfg, num_classes=num_classes, img_size=size)).init_weights()
+    sd = {k: v for k, v in model.state_dict().items() if not k.startswith(("head.", "head_dist."))}
+    if size != cfg.img_size:
+        P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
+        pos = sd["pos_embed"]
+        sd["pos_embed"] = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, new.cfg.grid_size)], 1)
+    missing, unexpected = new.load_state_dict(sd, strict=False)
+    assert not unexpected and all(k.startswith(("head.", "head_dist.")) for k in missing), (missing, unexpected)
+    return new
+
+
+# ----------------------------------------------------------------------------- distributed
+
+
+@dataclass
+class Dist:
+    """Where this process sits in a torchrun job (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: torch.device) -> Dist:
+    """Join the torchrun job if there is one (env:// rendezvous); nccl on CUDA, gloo otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def epoch_order(n: int, epoch: int, seed: int, dist: Dist, drop_last: bool) -> list[int]:
+    """This rank's shuffled training indices for ``epoch`` (DistributedSampler when sharded)."""
+    if dist.world == 1:
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(range(n), dist.world, dist.rank, shuffle=True, seed=seed, drop_last=drop_last)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+@dataclass
+class Setup:
+    """Everything a run needs before its first step."""
+
+    model: VisionTransformer
+    dc: DataConfig
+    data: TrainData
+    recipe: Recipe
+    mode: str  # "scratch", "finetune" or "linear-probe"
+    base_name: str  # what the model was built from
+
+
+def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
+    """Read the data, build the model and resolve the recipe (flags override the defaults)."""
+    if opts.from_ is None and opts.freeze_backbone:
+        raise DataError("--freeze-backbone needs --from CHECKPOINT (there is no trained backbone to freeze)")
+    cifar = opts.data.lower() == "cifar10"
+    index = None if cifar else index_folder(opts.data)
+    num_classes = 10 if cifar else len(index.classes)
+    if opts.from_ is None:
+        size = opts.img_size or (32 if cifar else min(common_size(index.files)))
+        model = VisionTransformer(scratch_config(size, num_classes, opts.patch_size)).init_weights()
+        dc, recipe, mode, base = scratch_data_config(size), scratch_recipe(), "scratch", "scratch"
+        store = size
+    else:
+        from .weights import load_model
+
+        if opts.patch_size:
+            raise DataError("--patch-size only applies from scratch (a checkpoint fixes its patch size)")
+        lm = load_model(weights=opts.from_, device="cpu")
+        model = with_new_head(lm.model, num_classes, opts.img_size)
+        dc = lm.data_config.with_size(model.cfg.img_size)
+        recipe = finetune_recipe(opts.freeze_backbone)
+        mode, base = ("linear-probe" if opts.freeze_backbone else "finetune"), lm.name
+        store = dc.scale_size[0]
+    recipe = replace(recipe, **{k: v for k, v in (("epochs", opts.epochs), ("batch_size", opts.batch_size),
+                                                  ("lr", opts.lr)) if v is not None})
+    if recipe.epochs < 1 or recipe.batch_size < 1 or recipe.lr <= 0:
+        raise DataError("--epochs and --batch-size must be >= 1 and --lr > 0")
+    data = load_cifar10(dc, store) if cifar else load_folder(index, dc, opts.val_split, opts.seed, store,
+                                                             progress=opts.progress, warn=log)
+    return Setup(model, dc, data, recipe, mode, base)
+
+
+def make_optimizer(model: VisionTransformer, recipe: Recipe, freeze: bool) -> torch.optim.AdamW:
+    """AdamW; no weight decay on biases, norms, tokens and position embeddings (as timm does);
+    the head at ``lr``, the backbone at ``lr * backbone_lr_scale`` (or frozen)."""
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        is_head = name.startswith(("head.", "head_dist."))
+        if freeze and not is_head:
+            p.requires_grad_(False)
+            continue
+        groups.setdefault((is_head, p.ndim <= 1 or name in ("pos_embed", "cls_token", "dist_token", "reg_token")),
+                          []).append(p)
+    param_groups = [
+        {"params": ps, "lr": recipe.lr * (1.0 if is_head else recipe.backbone_lr_scale),
+         "weight_decay": 0.0 if no_decay else recipe.weight_decay}
+        for (is_head, no_decay), ps in sorted(groups.items())
+    ]
+    return torch.optim.AdamW(param_groups, lr=recipe.lr, betas=(0.9, 0.999))
+
+
+def warmup_cosine(total_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """LR multiplier: linear warm-up from ~0 to 1, then cosine decay to 0."""
+
+    def f(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+
+    return f
+
+
+# ----------------------------------------------------------------------------- loops
+
+
+def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: int, dist: Dist,
+                    device: torch.device, progress: bool) -> tuple[float, float]:
+    """One pass over this rank's shard. Returns (mean train loss, images/s over all ranks)."""
+    from tqdm import tqdm
+
+    r, x_all, y_all = s.recipe, s.data.train_x, s.data.train_y
+    per_rank = max(1, r.batch_size // dist.world)
+    order = epoch_order(len(x_all), epoch, seed, dist, drop_last=True)
+    steps = max(1, len(order) // per_rank)  # drop the last partial batch (as timm does)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch * 1009 + dist.rank)
+    model.train()
+    total, count, t0 = torch.zeros((), dtype=torch.float64), 0, time.perf_counter()
+    bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{r.epochs}", unit="batch", leave=False,
+               disable=not (progress and dist.main), file=sys.stderr)
+    for i in bar:
+        idx = torch.tensor(order[i * per_rank : (i + 1) * per_rank] or order[:per_rank])
+        x = train_batch(x_all[idx].to(device), s.dc, r.augment, g)
+        y = y_all[idx].to(device)
+        loss = F.cross_entropy(model(x).logits, y, label_smoothing=r.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if r.grad_clip:
+            nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], r.grad_clip)
+        opt.step()
+        sched.step()
+        total += loss.detach().double().cpu() * len(idx)
+        count += len(idx)
+        bar.set_postfix(loss=f"{float(total) / count:.3f}")
+    bar.close()
+    return float(total) / max(1, count), count * dist.world / (time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def evaluate(model: VisionTransformer, s: Setup, device: torch.device, batch_size: int = 256) -> tuple[float, float]:
+    """(mean loss, accuracy) on the validation pictures (NaN, NaN when there are none)."""
+    x_all, y_all = s.data.val_x, s.data.val_y
+    if len(x_all) == 0:
+        return float("nan"), float("nan")
+    model.eval()
+    loss, correct = 0.0, 0
+    for i in range(0, len(x_all), batch_size):
+        x, y = eval_batch(x_all[i : i + batch_size].to(device), s.dc), y_all[i : i + batch_size].to(device)
+        logits = model(x).logits
+        loss += float(F.cross_entropy(logits, y, reduction="sum"))
+        correct += int((logits.argmax(-1) == y).sum())
+    return loss / len(x_all), correct / len(x_all)
+
+
+# ----------------------------------------------------------------------------- state
+
+
+def state_path(out: str | os.PathLike) -> Path:
+    return Path(str(out) + STATE_SUFFIX)
+
+
+def fingerprint(opts: TrainOptions, s: Setup, dist: Dist) -> dict[str, Any]:
+    """What must be unchanged for ``--resume`` to reach the same result."""
+    return {"data": str(Path(opts.data).resolve()) if opts.data.lower() != "cifar10" else "cifar10",
+            "classes": s.data.classes, "from": opts.from_, "config": s.model.cfg.to_dict(),
+            "recipe": json.loads(json.dumps(asdict(s.recipe))), "val_split": opts.val_split, "seed": opts.seed,
+            "freeze_backbone": opts.freeze_backbone, "world_size": dist.world, "train_images": len(s.data.train_x)}
+
+
+def save_state(path: Path, state: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a crash mid-write leaves the previous epoch's state intact
+
+
+def load_state(path: Path, fp: dict[str, Any]) -> dict[str, Any]:
+    from .cli import UserError
+
+    if not path.is_file():
+        raise UserError(f"--resume: no training state at {path} (start without --resume)")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    diff = [k for k in fp if state["fingerprint"].get(k) != fp[k]]
+    if diff:
+        raise UserError(f"--resume: {path.name} was saved by a run with different {', '.join(diff)}; "
+                        f"resume with the same flags and data, or start without --resume")
+    return state
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train as ``opts`` says; return the summary (the ``--json`` object)."""
+    from .weights import resolve_device
+
+    t_start = time.perf_counter()
+    device = resolve_device(opts.device)
+    dist = init_distributed(device)
+    if device.type == "cuda" and dist.world > 1:
+        device = torch.device("cuda", dist.local_rank)
+    say = log if dist.main else (lambda msg: None)
+    torch.manual_seed(opts.seed)
+    s = build(opts, say)
+    r = s.recipe
+    model = s.model.to(device)
+    opt = make_optimizer(model, r, opts.freeze_backbone)
+    steps = max(1, len(s.data.train_x) // max(1, r.batch_size // dist.world) // dist.world)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(r.epochs * steps, round(r.warmup_epochs * steps)))
+    fp = fingerprint(opts, s, dist)
+    spath = state_path(opts.out)
+    history: list[dict[str, float]] = []
+    best: dict[str, Any] = {"acc": -1.0, "epoch": 0, "state": None}
+    start = 0
+    if opts.resume:
+        st = load_state(spath, fp)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        history, best, start = st["history"], st["best"], st["epoch"]
+        say(f"resuming after epoch {start}/{r.epochs} from {spath}")
+    say(f"{s.mode}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
+        f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
+        f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
+        f"patch {model.cfg.patch_size}; {r.epochs} epochs, batch {r.batch_size}, lr {r.lr:g}"
+        + (f", {dist.world} processes" if dist.world > 1 else ""))
+    ddp = model
+    if dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    for epoch in range(start, r.epochs):
+        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress)
+        val_loss, val_acc = evaluate(model, s, device)
+        history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
+                        "images_per_s": ips})
+        score = val_acc if val_acc == val_acc else -train_loss  # no validation: lowest training loss
+        if score >= best["acc"] or best["state"] is None:
+            best = {"acc": score, "epoch": epoch + 1,
+                    "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
+        say(f"epoch {epoch + 1:>3}/{r.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
+            f"val acc {val_acc:.4f}  {ips:,.0f} img/s")
+        if dist.main:
+            save_state(spath, {"fingerprint": fp, "epoch": epoch + 1, "history": history, "best": best,
+                               "model": model.state_dict(), "optimizer": opt.state_dict(),
+                               "scheduler": sched.state_dict()})
+    summary = finish(opts, s, model, history, best, dist, time.perf_counter() - t_start)
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        tdist.barrier()
+        tdist.destroy_process_group()
+    return summary
+
+
+def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list[dict[str, float]],
+           best: dict[str, Any], dist: Dist, seconds: float) -> dict[str, Any]:
+    """Save the best checkpoint and the curves (rank 0) and return the summary."""
+    from .port import save
+
+    last = history[-1] if history else {}
+    val_acc = last.get("val_accuracy", float("nan"))
+    accs = [h["val_accuracy"] for h in history if h["val_accuracy"] == h["val_accuracy"]]
+    summary = {
+        "classes": s.data.classes, "train_images": len(s.data.train_x), "val_images": len(s.data.val_x),
+        "skipped_files": s.data.skipped, "epochs": s.recipe.epochs,
+        "val_accuracy": None if val_acc != val_acc else round(val_acc, 6),
+        "best_val_accuracy": round(max(accs), 6) if accs else None, "seconds": round(seconds, 2), "out": str(opts.out),
+    }
+    if dist.main:
+        model.load_state_dict(best["state"])
+        meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name, "best_epoch": best["epoch"],
+                                        "seed": opts.seed, "val_split": opts.val_split, "data": s.data.source,
+                                        "processes": dist.world, "recipe": asdict(s.recipe), "history": history})}
+        save(model, s.dc, opts.out, name="", source=f"trained here ({s.mode}) on "
+             f"{s.data.source}", class_names=s.data.classes, extra_meta=meta)
+        plot_curves(history, curves_path(opts.out), title=f"{Path(opts.out).name} ({s.mode})")
+    return summary
+
+
+def curves_path(out: str | os.PathLike) -> Path:
+    p = Path(out)
+    return p.with_name(p.name.split(".")[0] + ".curves.png")
+
+
+def plot_curves(history: list[dict[str, float]], path: Path, title: str = "") -> None:
+    """Loss (train, val) and validation accuracy per epoch, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = [h["epoch"] for h in history]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
+    a.plot(ep, [h["train_loss"] for h in history], "o-", label="train")
+    a.plot(ep, [h["val_loss"] for h in history], "o-", label="validation")
+    a.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
+    a.legend()
+    b.plot(ep, [h["val_accuracy"] for h in history], "o-", color="C2")
+    b.set(xlabel="epoch", ylabel="accuracy", ylim=(0, 1.02), title="validation accuracy")
+    b.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    opts = TrainOptions(data=args.data, out=args.out, from_=args.from_, img_size=args.img_size,
+                        patch_size=args.patch_size, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                        freeze_backbone=args.freeze_backbone, val_split=args.val_split, seed=args.seed,
+                        resume=args.resume, device=args.device, progress=not args.no_progress)
+    log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
+    try:
+        summary = run(opts, log)
+    except KeyboardInterrupt:
+        done = state_path(args.out)
+        print(f"interrupted; {'resume with --resume (state in ' + str(done) + ')' if done.exists() else 'no epoch finished'}",
+              file=sys.stderr)
+        return 130
+    if int(os.environ.get("RANK", "0")) == 0:
+        if args.json:
+            print(json.dumps(summary), flush=True)
+        else:
+            print(f"saved {summary['out']} (val accuracy {summary['val_accuracy']}, best {summary['best_val_accuracy']}; "
+                  f"{summary['seconds']:.0f} s); curves in {curves_path(args.out)}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``train`` sub-command."""
+    from .weights import DEFAULT_CHECKPOINT
+
+    p = subparsers.add_parser("train", help="train the ViT from scratch or fine-tune a checkpoint on an image folder")
+    p.add_argument("--data", required=True, help="ImageFolder (one sub-folder per class), or 'cifar10' (downloads)")
+    p.add_argument("--out", required=True, help="checkpoint to write (.safetensors)")
+    p.add_argument("--from", dest="from_", nargs="?", const=str(DEFAULT_CHECKPOINT), default=None,
+                   help="fine-tune this checkpoint (no value: the embedded DeiT-Tiny); default: from scratch")
+    p.add_argument("--img-size", type=int, help="model input size (default: the pictures' own size from scratch, "
+                                                "the checkpoint's when fine-tuning)")
+    p.add_argument("--patch-size", type=int, help="from scratch: patch size (default: about 8 patches a side)")
+    p.add_argument("--epochs", type=int, help="default 50 from scratch, 5 fine-tuning, 8 linear probe")
+    p.add_argument("--batch-size", type=int, help="global batch (split across torchrun processes); default 64 / 16")
+    p.add_argument("--lr", type=float, help="peak learning rate (default 1e-3)")
+    p.add_argument("--freeze-backbone", action="store_true", help="with --from: train the head only (linear probe)")
+    p.add_argument("--val-split", type=float, default=0.2, help="share of each class held out (default 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="fixes the split, the init and every augmentation")
+    p.add_argument("--resume", action="store_true", help="continue from OUT.train-state (last finished epoch)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout (logs go to stderr)")
+    p.set_defaults(func=cmd_train)
