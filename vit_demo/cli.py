@@ -22,8 +22,10 @@ class UserError(Exception):
 
 def add_model_args(p: argparse.ArgumentParser, random_init: bool = False) -> None:
     """--model / --weights / --device, shared by every command that loads a model."""
-    p.add_argument("--model", help="timm model name (architecture; hub weights when online)")
-    p.add_argument("--weights", help="checkpoint file: .safetensors, .pth/.bin or .npz in timm layout")
+    p.add_argument("--model", help="timm model name: weights/NAME.safetensors, else downloaded from the hub once "
+                   "(default: the embedded deit_tiny_patch16_224)")
+    p.add_argument("--weights", help="checkpoint file: .safetensors, .pth/.bin or .npz in timm layout "
+                   "(default: weights/deit_tiny_patch16_224.safetensors)")
     if random_init:
         p.add_argument("--random-init", action="store_true", help="timm's random initialisation (no download)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])

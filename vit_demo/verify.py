@@ -15,7 +15,7 @@ from .images import find_images
 from .inference import batches, load_inputs
 from .model import VisionTransformer
 from .port import is_timm_layout, read_checkpoint, timm_model
-from .weights import LoadedModel, load_model, resolve_device
+from .weights import LoadedModel, default_checkpoint, load_model, resolve_device
 
 DEFAULT_TOL = 1e-4
 
@@ -90,7 +90,10 @@ def verify(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Build both models with the same weights and compare them on ``images`` (a folder or
-    files; random inputs when none). ``passed``: logits within ``tol`` and identical top-1."""
+    files; random inputs when none). ``passed``: logits within ``tol`` and identical top-1.
+    With no model, weights or random init: the embedded default checkpoint."""
+    if model is None and weights is None and not random_init:
+        weights = default_checkpoint()
     lm = load_model(model, weights, random_init=random_init, device=device)
     dc = lm.data_config if input_size is None else lm.data_config.with_size(input_size)
     kwargs = {"dynamic_img_size": True} if tuple(dc.input_size) != tuple(lm.model.cfg.img_size) else {}
