@@ -72,7 +72,7 @@ PACKAGE_PHOTOS: dict[str, tuple[str, str]] = {
     "camera": ("skimage", "data/camera.png"),  # greyscale: a photographer with a tripod camera
     "astronaut": ("skimage", "data/astronaut.png"),
     "rocket": ("skimage", "data/rocket.jpg"),
-    "horse": ("skimage", "data/horse.png"),  # a binary silhouette (mode 1 / bool)
+    "horse": ("skimage", "data/horse.png"),  # a black silhouette with an alpha channel (RGBA)
     "page": ("skimage", "data/page.png"),  # greyscale scan of text
 }
 PHOTO_TOP1: dict[str, frozenset[str]] = {  # acceptable top-1 labels (ImageNet names)
