@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .hf_port import META_ARCHITECTURE, from_hf_folder, is_hf_folder
 from .labels import labels_for
 from .model import VisionTransformer
 from .port import CheckpointError, from_checkpoint, from_hub, from_timm, save, timm_model
@@ -143,7 +144,8 @@ def load_model(
     """Resolve a model the way the CLI and the app do.
 
     - nothing: the embedded default checkpoint (``weights/deit_tiny_patch16_224.safetensors``);
-    - ``weights``: that file (``name`` gives the architecture for plain timm-layout files);
+    - ``weights``: that file (``name`` gives the architecture for plain timm-layout files), or a
+      Hugging Face transformers model folder (ported on the fly; see hf_port.py);
     - ``random_init``: timm's random initialisation of ``name`` (no download);
     - ``name`` alone: ``weights/NAME.*`` if present, else timm's pretrained weights from the
       hub, ported once to ``weights/NAME.safetensors`` (fails fast offline).
@@ -152,9 +154,13 @@ def load_model(
     if weights is not None:
         if Path(weights).resolve() == DEFAULT_CHECKPOINT:
             default_checkpoint()  # sha256 check of the embedded file: a clear error, not a crash
-        model, dc, meta = from_checkpoint(weights, name)
-        timm_name = meta.get("model_name") or name
-        lm = LoadedModel(model, dc, timm_name or Path(weights).stem, f"file {weights}", timm_name,
+        if is_hf_folder(weights):  # a transformers model folder, ported on the fly
+            model, dc, meta = from_hf_folder(weights)
+        else:
+            model, dc, meta = from_checkpoint(weights, name)
+        # a file ported from transformers has no timm twin; others name their timm architecture
+        timm_name = None if meta.get(META_ARCHITECTURE) else (meta.get("model_name") or name)
+        lm = LoadedModel(model, dc, meta.get("model_name") or name or Path(weights).stem, f"file {weights}", timm_name,
                          class_names=class_names_from_meta(meta))
     elif random_init:
         if not name:
