@@ -293,6 +293,14 @@ def from_hub(name: str, progress: bool = True) -> tuple[VisionTransformer, DataC
     (enable_progress_bars if progress else disable_progress_bars)()
     try:
         tm = timm_model(name, pretrained=True)
+    except UnsupportedModelError:
+        raise
+    except Exception as e:  # huggingface_hub / HTTP / file errors: the hub answered, but not with weights
+        host, port = hub_address()
+        why = str(e).strip().split("\n")[0][:300] or type(e).__name__
+        raise HubUnavailableError(
+            f"cannot download pretrained weights for {name!r} from the hub ({host}:{port}): {why}"
+        ) from e
     finally:
         (disable_progress_bars if was_disabled else enable_progress_bars)()
     return from_timm(tm)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -193,6 +194,11 @@ def download_to_weights(name: str, progress: bool = True) -> Path:
     """timm's pretrained weights for ``name`` from the hub (timm's own download, into the
     Hugging Face cache, with a progress bar), ported once to ``weights/NAME.safetensors``."""
     out = weights_dir() / f"{name}.safetensors"
+    if progress:
+        print(f"{name}: not in {weights_dir()}; downloading timm's pretrained weights from the hub (once)",
+              file=sys.stderr, flush=True)
     model, dc = from_hub(name, progress=progress)
     save(model, dc, out, name=name, source=f"hub:{name}")
+    if progress:
+        print(f"{name}: ported to {out} (later starts load it offline)", file=sys.stderr, flush=True)
     return out
