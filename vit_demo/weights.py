@@ -184,8 +184,12 @@ def local_checkpoint(name: str) -> Path | None:
     """A checkpoint for timm model ``name`` already on disk: ``weights/NAME.*`` (or a file in
     $VIT_DEMO_WEIGHTS named so), else the embedded one when ``name`` is the default model."""
     base = name.split(".")[0]
-    for p in discover_checkpoints():
-        if p.stem == name or p.name.split(".")[0] == base:
+    found = discover_checkpoints()
+    for p in found:  # the exact name first (e.g. a tagged vit_small_patch16_224.augreg_in1k)
+        if p.stem == name:
+            return p
+    for p in found:
+        if p.name.split(".")[0] == base:
             return p
     return DEFAULT_CHECKPOINT if base == DEFAULT_MODEL and DEFAULT_CHECKPOINT.is_file() else None
 
