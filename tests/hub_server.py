@@ -24,6 +24,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the one revision every re
 @dataclass
 class FakeHub:
     files: dict[str, dict[str, bytes]]  # repo_id -> filename -> content
+    seconds_per_mib: float = 0.0  # a slow network, so that a progress indicator can be seen
     port: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
 
@@ -66,7 +67,12 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/octet-stream")
             self.end_headers()
             if body:
-                self.wfile.write(data[start:])
+                import time
+
+                for i in range(start, len(data), 1 << 20):
+                    self.wfile.write(data[i : i + (1 << 20)])
+                    self.wfile.flush()
+                    time.sleep(hub.seconds_per_mib)
 
         def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
             self._answer(body=False)
@@ -81,9 +87,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def fake_hub(files: dict[str, dict[str, bytes]]) -> Iterator[FakeHub]:
+def fake_hub(files: dict[str, dict[str, bytes]], seconds_per_mib: float = 0.0) -> Iterator[FakeHub]:
     """Serve ``files`` on a free loopback port for the duration of the block."""
-    hub = FakeHub(files)
+    hub = FakeHub(files, seconds_per_mib)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
     hub.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)

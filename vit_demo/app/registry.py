@@ -18,8 +18,9 @@ from typing import Any
 
 from PIL import Image
 
+from .. import weights as weights_mod
 from ..analysis import Analysis, AnalysisCache, class_maps
-from ..weights import LoadedModel, discover_checkpoints, load_model
+from ..weights import LoadedModel, discover_checkpoints, load_model, local_checkpoint
 
 RANDOM_MODEL = "deit_tiny_patch16_224"
 HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (tried only when picked)
@@ -84,6 +85,10 @@ class ModelRegistry:
         given = [Path(w) for w in weights]
         for p in given:
             self._add(self._file_spec(p, model_name))
+        default = weights_mod.DEFAULT_CHECKPOINT
+        if default.is_file():  # the embedded DeiT-Tiny: the first pick when no --weights is given
+            self._add(ModelSpec(f"file:{default.resolve()}", f"{weights_mod.DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
+                                f"ships with vit_demo)", "file", weights_mod.DEFAULT_MODEL, default.resolve()))
         for p in discover_checkpoints():
             spec = self._file_spec(p, None)
             if spec.key not in self._specs:
@@ -95,7 +100,8 @@ class ModelRegistry:
         if model_name and model_name not in names and not given:
             names.insert(0, model_name)
         for n in names:
-            self._add(ModelSpec(f"hub:{n}", f"{n}  ·  download from the hub (needs internet)", "hub", n))
+            if local_checkpoint(n) is None:  # a name with a file here is on the menu as that file
+                self._add(ModelSpec(f"hub:{n}", f"{n}  ·  download from the hub once (needs internet)", "hub", n))
         self.analyses = AnalysisCache(max_items=16)
 
     # -- the menu
@@ -121,8 +127,9 @@ class ModelRegistry:
         return [(s.label, s.key) for s in self.specs(extra)]
 
     def default_key(self) -> str:
-        """The first checkpoint (``--weights`` first), else the model named by ``--model`` when it
-        has a local file, else the random-weights model. Never the hub: start-up stays offline."""
+        """The model named by ``--model`` when it has a local file, else the first checkpoint
+        (``--weights`` first, then the embedded DeiT-Tiny), else the random-weights model. Never
+        the hub: start-up stays offline."""
         files = [s for s in self._specs.values() if s.kind == "file" and s.key not in self._private]
         if self.model_name:
             named = [s for s in files
@@ -214,6 +221,11 @@ class ModelRegistry:
 
     def is_loaded(self, key: str) -> bool:
         return key in self._loaded
+
+    def needs_download(self, key: str) -> bool:
+        """A hub model whose weights are not on disk yet: picking it downloads them (once)."""
+        spec = self.spec(key)
+        return spec.kind == "hub" and key not in self._loaded and local_checkpoint(spec.name or "") is None
 
     def timm_twin(self, key: str) -> Any:
         """timm's own model with the same weights, built once per model."""
