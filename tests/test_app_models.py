@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -87,10 +88,11 @@ def test_hub_pick_downloads_with_progress(tmp_path: Path, package_photos: dict[s
 
     repo, data, _ = hub_checkpoint()
     weights = tmp_path / "weights"
-    with fake_hub({repo: {"model.safetensors": data}}, seconds_per_mib=0.25) as hub:
+    with fake_hub({repo: {"model.safetensors": data}}, seconds_per_mib=0.5) as hub:
         env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
                "VIT_DEMO_WEIGHTS_DIR": str(weights)}
-        with running_app(["--no-warm-up"], env=env) as app, sync_api.sync_playwright() as p:
+        # --model NAME puts it on the menu as a hub entry (no file for it here); the app still opens on the default
+        with running_app(["--no-warm-up", "--model", NAME], env=env) as app, sync_api.sync_playwright() as p:
             from test_app_browser import CHROMIUM_ARGS
 
             b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -102,8 +104,17 @@ def test_hub_pick_downloads_with_progress(tmp_path: Path, package_photos: dict[s
                 pg.set_input_files("#upload input[type=file]", str(package_photos["coffee"]))
                 pg.wait_for_selector("#predictions h2:has-text('espresso')")
                 pg.locator("#model input").click()
-                pg.get_by_role("option", name=f"{NAME}  ·  download from the hub once").click()
-                pg.wait_for_selector("text=/Downloading|model.safetensors/")  # gr.Progress, fed by the download's tqdm
+                pg.get_by_role("option", name=re.compile(f"{NAME}.*download from the hub")).click()
+                # gr.Progress over the model's description: our line first, then the download's own tqdm bar
+                # gr.Progress over the model menu: our line first, then the download's own tqdm bar (its file name)
+                shown = pg.wait_for_selector("text=/Downloading|model.safetensors/")
+                assert "%" in shown.inner_text()
+                pg.screenshot(path=str(tmp_path / "progress.png"))
+                import shutil
+
+                from test_app_browser import SHOTS
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                shutil.copy(tmp_path / "progress.png", SHOTS / "hub_download_progress.png")
                 pg.wait_for_selector(f"#model-info:has-text('{NAME}')")
                 assert "Random weights" not in pg.inner_text("#model-info")
             finally:
