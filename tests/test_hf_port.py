@@ -152,3 +152,16 @@ def test_unsupported_and_broken_folders_are_named(tmp_path: Path) -> None:
         from_hf_folder(folder)
     rc = main(["port", "--from", str(tmp_path), "--out", str(tmp_path / "x.safetensors")])  # no config.json there
     assert rc == 2
+
+
+def test_app_registry_takes_a_transformers_folder(tmp_path: Path, package_photos: dict[str, Path]) -> None:
+    """The app's "Use your own checkpoint" path accepts a transformers folder; its names are the labels."""
+    from PIL import Image
+
+    from vit_demo.app.registry import ModelRegistry
+
+    folder = make_folder(tmp_path, "ViTForImageClassification")
+    reg = ModelRegistry(hub_names=())
+    spec = reg.add_checkpoint(str(folder))
+    a = reg.analyze(spec.key, Image.open(package_photos["coffee"]))
+    assert a.labels == tuple(FRUIT) and a.topk(1)[0]["label"] in FRUIT

@@ -50,8 +50,9 @@ class ModelPicker(Section):
             ctx.model_dd = gr.Dropdown(reg.choices(), value=ctx.default_key, label="Model", scale=2, elem_id="model")
             ctx.model_md = gr.Markdown("*The model is loading; its description appears here.*", elem_id="model-info")
         with gr.Accordion("Use your own checkpoint", open=False, elem_id="checkpoint"):
-            gr.Markdown("A timm `state_dict` (`.safetensors`, `.pth`/`.bin`, `.npz`) or a file saved by "
-                        "`python -m vit_demo port`. Files are read as weights only (safetensors, or "
+            gr.Markdown("A timm `state_dict` (`.safetensors`, `.pth`/`.bin`, `.npz`), a file saved by "
+                        "`python -m vit_demo port`, or (as a path) a Hugging Face transformers ViT/DeiT folder. "
+                        "Files are read as weights only (safetensors, or "
                         "`torch.load(weights_only=True)`): a pickle that would run code is refused.")
             with gr.Row():
                 self.ckpt_path = gr.Textbox(label="Path on this computer", visible=not cfg.exposed, scale=3,

@@ -20,6 +20,7 @@ from PIL import Image
 
 from .. import weights as weights_mod
 from ..analysis import Analysis, AnalysisCache, class_maps
+from ..hf_port import is_hf_folder
 from ..weights import LoadedModel, discover_checkpoints, load_model, local_checkpoint
 
 RANDOM_MODEL = "deit_tiny_patch16_224"
@@ -152,8 +153,8 @@ class ModelRegistry:
         p = Path(str(path).strip().strip('"').strip("'")).expanduser()
         if not str(path).strip():
             raise ModelError("give the path of a checkpoint file (.safetensors, .pth, .bin or .npz)")
-        if not p.is_file():
-            raise ModelError(f"{p}: no such file")
+        if not p.is_file() and not is_hf_folder(p):  # a file, or a transformers model folder
+            raise ModelError(f"{p}: no such file (or transformers folder with a config.json)")
         spec = self._file_spec(p, (name or "").strip() or None)
         if spec.key in self._specs and spec.key not in self._private:  # already on everyone's menu
             self.get(spec.key)
