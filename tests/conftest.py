@@ -1,5 +1,6 @@
-"""Shared fixtures. Data in ../shared (real weights, ImageNet sample) is used when present
-and the tests that need it skip with a clear reason when it is not (a user's machine)."""
+"""Shared fixtures. The real checkpoint ships in weights/; real photos come from matplotlib's
+and scikit-image's bundled sample data (installed with the project). Only the ImageNet sample
+in ../shared is optional: the tests that need it skip with a clear reason when it is absent."""
 
 from __future__ import annotations
 
@@ -59,3 +60,45 @@ def deit_tiny_timm(deit_tiny_path: Path):
     tm = timm.create_model("deit_tiny_patch16_224", pretrained=False).eval()
     tm.load_state_dict(safetensors.torch.load_file(str(deit_tiny_path)))
     return tm
+
+
+# Photos that ship inside installed packages (public domain / permissively licensed), with the
+# top-1 classes the embedded DeiT-Tiny gives them (checked: see tests/test_defaults.py).
+PACKAGE_PHOTOS: dict[str, tuple[str, str]] = {
+    "chelsea": ("skimage", "data/chelsea.png"),  # a tabby cat
+    "coffee": ("skimage", "data/coffee.png"),  # a cup of espresso
+    "grace_hopper": ("matplotlib", "mpl-data/sample_data/grace_hopper.jpg"),  # in uniform
+    "motorcycle": ("skimage", "data/motorcycle_left.png"),
+    "camera": ("skimage", "data/camera.png"),  # greyscale: a photographer with a tripod camera
+    "astronaut": ("skimage", "data/astronaut.png"),
+    "rocket": ("skimage", "data/rocket.jpg"),
+    "horse": ("skimage", "data/horse.png"),  # a black silhouette with an alpha channel (RGBA)
+    "page": ("skimage", "data/page.png"),  # greyscale scan of text
+}
+PHOTO_TOP1: dict[str, frozenset[str]] = {  # acceptable top-1 labels (ImageNet names)
+    "chelsea": frozenset({"Egyptian cat", "tabby", "tiger cat"}),
+    "coffee": frozenset({"espresso"}),
+    "grace_hopper": frozenset({"military uniform"}),
+    "motorcycle": frozenset({"moped", "motor scooter"}),
+    "camera": frozenset({"tripod"}),
+}
+
+
+@pytest.fixture(scope="session")
+def package_photos() -> dict[str, Path]:
+    """Real photos bundled with matplotlib and scikit-image, by short name (see PACKAGE_PHOTOS)."""
+    from vit_demo.examples import package_dir
+
+    out = {}
+    for name, (pkg, rel) in PACKAGE_PHOTOS.items():
+        root = package_dir(pkg)
+        if root is None or not (root / rel).is_file():
+            pytest.skip(f"needs {pkg}'s sample photo {rel} (pip install -r requirements.txt)")
+        out[name] = root / rel
+    return out
+
+
+@pytest.fixture(scope="session")
+def labelled_photos(package_photos: dict[str, Path]) -> list[tuple[Path, frozenset[str]]]:
+    """The package photos whose top-1 class is known, with the acceptable labels."""
+    return [(package_photos[n], PHOTO_TOP1[n]) for n in PHOTO_TOP1]

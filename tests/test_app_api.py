@@ -45,8 +45,8 @@ def test_named_endpoints(client: Client) -> None:
     assert {"/predict", "/analyze", "/attention", "/compare"} <= set(named)
 
 
-def test_predict_matches_cli(client: Client, deit_tiny_path: Path, quick_images: list[Path]) -> None:
-    photos = quick_images[:5]
+def test_predict_matches_cli(client: Client, deit_tiny_path: Path, package_photos: dict[str, Path]) -> None:
+    photos = [package_photos[n] for n in ("coffee", "chelsea", "grace_hopper", "motorcycle", "camera")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     r = subprocess.run([sys.executable, "-m", "vit_demo", "predict", *map(str, photos), "--weights", str(deit_tiny_path),
                         "--topk", "5", "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -62,7 +62,7 @@ def test_predict_matches_cli(client: Client, deit_tiny_path: Path, quick_images:
             assert a["prob"] == pytest.approx(b["prob"], abs=1e-5), p.name
     # the k parameter
     three = client.predict(handle_file(str(photos[0])), k=3, api_name="/predict")
-    assert len(three["topk"]) == 3 and three["topk"][0]["label"] == "tench"
+    assert len(three["topk"]) == 3 and three["topk"][0]["label"] == "espresso"
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -104,31 +104,31 @@ def bad_files(tmp: Path, good: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("case", ["not an image", "truncated", "1x1 px", "20000x20000 px"])
-def test_bad_input_is_refused_readably(client: Client, quick_images: list[Path], tmp_path: Path, case: str) -> None:
-    path, phrase = bad_files(tmp_path, quick_images[0])[case]
+def test_bad_input_is_refused_readably(client: Client, package_photos: dict[str, Path], tmp_path: Path, case: str) -> None:
+    path, phrase = bad_files(tmp_path, package_photos["grace_hopper"])[case]
     with pytest.raises(AppError) as err:
         client.predict(handle_file(str(path)), api_name="/predict")
     msg = str(err.value)
     assert phrase in msg and path.name in msg, msg
     assert "Traceback" not in msg and len(msg) < 400, msg
     # the app goes on serving
-    ok = client.predict(handle_file(str(quick_images[0])), api_name="/predict")
-    assert ok["topk"][0]["label"] == "tench"
+    ok = client.predict(handle_file(str(package_photos["coffee"])), api_name="/predict")
+    assert ok["topk"][0]["label"] == "espresso"
 
 
-def test_bad_input_in_the_ui_event(app, quick_images: list[Path], tmp_path: Path) -> None:
+def test_bad_input_in_the_ui_event(app, package_photos: dict[str, Path], tmp_path: Path) -> None:
     """The upload event (what the browser calls) shows the message in the page instead of failing."""
     c = new_client(app)
-    path, phrase = bad_files(tmp_path, quick_images[0])["truncated"]
+    path, phrase = bad_files(tmp_path, package_photos["grace_hopper"])["truncated"]
     out = c.predict(handle_file(str(path)), api_name="/analyze")
     status = out[STATUS]
     assert "Cannot use this image" in status and phrase in status
-    out = c.predict(handle_file(str(quick_images[0])), api_name="/analyze")
-    assert out[TOPK]["label"] == "tench"
+    out = c.predict(handle_file(str(package_photos["coffee"])), api_name="/analyze")
+    assert out[TOPK]["label"] == "espresso"
 
 
-def test_animated_gif_uses_the_first_frame(client: Client, quick_images: list[Path], tmp_path: Path) -> None:
-    first = Image.open(quick_images[0]).convert("RGB").resize((224, 168))
+def test_animated_gif_uses_the_first_frame(client: Client, package_photos: dict[str, Path], tmp_path: Path) -> None:
+    first = Image.open(package_photos["coffee"]).convert("RGB").resize((224, 168))
     frames = [first, Image.new("RGB", first.size, (0, 0, 255)), Image.new("RGB", first.size, (255, 0, 0))]
     gif = tmp_path / "animated.gif"
     frames[0].save(gif, save_all=True, append_images=frames[1:], duration=100, loop=0)
@@ -140,10 +140,10 @@ def test_animated_gif_uses_the_first_frame(client: Client, quick_images: list[Pa
 # ----------------------------------------------------------------------------- sessions and re-renders
 
 
-def test_slider_rerender_and_compare(app, quick_images: list[Path]) -> None:
+def test_slider_rerender_and_compare(app, package_photos: dict[str, Path]) -> None:
     c = new_client(app)
-    out = c.predict(handle_file(str(quick_images[0])), api_name="/analyze")
-    assert out[TOPK]["label"] == "tench"
+    out = c.predict(handle_file(str(package_photos["coffee"])), api_name="/analyze")
+    assert out[TOPK]["label"] == "espresso"
     a11 = c.predict(11, "mean", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
     a3 = c.predict(3, "mean", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
     assert "layer 11" in a11[1] and "layer 3" in a3[1]
@@ -154,9 +154,9 @@ def test_slider_rerender_and_compare(app, quick_images: list[Path]) -> None:
     assert "Identical to" in verdict, verdict
 
 
-def test_sessions_are_separate(app, quick_images: list[Path]) -> None:
+def test_sessions_are_separate(app, package_photos: dict[str, Path]) -> None:
     """Two users at once: each one's re-render shows its own image."""
-    photos = {"tench": quick_images[0], "bullfrog": quick_images[3]}
+    photos = {"espresso": package_photos["coffee"], "Egyptian cat": package_photos["chelsea"]}
     results: dict[str, str] = {}
     errors: list[BaseException] = []
 
@@ -176,8 +176,8 @@ def test_sessions_are_separate(app, quick_images: list[Path]) -> None:
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
-    assert results["tench analyze"] == "tench" and results["bullfrog analyze"] == "bullfrog"
-    assert results["tench attention"] != results["bullfrog attention"]
+    assert results["espresso analyze"] == "espresso" and results["Egyptian cat analyze"] == "Egyptian cat"
+    assert results["espresso attention"] != results["Egyptian cat attention"]
 
 
 def test_server_healthy(app) -> None:
@@ -185,19 +185,10 @@ def test_server_healthy(app) -> None:
     assert "Traceback" not in app.log(50_000), app.log()
 
 
-def test_starts_without_any_checkpoint(tmp_path: Path, quick_images: list[Path]) -> None:
-    """No weights anywhere: the app starts, says how to get a checkpoint, and runs a model with
-    random weights, labelled as such."""
-    empty = tmp_path / "no_weights"
-    empty.mkdir()
-    env = {"VIT_DEMO_WEIGHTS_DIR": str(empty), "VIT_DEMO_WEIGHTS": ""}
-    with running_app(["--no-warm-up"], env=env) as bare:
-        import urllib.request
-
-        with urllib.request.urlopen(bare.url + "config", timeout=30) as r:
-            config = r.read().decode()
-        assert "No checkpoint found" in config and "weights/README.md" in config
-        c = new_client(bare)
-        out = c.predict(handle_file(str(quick_images[0])), api_name="/analyze")
-        assert "Random weights" in out[STATUS] and "random weights" in out[0]
-        assert len(out[TOPK]["confidences"]) == 5
+def test_random_weights_model_stays_on_the_menu(app, package_photos: dict[str, Path]) -> None:
+    """The random-weights model is still offered (for teaching), and says so when it runs. (With
+    no flags the app opens on the embedded checkpoint: tests/test_app_models.py.)"""
+    c = new_client(app)
+    out = c.predict(handle_file(str(package_photos["coffee"])), "random:deit_tiny_patch16_224", api_name="/analyze")
+    assert "Random weights" in out[STATUS] and "random weights" in out[0]
+    assert len(out[TOPK]["confidences"]) == 5

@@ -101,17 +101,16 @@ def upload(pg, path: Path) -> None:
     pg.set_input_files("#upload input[type=file]", str(path))
 
 
-def test_tour(page, app, quick_images: list[Path], tmp_path: Path) -> None:
+def test_tour(page, app, package_photos: dict[str, Path], tmp_path: Path) -> None:
     """Upload a photo, read the prediction, move the layer slider, click a patch, look at every
     section, check the timm verdict; bad input on the way must not break anything."""
     pg = page
-    tench = quick_images[0]
-    assert tench.name == "n01440764_tench.JPEG"
+    coffee = package_photos["coffee"]  # scikit-image's cup of espresso
 
     # 1. predictions
-    upload(pg, tench)
-    pg.wait_for_selector("#predictions h2:has-text('tench')")
-    assert pg.inner_text("#predictions h2").strip() == "tench"
+    upload(pg, coffee)
+    pg.wait_for_selector("#predictions h2:has-text('espresso')")
+    assert pg.inner_text("#predictions h2").strip() == "espresso"
     pg.wait_for_selector("#model-input img")
     assert "center-crop 224x224" in pg.inner_text("#input-caption")
     shot(pg, "01_predictions")
@@ -142,7 +141,7 @@ def test_tour(page, app, quick_images: list[Path], tmp_path: Path) -> None:
     # 4. rollout and class-specific maps; 5. diagnostics
     pg.get_by_role("tab", name="Rollout & relevance").click()
     pg.wait_for_selector("#methods img")
-    pg.wait_for_function("document.querySelector('#explain-class input').value.includes('tench')")
+    pg.wait_for_function("document.querySelector('#explain-class input').value.includes('espresso')")
     shot(pg, "04_methods")
     pg.get_by_role("tab", name="Model diagnostics").click()
     pg.wait_for_selector("#distance img")
@@ -154,7 +153,7 @@ def test_tour(page, app, quick_images: list[Path], tmp_path: Path) -> None:
     pg.click("#run-timm")
     pg.wait_for_selector("#verdict:has-text('Identical')", timeout=120_000)
     assert "Identical to" in pg.inner_text("#verdict")
-    assert "tench" in pg.inner_text("#theirs")
+    assert "espresso" in pg.inner_text("#theirs")
     shot(pg, "06_timm")
 
     # a download: a slide-ready PNG made on demand
@@ -169,15 +168,14 @@ def test_tour(page, app, quick_images: list[Path], tmp_path: Path) -> None:
 
     # bad input: a readable message, and the app goes on serving
     broken = tmp_path / "broken.jpg"
-    broken.write_bytes(tench.read_bytes()[:3000])
+    broken.write_bytes(package_photos["grace_hopper"].read_bytes()[:3000])  # a JPEG cut short
     upload(pg, broken)
     pg.wait_for_selector("#status:has-text('Cannot use this image')")
     assert "truncated" in pg.inner_text("#status")
     shot(pg, "07_bad_input")
-    frog = quick_images[3]
-    assert frog.name == "n01641577_bullfrog.JPEG"
-    upload(pg, frog)
-    pg.wait_for_selector("#predictions h2:has-text('bullfrog')")
+    cat = package_photos["chelsea"]
+    upload(pg, cat)
+    pg.wait_for_selector("#predictions h2:has-text('Egyptian cat')")
     assert pg.inner_text("#status").strip() == ""
 
     assert not pg.outside, f"the page fetched from outside this machine: {pg.outside[:5]}"

@@ -70,7 +70,7 @@ SITECUSTOMIZE = textwrap.dedent('''
 ''')
 
 
-def test_startup_makes_no_outbound_connection(deit_tiny_path: Path, quick_images: list[Path], tmp_path: Path) -> None:
+def test_startup_makes_no_outbound_connection(deit_tiny_path: Path, package_photos: dict[str, Path], tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -85,8 +85,8 @@ def test_startup_makes_no_outbound_connection(deit_tiny_path: Path, quick_images
     log.write_text("")
     with running_app(["--weights", str(deit_tiny_path)], env=env) as app:
         client = Client(app.url, verbose=False)
-        out = client.predict(handle_file(str(quick_images[0])), api_name="/predict")
-        assert out["topk"][0]["label"] == "tench"
+        out = client.predict(handle_file(str(package_photos["coffee"])), api_name="/predict")
+        assert out["topk"][0]["label"] == "espresso"
         server_log = app.log()
     attempts = log.read_text().strip()
     assert attempts == "", f"outbound attempts during start-up and a prediction:\n{attempts}\n{server_log}"
@@ -99,10 +99,10 @@ def _expected_top1(deit_tiny, photos: list[Path]) -> dict[str, int]:
     return {Path(r["image"]).name: r["topk"][0]["index"] for r in predict_images(deit_tiny, photos, k=1, progress=False)}
 
 
-def test_sixteen_concurrent_clients(deit_tiny, deit_tiny_path: Path, quick_images: list[Path]) -> None:
+def test_sixteen_concurrent_clients(deit_tiny, deit_tiny_path: Path, package_photos: dict[str, Path]) -> None:
     """16 clients x 10 requests, mixed photos: all answered, each with its own image's answer,
     and resident memory after the run within 300 MB of the memory after warm-up."""
-    photos = quick_images[:8]
+    photos = list(package_photos.values())[:8]
     expected = _expected_top1(deit_tiny, photos)
     clients_n, per_client = 16, 10
     with running_app(["--weights", str(deit_tiny_path)]) as app:
@@ -159,7 +159,8 @@ def test_sixteen_concurrent_clients(deit_tiny, deit_tiny_path: Path, quick_image
     assert rss_after - rss_warm <= 300 * 2**20, report
 
 
-def test_full_queue_answers_with_a_message(deit_tiny_path: Path, quick_images: list[Path]) -> None:
+def test_full_queue_answers_with_a_message(deit_tiny_path: Path, package_photos: dict[str, Path]) -> None:
+    photos = list(package_photos.values())
     """A queue of 1 and one model run at a time: a burst of requests gets some 'queue is full'
     answers (not a hang), and the app serves normally once the burst is over."""
     from gradio_client.exceptions import AppError
@@ -167,8 +168,8 @@ def test_full_queue_answers_with_a_message(deit_tiny_path: Path, quick_images: l
 
     with running_app(["--weights", str(deit_tiny_path), "--max-queue", "1", "--concurrency", "1"]) as app:
         client = Client(app.url, verbose=False)
-        client.predict(handle_file(str(quick_images[0])), api_name="/predict")  # model loaded
-        jobs = [Client(app.url, verbose=False).submit(handle_file(str(quick_images[i % 5])), api_name="/analyze")
+        client.predict(handle_file(str(photos[0])), api_name="/predict")  # model loaded
+        jobs = [Client(app.url, verbose=False).submit(handle_file(str(photos[i % 5])), api_name="/analyze")
                 for i in range(12)]
         ok, full, other = 0, [], []
         for job in jobs:
@@ -179,12 +180,12 @@ def test_full_queue_answers_with_a_message(deit_tiny_path: Path, quick_images: l
                 (full if "queue is full" in str(e).lower() else other).append(f"{type(e).__name__}: {e}")
         assert full, f"no request was turned away ({ok} succeeded, others: {other})"
         assert ok >= 1 and not other, other
-        out = client.predict(handle_file(str(quick_images[1])), api_name="/predict")
+        out = client.predict(handle_file(str(photos[1])), api_name="/predict")
         assert out["topk"][0]["index"] == 10 or out["topk"]  # still serving
         assert app.alive()
 
 
-def test_hostile_corpus_through_the_running_app(deit_tiny_path: Path, quick_images: list[Path], tmp_path: Path) -> None:
+def test_hostile_corpus_through_the_running_app(deit_tiny_path: Path, package_photos: dict[str, Path], tmp_path: Path) -> None:
     """Every generated hostile file through /predict: bad files get a one-line human message,
     good ones a prediction (tiny images are refused by the app on purpose), and the app keeps
     serving after each."""
@@ -206,5 +207,5 @@ def test_hostile_corpus_through_the_running_app(deit_tiny_path: Path, quick_imag
             else:
                 out = client.predict(handle_file(str(corpus[name])), api_name="/predict")
                 assert len(out["topk"]) == 5 and 0 < out["topk"][0]["prob"] <= 1, name
-        assert client.predict(handle_file(str(quick_images[0])), api_name="/predict")["topk"][0]["label"] == "tench"
+        assert client.predict(handle_file(str(package_photos["coffee"])), api_name="/predict")["topk"][0]["label"] == "espresso"
         assert app.alive()

@@ -148,9 +148,9 @@ def load_photos(lm, paths, size=None):
 
 
 @pytest.fixture(scope="module")
-def photos(deit_tiny, quick_images):
-    """Three real photos (tench, guenon, pencil sharpener) as model inputs [3, 3, 224, 224]."""
-    return load_photos(deit_tiny, [quick_images[i] for i in (0, 37, 71)])
+def photos(deit_tiny, package_photos):
+    """Three real photos (cat, espresso, Grace Hopper) as model inputs [3, 3, 224, 224]."""
+    return load_photos(deit_tiny, [package_photos[n] for n in ("chelsea", "coffee", "grace_hopper")])
 
 
 @pytest.fixture(scope="module")
@@ -335,9 +335,9 @@ def test_layer_pairing_matters(ag):
 # ----------------------------------------------------------------------------- batches, shapes, other models
 
 
-def test_batch_equals_single_images(deit_tiny, quick_images):
+def test_batch_equals_single_images(deit_tiny, package_photos):
     model = deit_tiny.model
-    x = load_photos(deit_tiny, [quick_images[i] for i in (3, 41, 66, 95)])
+    x = load_photos(deit_tiny, [package_photos[n] for n in ("motorcycle", "camera", "astronaut", "rocket")])
     batch = attention_gradients(model, x)
     discard = rollout(batch.attentions, batch.layout, "mean", 0.9)
     gr = grad_rollout(batch.attentions, batch.grads, batch.layout)
@@ -357,8 +357,8 @@ def test_batch_equals_single_images(deit_tiny, quick_images):
                                    rollout(batch.attentions, batch.layout)[b : b + 1], atol=ATOL, rtol=0)
 
 
-def test_non_square_input(deit_tiny, quick_images):
-    x = load_photos(deit_tiny, [quick_images[5]], size=(224, 320))
+def test_non_square_input(deit_tiny, package_photos):
+    x = load_photos(deit_tiny, [package_photos["motorcycle"]], size=(224, 320))
     ag = attention_gradients(deit_tiny.model, x)
     layout = ag.layout
     assert layout.grid == (14, 20)

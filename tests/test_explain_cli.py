@@ -42,8 +42,8 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_rollout_subprocess(deit_tiny, deit_tiny_path, quick_images, tmp_path):
-    img = quick_images[3]
+def test_rollout_subprocess(deit_tiny, deit_tiny_path, package_photos, tmp_path):
+    img = package_photos["coffee"]
     r = run_cli(str(img), "--weights", str(deit_tiny_path), "--method", "rollout", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     stem = img.stem
@@ -67,12 +67,12 @@ def test_rollout_subprocess(deit_tiny, deit_tiny_path, quick_images, tmp_path):
     assert d["figure"] == fig.name and d["class_specific"] is False
 
 
-def test_chefer_folder_with_a_bad_image_subprocess(deit_tiny, deit_tiny_path, quick_images, tmp_path):
+def test_chefer_folder_with_a_bad_image_subprocess(deit_tiny, deit_tiny_path, package_photos, tmp_path):
     """A folder (linked photos + a broken file), a chosen class, PDF output: the good images
     are explained, the bad one is one line on stderr, and the exit status says so."""
     src = tmp_path / "in"
     src.mkdir()
-    photos = quick_images[:2]
+    photos = [package_photos["chelsea"], package_photos["grace_hopper"]]
     for p in photos:
         (src / p.name).symlink_to(p)
     (src / "broken.jpg").write_bytes(b"this is not a JPEG")
@@ -105,8 +105,8 @@ def test_chefer_folder_with_a_bad_image_subprocess(deit_tiny, deit_tiny_path, qu
     assert not list(out.glob("broken*"))
 
 
-def test_attention_query_patch_and_heads(deit_tiny, deit_tiny_path, quick_images, tmp_path, capsys):
-    img = quick_images[5]
+def test_attention_query_patch_and_heads(deit_tiny, deit_tiny_path, package_photos, tmp_path, capsys):
+    img = package_photos["motorcycle"]
     w = str(deit_tiny_path)
     rc = main(
         [
@@ -163,8 +163,8 @@ def test_attention_query_patch_and_heads(deit_tiny, deit_tiny_path, quick_images
     assert b"<svg" in (tmp_path / d["figure"]).read_bytes()[:400]
 
 
-def test_distance_patch_grid_and_pos_embed(deit_tiny, deit_tiny_path, quick_images, tmp_path):
-    img = quick_images[7]
+def test_distance_patch_grid_and_pos_embed(deit_tiny, deit_tiny_path, package_photos, tmp_path):
+    img = package_photos["astronaut"]
     w = str(deit_tiny_path)
     assert main(["explain", str(img), "--weights", w, "--method", "distance", "--out", str(tmp_path)]) == 0
     d = read_json(tmp_path / f"{img.stem}_distance.json")
@@ -214,8 +214,8 @@ def test_distance_patch_grid_and_pos_embed(deit_tiny, deit_tiny_path, quick_imag
         (["--method", "rollout", "--layer", "all"], "--layer all is for --method heads"),
     ],
 )
-def test_bad_settings_stop_early(deit_tiny_path, quick_images, tmp_path, capsys, extra, message):
-    rc = main(["explain", str(quick_images[0]), "--weights", str(deit_tiny_path), *extra, "--out", str(tmp_path / "o")])
+def test_bad_settings_stop_early(deit_tiny_path, package_photos, tmp_path, capsys, extra, message):
+    rc = main(["explain", str(package_photos["coffee"]), "--weights", str(deit_tiny_path), *extra, "--out", str(tmp_path / "o")])
     assert rc == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1

@@ -48,9 +48,9 @@ def test_patch_order():
     assert patch_order(s).tolist() == [[1, 2, 0, 3]]  # ties keep the row-major order
 
 
-def test_curves_match_naive(deit_tiny, quick_images):
+def test_curves_match_naive(deit_tiny, package_photos):
     model = deit_tiny.model
-    x = load_photos(deit_tiny, [quick_images[0], quick_images[37]])
+    x = load_photos(deit_tiny, [package_photos["chelsea"], package_photos["grace_hopper"]])
     saliency = METHODS["chefer"](model, x, None)
     with torch.no_grad():
         target = model(x).logits.argmax(-1)
@@ -64,9 +64,9 @@ def test_curves_match_naive(deit_tiny, quick_images):
     torch.testing.assert_close(d[:, -1], i[:, 0])  # the blank image
 
 
-def test_non_square_curves(deit_tiny, quick_images):
+def test_non_square_curves(deit_tiny, package_photos):
     model = deit_tiny.model
-    x = load_photos(deit_tiny, [quick_images[5]], size=(224, 320))
+    x = load_photos(deit_tiny, [package_photos["motorcycle"]], size=(224, 320))
     saliency = torch.rand(1, 14, 20, generator=torch.Generator().manual_seed(0))
     d, i = deletion_insertion(model, x, saliency, 3, per_step=70)
     assert d.shape == i.shape == (1, 5)  # 280 patches, 70 per step
@@ -82,10 +82,17 @@ def test_spread():
     assert spread(list(range(5)), 10) == list(range(5))
 
 
-def test_cli_matches_library(deit_tiny, deit_tiny_path, sample_images, capsys):
+def test_cli_matches_library(deit_tiny, deit_tiny_path, package_photos, tmp_path, capsys):
     from vit_demo.cli import main
+    from vit_demo.labels import imagenet_wnids
 
-    folder = sample_images[0].parent
+    # real photos named the ImageNet way (<wnid>_<name>), so --target label knows their classes
+    folder = tmp_path / "named"
+    folder.mkdir()
+    wnids = imagenet_wnids()
+    photos = [package_photos["chelsea"], package_photos["coffee"]]
+    for cls, p in zip((281, 967), photos):
+        (folder / f"{wnids[cls]}_{p.stem}{p.suffix}").symlink_to(p)
     rc = main(["faithfulness", "--images", str(folder), "--model", "deit_tiny_patch16_224", "--weights",
                str(deit_tiny_path), "--device", "cpu", "--methods", "attention", "--target", "label",
                "--limit", "2", "--json"])
@@ -93,9 +100,9 @@ def test_cli_matches_library(deit_tiny, deit_tiny_path, sample_images, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["images"] == 2 and r["target"] == "label" and r["points"] == 15 and r["errors"] == []
     assert list(r["methods"]) == ["attention", "random"]
-    # the same numbers by hand: files 0 and 500 (evenly spaced), true classes 0 and 500
-    x = load_photos(deit_tiny, [sample_images[0], sample_images[500]])
-    target = torch.tensor([0, 500])
+    # the same numbers by hand: true classes 281 (tabby) and 967 (espresso)
+    x = load_photos(deit_tiny, photos)
+    target = torch.tensor([281, 967])
     d, i = deletion_insertion(deit_tiny.model, x, METHODS["attention"](deit_tiny.model, x, target), target)
     assert r["methods"]["attention"]["deletion_auc"] == pytest.approx(float(d.mean()), abs=1e-5)
     assert r["methods"]["attention"]["insertion_auc"] == pytest.approx(float(i.mean()), abs=1e-5)
@@ -108,11 +115,11 @@ def test_cli_matches_library(deit_tiny, deit_tiny_path, sample_images, capsys):
     assert "attention" in table and "random" in table and "deletion AUC" in table
 
 
-def test_label_target_needs_wnid_names(deit_tiny, quick_images, tmp_path):
+def test_label_target_needs_wnid_names(deit_tiny, package_photos, tmp_path):
     import shutil
 
     odd = tmp_path / "holiday.jpg"
-    shutil.copy(quick_images[0], odd)
+    shutil.copy(package_photos["grace_hopper"], odd)
     with pytest.raises(ValueError, match="no ImageNet class"):
         evaluate(deit_tiny, [odd], ["attention"], target="label", progress=False)
     with pytest.raises(ValueError, match="unknown method"):

@@ -99,3 +99,17 @@ def test_real_deit_tiny_on_quick_subset(deit_tiny, deit_tiny_timm, quick_images)
     assert torch.equal(ours.argmax(-1), ref.argmax(-1))
     acc = (ours.argmax(-1) == labels).float().mean().item()
     assert acc >= 0.75, f"top-1 accuracy {acc:.2f} on the quick subset"
+
+
+def test_real_deit_tiny_on_package_photos(deit_tiny, deit_tiny_timm, package_photos, labelled_photos) -> None:
+    """Real weights, the photos that ship with matplotlib / scikit-image: same top-5 as timm,
+    logits within 1e-4, and the expected class for the photos whose subject is an ImageNet class."""
+    photos = list(package_photos.values())
+    x = torch.stack([preprocess(load_image(p), deit_tiny.data_config)[0] for p in photos])
+    with torch.inference_mode():
+        ours, ref = deit_tiny.model(x).logits, deit_tiny_timm(x)
+    assert (ours - ref).abs().max().item() <= TOL
+    assert torch.equal(ours.topk(5).indices, ref.topk(5).indices)
+    top1 = dict(zip(photos, ours.argmax(-1).tolist()))
+    for path, accepted in labelled_photos:
+        assert deit_tiny.labels[top1[path]] in accepted, (path.name, deit_tiny.labels[top1[path]])

@@ -26,7 +26,13 @@ CONFIGS = {
     "vit_base_patch16_clip_384.laion2b_ft_in1k": {},  # squash, crop_pct 1.0, 384 px
     "deit_tiny_patch16_224@256x384": {"input_size": (3, 256, 384)},  # non-square: ResizeKeepRatio
 }
-GREY = [191, 402, 710, 888]  # indices of greyscale JPEGs among the 1000 (23 in all)
+# Real photos bundled with scikit-image and matplotlib: 12 RGB (3 of them JPEGs) and 8 greyscale,
+# from 102 px to 1411 px a side, square, landscape and portrait.
+PHOTOS = [("skimage", f"data/{n}") for n in (
+    "astronaut.png", "chelsea.png", "chessboard_RGB.png", "coffee.png", "color.png", "hubble_deep_field.jpg",
+    "ihc.png", "motorcycle_left.png", "phantom.png", "retina.jpg", "rocket.jpg",
+    "brick.png", "camera.png", "cell.png", "clock_motion.png", "coins.png", "page.png", "text.png", "microaneurysms.png",
+)] + [("matplotlib", "mpl-data/sample_data/grace_hopper.jpg")]
 
 
 def timm_config(key: str) -> dict:
@@ -48,8 +54,13 @@ def configs() -> dict[str, tuple[dict, DataConfig]]:
 
 
 @pytest.fixture(scope="module")
-def photos(quick_images, sample_images) -> list:
-    picked = quick_images[::6][:16] + [sample_images[i] for i in GREY]
+def photos() -> list:
+    from vit_demo.examples import package_dir
+
+    picked = [package_dir(pkg) / rel for pkg, rel in PHOTOS if package_dir(pkg) is not None]
+    picked = [p for p in picked if p.is_file()]
+    if len(picked) < len(PHOTOS):
+        pytest.skip("needs scikit-image's and matplotlib's sample photos (pip install -r requirements.txt)")
     modes = [Image.open(p).mode for p in picked]
     assert modes.count("L") >= 4 and len(picked) == 20
     return picked

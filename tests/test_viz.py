@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def scene(deit_tiny, quick_images):
+def scene(deit_tiny, package_photos):
     """One photo through the real model: picture, attentions, layout, a few maps."""
-    x, pic = preprocess(load_image(quick_images[0]), deit_tiny.data_config)
+    x, pic = preprocess(load_image(package_photos["chelsea"]), deit_tiny.data_config)
     with torch.no_grad():
         out = deit_tiny.model(x[None], capture=True)
     cls = explain.head_maps(out.attentions, out.layout)[0]  # [L, H, gh, gw]

@@ -23,8 +23,10 @@ class UserError(Exception):
 
 def add_model_args(p: argparse.ArgumentParser, random_init: bool = False) -> None:
     """--model / --weights / --device, shared by every command that loads a model."""
-    p.add_argument("--model", help="timm model name (architecture; hub weights when online)")
-    p.add_argument("--weights", help="checkpoint file: .safetensors, .pth/.bin or .npz in timm layout")
+    p.add_argument("--model", help="timm model name: weights/NAME.safetensors, else downloaded from the hub once "
+                   "(default: the embedded deit_tiny_patch16_224)")
+    p.add_argument("--weights", help="checkpoint file (.safetensors, .pth/.bin or .npz in timm layout) or a "
+                   "transformers model folder (default: weights/deit_tiny_patch16_224.safetensors)")
     if random_init:
         p.add_argument("--random-init", action="store_true", help="timm's random initialisation (no download)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
@@ -50,17 +52,29 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_port(args: argparse.Namespace) -> int:
+    from .hf_port import from_hf_folder, is_hf_folder
     from .port import from_checkpoint, from_hub, save
+    from .weights import class_names_from_meta, weights_dir
 
-    if args.from_file:
+    extra: dict[str, str] = {}
+    names = None
+    if args.from_file and is_hf_folder(args.from_file):  # a transformers model folder
+        model, dc, meta = from_hf_folder(args.from_file)
+        name, source, names = meta["model_name"], meta["source"], class_names_from_meta(meta)
+        extra = {k: v for k, v in meta.items() if k not in ("model_name", "source", "class_names")}
+        default_out = Path(args.from_file).resolve().name
+    elif not args.model:
+        raise UserError("port needs --model NAME (a timm model), or --from DIR (a transformers model folder)")
+    elif args.from_file:
         model, dc, _ = from_checkpoint(args.from_file, args.model)
-        source = str(args.from_file)
+        name, source, default_out = args.model, str(args.from_file), args.model
     else:
         model, dc = from_hub(args.model)
-        source = f"hub:{args.model}"
-    out = Path(args.out or f"weights/{args.model}.safetensors")
-    save(model, dc, out, name=args.model, source=source)
-    print(f"saved {out} ({model.num_params:,} parameters; reloads without timm)")
+        name, source, default_out = args.model, f"hub:{args.model}", args.model
+    out = Path(args.out) if args.out else weights_dir() / f"{default_out}.safetensors"
+    save(model, dc, out, name=name, source=source, class_names=names, extra_meta=extra)
+    what = f", {len(names)} class names" if names else ""
+    print(f"saved {out} ({model.num_params:,} parameters{what}; reloads without timm or transformers)")
     return 0
 
 
@@ -74,7 +88,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         h, _, w = args.input_size.lower().partition("x")
         size = (int(h), int(w or h))
     images = [args.images] if args.images else []
-    r = verify(args.model, args.weights, args.random_init, images, args.device, args.tol, size, args.batch_size)
+    if args.reference and args.random_init:
+        raise UserError("--reference and --random-init exclude each other")
+    r = verify(args.model, args.weights, args.random_init, images, args.device, args.tol, size, args.batch_size,
+               reference=args.reference)
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0 if r["passed"] else 1
 
@@ -91,14 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("port", help="port timm weights to a safetensors file that loads without timm")
-    p.add_argument("--model", required=True, help="timm model name (the architecture)")
-    p.add_argument("--from", dest="from_file", help="local checkpoint (else the hub, when reachable)")
+    p = sub.add_parser("port", help="port timm or transformers weights to a safetensors file that loads without either")
+    p.add_argument("--model", help="timm model name (the architecture; not needed for a transformers folder)")
+    p.add_argument("--from", dest="from_file",
+                   help="local checkpoint file, or a transformers model folder (config.json + model.safetensors "
+                        "or pytorch_model.bin); else timm's weights from the hub, when reachable")
     p.add_argument("--out", help="output file (default weights/NAME.safetensors)")
     p.set_defaults(func=cmd_port)
 
-    p = sub.add_parser("verify", help="compare the scratch model with timm's on the same weights")
+    p = sub.add_parser("verify", help="compare the scratch model with timm's (or transformers') on the same weights")
     add_model_args(p, random_init=True)
+    p.add_argument("--reference", metavar="DIR",
+                   help="a transformers model folder: compare with transformers' own model (needs transformers)")
     p.add_argument("--images", help="folder or image file (default: 8 random-noise inputs)")
     p.add_argument("--input-size", help="HxW model input, e.g. 256x384 (timm with dynamic_img_size)")
     p.add_argument("--tol", type=float, default=1e-4, help="max abs logit difference allowed")

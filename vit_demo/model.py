@@ -47,6 +47,7 @@ class ViTConfig:
     global_pool: Literal["token", "avg", ""] = "token"
     fc_norm: bool = False  # norm after pooling instead of before (avg-pool heads)
     num_classes: int = 1000  # 0: headless (features only, e.g. DINO)
+    pos_embed_antialias: bool = True  # resampling positions for another input size: timm antialiases, transformers not
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", tuple(int(s) for s in self.img_size))
@@ -198,14 +199,17 @@ class Block(nn.Module):
         return x, attn
 
 
-def resample_pos_embed(pos: torch.Tensor, old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
-    """Resize a [1, gh*gw, C] grid of position embeddings to a new grid, bicubic with
-    antialiasing (as timm does for ``dynamic_img_size``)."""
+def resample_pos_embed(
+    pos: torch.Tensor, old: tuple[int, int], new: tuple[int, int], antialias: bool = True
+) -> torch.Tensor:
+    """Resize a [1, gh*gw, C] grid of position embeddings to a new grid, bicubic, with
+    antialiasing as timm does for ``dynamic_img_size`` (transformers' ``interpolate_pos_encoding``
+    uses plain bicubic: ``antialias=False``)."""
     if old == new:
         return pos
     C = pos.shape[-1]
     grid = pos.float().reshape(1, old[0], old[1], C).permute(0, 3, 1, 2)  # [1, C, gh, gw]
-    grid = F.interpolate(grid, size=new, mode="bicubic", antialias=True)
+    grid = F.interpolate(grid, size=new, mode="bicubic", antialias=antialias)
     return grid.permute(0, 2, 3, 1).reshape(1, new[0] * new[1], C).to(pos.dtype)
 
 
@@ -280,7 +284,7 @@ class VisionTransformer(nn.Module):
         pos = self.pos_embed
         if (gh, gw) != cfg.grid_size:  # another input size: resample the patches' positions
             P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
-            pos = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, (gh, gw))], dim=1)
+            pos = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, (gh, gw), cfg.pos_embed_antialias)], dim=1)
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         if cfg.no_embed_class:  # DeiT-III / DINOv2: only patches get a position
             x = torch.cat(prefix + [x + pos], dim=1)

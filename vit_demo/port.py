@@ -245,13 +245,27 @@ def timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
         raise
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub answers a TCP connect within ``timeout`` s (no retries)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
+def hub_address() -> tuple[str, int]:
+    """Host and port of the Hugging Face hub, honouring ``$HF_ENDPOINT`` (a mirror or a test server)."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co")
     try:
-        socket.getaddrinfo(HUB_HOST[0], HUB_HOST[1])  # fails fast with no DNS
-        with socket.create_connection(HUB_HOST, timeout=timeout):
+        port = url.port
+    except ValueError:
+        port = None
+    return url.hostname or HUB_HOST[0], port or (80 if url.scheme == "http" else 443)
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub ($HF_ENDPOINT or huggingface.co) answers a TCP connect
+    within ``timeout`` s (no retries)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        return False
+    host, port = hub_address()
+    try:
+        socket.getaddrinfo(host, port)  # fails fast with no DNS
+        with socket.create_connection((host, port), timeout=timeout):
             return True
     except OSError:
         return False
@@ -261,8 +275,9 @@ class HubUnavailableError(RuntimeError):
     """Pretrained weights were asked for by name and the hub cannot be reached."""
 
 
-def from_hub(name: str) -> tuple[VisionTransformer, DataConfig]:
-    """Download ``name``'s pretrained weights with timm and port them. Fails within seconds
+def from_hub(name: str, progress: bool = True) -> tuple[VisionTransformer, DataConfig]:
+    """Download ``name``'s pretrained weights with timm (into the Hugging Face cache, with a
+    progress bar on stderr unless ``progress`` is False) and port them. Fails within seconds
     when the hub is unreachable, telling the user how to use a local file instead."""
     t0 = time.perf_counter()
     if not hub_reachable():
@@ -272,7 +287,23 @@ def from_hub(name: str) -> tuple[VisionTransformer, DataConfig]:
             f"Give a local checkpoint instead: --weights FILE (a timm state_dict as .safetensors, "
             f".pth/.bin or .npz), or put one in weights/ (see weights/README.md)."
         )
-    return from_timm(timm_model(name, pretrained=True))
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_disabled = are_progress_bars_disabled()
+    (enable_progress_bars if progress else disable_progress_bars)()
+    try:
+        tm = timm_model(name, pretrained=True)
+    except UnsupportedModelError:
+        raise
+    except Exception as e:  # huggingface_hub / HTTP / file errors: the hub answered, but not with weights
+        host, port = hub_address()
+        why = str(e).strip().split("\n")[0][:300] or type(e).__name__
+        raise HubUnavailableError(
+            f"cannot download pretrained weights for {name!r} from the hub ({host}:{port}): {why}"
+        ) from e
+    finally:
+        (disable_progress_bars if was_disabled else enable_progress_bars)()
+    return from_timm(tm)
 
 
 def from_checkpoint(

@@ -1,4 +1,5 @@
-"""Scratch model vs timm's, same weights, same inputs -> a parity report."""
+"""Scratch model vs a reference implementation (timm's, or transformers' for a ported
+transformers folder), same weights, same inputs -> a parity report."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .images import find_images
 from .inference import batches, load_inputs
 from .model import VisionTransformer, ViTConfig
 from .port import is_timm_layout, read_checkpoint, timm_model
-from .weights import LoadedModel, load_model, resolve_device
+from .weights import LoadedModel, default_checkpoint, load_model, resolve_device
 
 DEFAULT_TOL = 1e-4
 
@@ -66,7 +67,8 @@ def timm_from_config(cfg: ViTConfig, **kwargs: Any) -> nn.Module:
 def compare(
     scratch: VisionTransformer, tm: nn.Module, inputs: Sequence[torch.Tensor], batch_size: int = 16, progress: bool = True
 ) -> dict[str, Any]:
-    """Run both models on ``inputs`` ([3, H, W] each) and measure how far apart they are."""
+    """Run both models on ``inputs`` ([3, H, W] each) and measure how far apart they are.
+    ``tm``: the reference, any module mapping pixels [B, 3, H, W] to logits."""
     dev = next(scratch.parameters()).device
     warm = inputs[0][None].to(dev)
     scratch(warm), tm(warm)  # first-call overheads out of the timing
@@ -94,7 +96,7 @@ def compare(
         "top1_agreement": top1 / n,
         "top5_agreement": top5 / n,
         "scratch_ms_per_image": 1000 * t_scratch / n,
-        "timm_ms_per_image": 1000 * t_timm / n,
+        "reference_ms_per_image": 1000 * t_timm / n,
     }
 
 
@@ -108,13 +110,26 @@ def verify(
     input_size: tuple[int, int] | None = None,
     batch_size: int = 16,
     progress: bool = True,
+    reference: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Build both models with the same weights and compare them on ``images`` (a folder or
-    files; random inputs when none). ``passed``: logits within ``tol`` and identical top-1."""
+    files; random inputs when none). ``passed``: logits within ``tol`` and identical top-1.
+    The reference is timm's model, or with ``reference`` (a transformers model folder)
+    transformers' own; ``weights`` then defaults to that folder, ported on the fly.
+    With no model, weights, random init or reference: the embedded default checkpoint."""
+    if model is None and weights is None and not random_init and reference is None:
+        weights = default_checkpoint()
+    if reference is not None and weights is None:
+        weights = reference
     lm = load_model(model, weights, random_init=random_init, device=device)
     dc = lm.data_config if input_size is None else lm.data_config.with_size(input_size)
-    kwargs = {"dynamic_img_size": True} if tuple(dc.input_size) != tuple(lm.model.cfg.img_size) else {}
-    tm = timm_twin(lm, weights, **kwargs)
+    resized = tuple(dc.input_size) != tuple(lm.model.cfg.img_size)
+    if reference is not None:
+        tm = transformers_reference(reference, interpolate=resized).to(lm.device)
+        ref_name = f"transformers {tm.architecture}"
+    else:
+        tm = timm_twin(lm, weights, **({"dynamic_img_size": True} if resized else {}))
+        ref_name = "timm"
     paths = find_images(list(images))
     if paths:
         tensors, errors = load_inputs(paths, dc)
@@ -127,9 +142,12 @@ def verify(
         inputs = list(torch.randn(8, 3, *dc.input_size, generator=g))
         what = "8 random-noise inputs"
     report = compare(lm.model, tm, inputs, batch_size, progress)
+    if reference is None:
+        report["timm_ms_per_image"] = report["reference_ms_per_image"]  # the name scripts already use
     report.update(
         model=lm.name,
         timm_model=lm.timm_name,
+        reference=ref_name,
         weights=str(weights) if weights else lm.source,
         inputs=what,
         input_size=list(dc.input_size),
@@ -140,16 +158,52 @@ def verify(
     return report
 
 
+class TransformersReference(nn.Module):
+    """transformers' own model loaded from a folder, called like timm's: pixels -> logits
+    (for a headless ``ViTModel``: the normed [class] token, which is what ours returns)."""
+
+    def __init__(self, model: nn.Module, architecture: str, interpolate: bool) -> None:
+        super().__init__()
+        self.model, self.architecture, self.interpolate = model, architecture, interpolate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(pixel_values=x, interpolate_pos_encoding=self.interpolate)
+        logits = getattr(out, "logits", None)
+        return logits if logits is not None else out.last_hidden_state[:, 0]
+
+
+def transformers_reference(folder: str | os.PathLike, interpolate: bool = False) -> TransformersReference:
+    """The folder's model built by transformers itself (local files only, eager attention)."""
+    from pathlib import Path
+
+    from .hf_port import architecture_of, read_json
+
+    try:
+        import transformers
+    except ImportError as e:
+        raise ValueError("verify --reference needs the transformers package: pip install transformers") from e
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"--reference {folder}: not a transformers model folder (no config.json)")
+    arch = architecture_of(read_json(folder / "config.json"), folder)
+    kwargs: dict[str, Any] = {"add_pooling_layer": False} if arch == "ViTModel" else {}
+    model = getattr(transformers, arch).from_pretrained(str(folder), local_files_only=True,
+                                                          attn_implementation="eager", **kwargs)
+    return TransformersReference(model.float().eval(), arch, interpolate)
+
+
 def format_report(r: dict[str, Any]) -> str:
     verdict = f"PASSED: identical to {r['tolerance']:g}" if r["passed"] else "FAILED"
+    ref = r.get("reference", "timm")
+    lib = ref.split()[0]
     return "\n".join([
-        f"scratch ViT vs timm: {r['model']} ({r['weights']})",
+        f"scratch ViT vs {ref}: {r['model']} ({r['weights']})",
         f"  inputs:              {r['inputs']} at {r['input_size'][0]}x{r['input_size'][1]} on {r['device']}",
         f"  max |logit diff|:    {r['max_abs_logit_diff']:.3e}",
         f"  max |prob diff|:     {r['max_abs_prob_diff']:.3e}",
         f"  top-1 agreement:     {r['top1_agreement'] * 100:.1f}%",
         f"  top-5 agreement:     {r['top5_agreement'] * 100:.1f}%",
-        f"  time per image:      scratch {r['scratch_ms_per_image']:.1f} ms, timm {r['timm_ms_per_image']:.1f} ms",
+        f"  time per image:      scratch {r['scratch_ms_per_image']:.1f} ms, {lib} {r['reference_ms_per_image']:.1f} ms",
         f"  {verdict}",
     ])
 

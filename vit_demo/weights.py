@@ -6,15 +6,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import torch
 
+from .hf_port import META_ARCHITECTURE, from_hf_folder, is_hf_folder
 from .labels import labels_for
 from .model import VisionTransformer
-from .port import CheckpointError, from_checkpoint, from_hub, from_timm, timm_model
+from .port import CheckpointError, from_checkpoint, from_hub, from_timm, save, timm_model
 from .preprocess import DataConfig
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
@@ -35,7 +37,7 @@ def weights_dir() -> Path:
 
 
 @cache
-def _sha256_ok(path: str, size: int, mtime_ns: int) -> str:
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
     """sha256 of a file (cached per path, size and modification time)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -55,7 +57,7 @@ def default_checkpoint() -> Path:
             f"(it ships with the repository; see weights/README.md)"
         )
     st = p.stat()
-    digest = _sha256_ok(str(p), st.st_size, st.st_mtime_ns)
+    digest = _sha256(str(p), st.st_size, st.st_mtime_ns)
     if digest != DEFAULT_SHA256:
         raise CheckpointError(
             f"the default checkpoint {p} is corrupted or truncated ({st.st_size} bytes, sha256 "
@@ -138,20 +140,28 @@ def load_model(
     random_init: bool = False,
     device: str = "auto",
     seed: int = 0,
+    progress: bool = True,
 ) -> LoadedModel:
     """Resolve a model the way the CLI and the app do.
 
-    - ``weights``: that file (``name`` gives the architecture for plain timm-layout files);
+    - nothing: the embedded default checkpoint (``weights/deit_tiny_patch16_224.safetensors``);
+    - ``weights``: that file (``name`` gives the architecture for plain timm-layout files), or a
+      Hugging Face transformers model folder (ported on the fly; see hf_port.py);
     - ``random_init``: timm's random initialisation of ``name`` (no download);
-    - ``name`` alone: ``weights/NAME.*`` if present, else the hub (fails fast offline).
+    - ``name`` alone: ``weights/NAME.*`` if present, else timm's pretrained weights from the
+      hub, ported once to ``weights/NAME.safetensors`` (fails fast offline).
     """
     dev = resolve_device(device)
     if weights is not None:
         if Path(weights).resolve() == DEFAULT_CHECKPOINT:
             default_checkpoint()  # sha256 check of the embedded file: a clear error, not a crash
-        model, dc, meta = from_checkpoint(weights, name)
-        timm_name = meta.get("model_name") or name
-        lm = LoadedModel(model, dc, timm_name or Path(weights).stem, f"file {weights}", timm_name,
+        if is_hf_folder(weights):  # a transformers model folder, ported on the fly
+            model, dc, meta = from_hf_folder(weights)
+        else:
+            model, dc, meta = from_checkpoint(weights, name)
+        # a file ported from transformers has no timm twin; others name their timm architecture
+        timm_name = None if meta.get(META_ARCHITECTURE) else (meta.get("model_name") or name)
+        lm = LoadedModel(model, dc, meta.get("model_name") or name or Path(weights).stem, f"file {weights}", timm_name,
                          class_names=class_names_from_meta(meta))
     elif random_init:
         if not name:
@@ -160,18 +170,39 @@ def load_model(
         model, dc = from_timm(timm_model(name))
         lm = LoadedModel(model, dc, f"{name} (random weights)", "timm random initialisation", name, True)
     elif name:
-        local = [p for p in discover_checkpoints() if p.name.split(".")[0] == name.split(".")[0] or p.stem == name]
-        if local:
-            return load_model(name, local[0], device=device)
-        model, dc = from_hub(name)
-        lm = LoadedModel(model, dc, name, "hub (timm pretrained)", name)
+        local = local_checkpoint(name)
+        if local is None:
+            local = download_to_weights(name, progress=progress)
+        return load_model(name, local, device=device)
     else:
-        found = discover_checkpoints()
-        if not found:
-            raise CheckpointError(
-                f"no model given and no checkpoint in {weights_dir()}: pass --model NAME and "
-                f"--weights FILE, or see weights/README.md"
-            )
-        return load_model(None, found[0], device=device)
+        return load_model(DEFAULT_MODEL, default_checkpoint(), device=device)
     lm.model.to(dev).eval()
     return lm
+
+
+def local_checkpoint(name: str) -> Path | None:
+    """A checkpoint for timm model ``name`` already on disk: ``weights/NAME.*`` (or a file in
+    $VIT_DEMO_WEIGHTS named so), else the embedded one when ``name`` is the default model."""
+    base = name.split(".")[0]
+    found = discover_checkpoints()
+    for p in found:  # the exact name first (e.g. a tagged vit_small_patch16_224.augreg_in1k)
+        if p.stem == name:
+            return p
+    for p in found:
+        if p.name.split(".")[0] == base:
+            return p
+    return DEFAULT_CHECKPOINT if base == DEFAULT_MODEL and DEFAULT_CHECKPOINT.is_file() else None
+
+
+def download_to_weights(name: str, progress: bool = True) -> Path:
+    """timm's pretrained weights for ``name`` from the hub (timm's own download, into the
+    Hugging Face cache, with a progress bar), ported once to ``weights/NAME.safetensors``."""
+    out = weights_dir() / f"{name}.safetensors"
+    if progress:
+        print(f"{name}: not in {weights_dir()}; downloading timm's pretrained weights from the hub (once)",
+              file=sys.stderr, flush=True)
+    model, dc = from_hub(name, progress=progress)
+    save(model, dc, out, name=name, source=f"hub:{name}")
+    if progress:
+        print(f"{name}: ported to {out} (later starts load it offline)", file=sys.stderr, flush=True)
+    return out

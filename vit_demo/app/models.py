@@ -9,7 +9,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..weights import LoadedModel, weights_dir
+from ..weights import DEFAULT_CHECKPOINT, LoadedModel, weights_dir
 from .common import friendly, note
 from .context import Context, Section
 from .limits import CHECKPOINT_MAX_MB
@@ -35,11 +35,11 @@ def model_summary(lm: LoadedModel) -> str:
 
 
 def no_checkpoint_message() -> str:
-    return (f"**No checkpoint found** (looked in `{weights_dir()}` and `$VIT_DEMO_WEIGHTS`), so predictions "
-            "need one: see `weights/README.md` (port one with `python -m vit_demo port --model "
-            "deit_tiny_patch16_224` when online, or start with `python app.py --weights FILE`), or load a "
-            "file under *Use your own checkpoint*. Meanwhile the model below has **random weights**: "
-            "every step is real, the predictions are noise.")
+    return (f"**No checkpoint found** (the default `{DEFAULT_CHECKPOINT.name}` that ships with vit_demo is missing: "
+            "restore it with `git checkout -- weights/`; looked in "
+            f"`{weights_dir()}` and `$VIT_DEMO_WEIGHTS` too), so predictions need one: see `weights/README.md`, "
+            "start with `python app.py --weights FILE`, or load a file under *Use your own checkpoint*. "
+            "Meanwhile the model below has **random weights**: every step is real, the predictions are noise.")
 
 
 class ModelPicker(Section):
@@ -63,8 +63,9 @@ class ModelPicker(Section):
     def _checkpoint_loader(self, ctx: Context) -> None:
         cfg = ctx.cfg
         with gr.Accordion("Use your own checkpoint", open=False, elem_id="checkpoint"):
-            gr.Markdown("A timm `state_dict` (`.safetensors`, `.pth`/`.bin`, `.npz`) or a file saved by "
-                        "`python -m vit_demo port`. Files are read as weights only (safetensors, or "
+            gr.Markdown("A timm `state_dict` (`.safetensors`, `.pth`/`.bin`, `.npz`), a file saved by "
+                        "`python -m vit_demo port`, or (as a path) a Hugging Face transformers ViT/DeiT folder. "
+                        "Files are read as weights only (safetensors, or "
                         "`torch.load(weights_only=True)`): a pickle that would run code is refused.")
             with gr.Row():
                 self.ckpt_path = gr.Textbox(label="Path on this computer", visible=not cfg.exposed, scale=3,
@@ -81,13 +82,15 @@ class ModelPicker(Section):
         no_weights = self.no_weights
 
         @friendly
-        def on_model(key: str, sess: Session | None):
+        def on_model(key: str, sess: Session | None, progress=gr.Progress(track_tqdm=True)):  # noqa: B008 (gradio's way)
             sess = ctx.session(sess)
             now = time.monotonic()
             if sess.last_pick and sess.last_pick[0] == key and now - sess.last_pick[1] < 2.0:
                 return gr.skip()  # the menu reports one pick twice
             sess.last_pick = (key, now)
             try:
+                if reg.needs_download(key):  # the download's own tqdm bar drives the indicator from here on
+                    progress(0, desc=f"Downloading {reg.spec(key).name} from the hub (once: it is kept in weights/)")
                 lm = reg.get(key)
             except ModelError as e:
                 gr.Warning(str(e), duration=15)

@@ -18,9 +18,11 @@ from typing import Any
 
 from PIL import Image
 
+from .. import weights as weights_mod
 from ..analysis import Analysis, AnalysisCache, analyze, class_maps
 from ..budget import DEFAULT_CACHE_MB, DEFAULT_MODELS_MB, MB, ByteLRU, module_nbytes
-from ..weights import LoadedModel, discover_checkpoints, load_model
+from ..hf_port import is_hf_folder
+from ..weights import LoadedModel, discover_checkpoints, load_model, local_checkpoint
 
 RANDOM_MODEL = "deit_tiny_patch16_224"
 HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (tried only when picked)
@@ -95,6 +97,10 @@ class ModelRegistry:
         given = [Path(w) for w in weights]
         for p in given:
             self._add(self._file_spec(p, model_name))
+        default = weights_mod.DEFAULT_CHECKPOINT
+        if default.is_file():  # the embedded DeiT-Tiny: the first pick when no --weights is given
+            self._add(ModelSpec(f"file:{default.resolve()}", f"{weights_mod.DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
+                                f"ships with vit_demo)", "file", weights_mod.DEFAULT_MODEL, default.resolve()))
         for p in discover_checkpoints():
             spec = self._file_spec(p, None)
             if spec.key not in self._specs:
@@ -106,7 +112,8 @@ class ModelRegistry:
         if model_name and model_name not in names and not given:
             names.insert(0, model_name)
         for n in names:
-            self._add(ModelSpec(f"hub:{n}", f"{n}  ·  download from the hub (needs internet)", "hub", n))
+            if local_checkpoint(n) is None:  # a name with a file here is on the menu as that file
+                self._add(ModelSpec(f"hub:{n}", f"{n}  ·  download from the hub once (needs internet)", "hub", n))
         self.analyses = AnalysisCache(cache_bytes)
 
     # -- the menu
@@ -132,8 +139,9 @@ class ModelRegistry:
         return [(s.label, s.key) for s in self.specs(extra)]
 
     def default_key(self) -> str:
-        """The first checkpoint (``--weights`` first), else the model named by ``--model`` when it
-        has a local file, else the random-weights model. Never the hub: start-up stays offline."""
+        """The model named by ``--model`` when it has a local file, else the first checkpoint
+        (``--weights`` first, then the embedded DeiT-Tiny), else the random-weights model. Never
+        the hub: start-up stays offline."""
         files = [s for s in self._specs.values() if s.kind == "file" and s.key not in self._private]
         if self.model_name:
             named = [s for s in files
@@ -158,8 +166,8 @@ class ModelRegistry:
         p = Path(str(path).strip().strip('"').strip("'")).expanduser()
         if not str(path).strip():
             raise ModelError("give the path of a checkpoint file (.safetensors, .pth, .bin or .npz)")
-        if not p.is_file():
-            raise ModelError(f"{p}: no such file")
+        if not p.is_file() and not is_hf_folder(p):  # a file, or a transformers model folder
+            raise ModelError(f"{p}: no such file (or transformers folder with a config.json)")
         spec = self._file_spec(p, (name or "").strip() or None)
         if spec.key in self._specs and spec.key not in self._private:  # already on everyone's menu
             self.get(spec.key)
@@ -239,6 +247,11 @@ class ModelRegistry:
     def models_nbytes(self) -> int:
         """Bytes the loaded models and twins hold now."""
         return self._models.nbytes
+
+    def needs_download(self, key: str) -> bool:
+        """A hub model whose weights are not on disk yet: picking it downloads them (once)."""
+        spec = self.spec(key)
+        return spec.kind == "hub" and not self.is_loaded(key) and local_checkpoint(spec.name or "") is None
 
     def timm_twin(self, key: str) -> Any:
         """timm's own model with the same weights, built once per model."""

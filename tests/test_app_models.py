@@ -1,0 +1,126 @@
+"""The app's models: it opens on the embedded DeiT-Tiny with no flags, keeps the random-weights
+model on the menu, shows a checkpoint's own class names (top-k, class picker, figure titles),
+and downloads a hub model on pick with a progress indicator (a stand-in hub on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from app_server import running_app
+from PIL import Image
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client, handle_file  # noqa: E402
+
+TOPK = 4  # position of the top-k in /analyze's outputs (model info, status, model input, its caption, top-k, ...)
+
+
+@pytest.fixture(scope="module")
+def shouting(deit_tiny, tmp_path_factory) -> Path:
+    """The embedded DeiT-Tiny saved with its own class names: ImageNet's, in capitals."""
+    from vit_demo.labels import labels_for
+    from vit_demo.port import save
+
+    out = tmp_path_factory.mktemp("ckpt") / "shouting_deit.safetensors"
+    names = [n.upper() for n in labels_for(1000)]
+    return save(deit_tiny.model, deit_tiny.data_config, out, name="deit_tiny_patch16_224", class_names=names)
+
+
+def test_opens_on_the_embedded_model(tmp_path: Path, package_photos: dict[str, Path], shouting: Path) -> None:
+    """No flags and an empty weights/ folder: the embedded DeiT-Tiny is picked and predicts; the
+    random-weights model is on the menu, labelled; a checkpoint's class names reach /predict."""
+    empty = tmp_path / "no_weights"
+    empty.mkdir()
+    env = {"VIT_DEMO_WEIGHTS_DIR": str(empty), "VIT_DEMO_WEIGHTS": str(shouting)}
+    with running_app(["--no-warm-up"], env=env) as app:
+        import urllib.request
+
+        with urllib.request.urlopen(app.url + "config", timeout=30) as r:
+            config = r.read().decode()
+        notice = [c["props"] for c in json.loads(config)["components"] if c.get("props", {}).get("elem_id") == "no-weights"]
+        assert notice and notice[0]["visible"] is False  # "No checkpoint found" is not shown
+        assert "RANDOM weights" in config and "ImageNet-1k (the default" in config
+        c = Client(app.url, verbose=False)
+        out = c.predict(handle_file(str(package_photos["coffee"])), api_name="/analyze")
+        assert out[TOPK]["label"] == "espresso", out[TOPK]
+        assert "deit_tiny_patch16_224" in out[0] and "Random weights" not in out[0] + out[1]
+        key = f"file:{shouting.resolve()}"
+        got = c.predict(handle_file(str(package_photos["coffee"])), key, 3, api_name="/predict")
+        assert [t["label"] for t in got["topk"]][:1] == ["ESPRESSO"], got
+        assert "Traceback" not in app.log(50_000)
+
+
+def test_class_names_in_picker_and_titles(shouting: Path, package_photos: dict[str, Path]) -> None:
+    """A checkpoint's own class names are the analysis' labels: top-k, the class picker's
+    choices and the class-specific figure titles all use them."""
+    from vit_demo.app.methods import class_choices, method_maps, methods_caption
+    from vit_demo.app.registry import ModelRegistry
+
+    reg = ModelRegistry([shouting], hub_names=())
+    key = reg.default_key()
+    assert key == f"file:{shouting.resolve()}"
+    lm = reg.get(key)
+    a = reg.analyze(key, Image.open(package_photos["coffee"]))
+    assert a.labels == lm.labels and a.labels[967] == "ESPRESSO"
+    assert a.topk(3)[0]["label"] == "ESPRESSO"
+    assert class_choices(a)[0][1] == 967 and "ESPRESSO" in class_choices(a)[0][0]
+    titles = list(method_maps(a, lm, "mean", 0.0, 0, None))
+    assert any("ESPRESSO" in t for t in titles), titles
+    assert "ESPRESSO" in methods_caption(a, "mean", 0.0, 0, None)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.browser
+def test_hub_pick_downloads_with_progress(tmp_path: Path, package_photos: dict[str, Path]) -> None:
+    """Pick a hub model in a real browser: a progress indicator while timm downloads it (from a
+    deliberately slow stand-in hub), then it is ported to weights/ and runs."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+    from hub_server import fake_hub
+    from test_hub_download import NAME, hub_checkpoint
+
+    repo, data, _ = hub_checkpoint()
+    weights = tmp_path / "weights"
+    with fake_hub({repo: {"model.safetensors": data}}, seconds_per_mib=0.5) as hub:
+        env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
+               "VIT_DEMO_WEIGHTS_DIR": str(weights)}
+        # --model NAME puts it on the menu as a hub entry (no file for it here); the app still opens on the default
+        with running_app(["--no-warm-up", "--model", NAME], env=env) as app, sync_api.sync_playwright() as p:
+            from test_app_browser import CHROMIUM_ARGS
+
+            b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                pg = b.new_page(viewport={"width": 1400, "height": 1000})
+                pg.set_default_timeout(120_000)
+                pg.goto(app.url)
+                pg.wait_for_selector("#upload")
+                pg.set_input_files("#upload input[type=file]", str(package_photos["coffee"]))
+                pg.wait_for_selector("#predictions h2:has-text('espresso')")
+                pg.locator("#model input").click()
+                pg.get_by_role("option", name=re.compile(f"{NAME}.*download from the hub")).click()
+                # gr.Progress over the model's description: our line first, then the download's own tqdm bar
+                # gr.Progress over the model menu: our line first, then the download's own tqdm bar (its file name)
+                shown = pg.wait_for_selector("text=/Downloading|model.safetensors/")
+                assert "%" in shown.inner_text()
+                pg.screenshot(path=str(tmp_path / "progress.png"))
+                import shutil
+
+                from test_app_browser import SHOTS
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                shutil.copy(tmp_path / "progress.png", SHOTS / "hub_download_progress.png")
+                pg.wait_for_selector(f"#model-info:has-text('{NAME}')")
+                assert "Random weights" not in pg.inner_text("#model-info")
+            finally:
+                b.close()
+        assert (weights / f"{NAME}.safetensors").is_file()
+        gets = [q for m, q in hub.requests if m == "GET" and "/resolve/" in q]
+        assert gets == [f"/{repo}/resolve/main/model.safetensors"]
+        assert "Traceback" not in app.log(50_000), app.log()
+        assert os.path.getsize(weights / f"{NAME}.safetensors") > 0
