@@ -27,7 +27,7 @@ that instance with a concurrent plain forward (the app runs one analysis at a ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -62,7 +62,7 @@ ATTN_LRP = LrpRules("attnlrp", gamma_linear=0.05, gamma_conv=0.25)
 
 def _stabilize(t: Tensor, eps: float) -> Tensor:
     """t moved away from 0 by eps with its sign (+ for 0), as zennit's ``stabilize``."""
-    return t + ((t == 0).to(t) + t.sign()) * eps
+    return torch.where(t >= 0, t + eps, t - eps)
 
 
 def scale_gradient(t: Tensor, factor: float) -> Tensor:
@@ -83,43 +83,53 @@ def layer_norm_constant_std(m: nn.LayerNorm, x: Tensor) -> Tensor:
     return y * m.weight + m.bias if m.elementwise_affine else y
 
 
-class _Gamma(torch.autograd.Function):
-    """A linear map (Linear or Conv) whose backward pass is zennit's generalised gamma rule
-    in lxt's gradient x input form: R_out = grad * out, R_in by the rule, grad_in = R_in / x."""
+class _GammaLinear(torch.autograd.Function):
+    """``F.linear(x, w, b)`` whose backward pass is zennit's generalised gamma rule in lxt's
+    gradient x input form: R_out = grad * out, R_in by the rule, grad_in = R_in / x.
+
+    With x+ = max(x, 0), x- = min(x, 0), w+ = w + g max(w, 0), w- = w + g min(w, 0):
+    a positive output is shared by x+ through w+ (with bias b + g max(b, 0)) and x- through w-;
+    a negative one by x+ through w- (with bias b + g min(b, 0)) and x- through w+.
+    """
 
     @staticmethod
-    def forward(ctx, x: Tensor, op: Callable, weight: Tensor, bias: Tensor | None, gamma: float) -> Tensor:
-        ctx.save_for_backward(x, weight, bias)
-        ctx.op, ctx.gamma = op, gamma
-        return op(x, weight, bias)
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, gamma: float) -> Tensor:
+        out = F.linear(x, weight, bias)
+        ctx.save_for_backward(x, weight, bias, out)
+        ctx.gamma = gamma
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, w, b = ctx.saved_tensors
-        op, g = ctx.op, ctx.gamma
-        w, b = w.detach(), None if b is None else b.detach()
+        x, w, b, z = ctx.saved_tensors
+        g = ctx.gamma
         wp, wn = w + g * w.clamp(min=0), w + g * w.clamp(max=0)
         bp, bn = (None, None) if b is None else (b + g * b.clamp(min=0), b + g * b.clamp(max=0))
-        with torch.enable_grad():
-            xp = x.detach().clamp(min=0).requires_grad_(True)
-            xn = x.detach().clamp(max=0).requires_grad_(True)
-            z = op(x.detach(), w, b)
-            relevance = grad * z
-            # positive outputs: x+ through w + g w+ (with bias), x- through w + g w- (no bias)
-            zp = [op(xp, wp, bp), op(xn, wn, None)]
-            # negative outputs: x+ through w + g w- (with bias), x- through w + g w+ (no bias)
-            zn = [op(xp, wn, bn), op(xn, wp, None)]
-            sp = relevance * (z > 0) / _stabilize(zp[0] + zp[1], STABILIZER)
-            sn = relevance * (z < 0) / _stabilize(zn[0] + zn[1], STABILIZER)
-            gp, gn = torch.autograd.grad(zp + zn, [xp, xn], [sp, sp, sn, sn])
-        r_in = xp * gp + xn * gn
-        return r_in.detach() / _stabilize(x, INPUT_EPS), None, None, None, None
+        xp, xn = x.clamp(min=0), x.clamp(max=0)
+        relevance = grad * z
+        sp = torch.where(z > 0, relevance / _stabilize(F.linear(xp, wp, bp) + F.linear(xn, wn), STABILIZER), 0)
+        sn = torch.where(z < 0, relevance / _stabilize(F.linear(xp, wn, bn) + F.linear(xn, wp), STABILIZER), 0)
+        s = torch.cat([sp, sn], dim=-1)
+        r_in = xp * (s @ torch.cat([wp, wn])) + xn * (s @ torch.cat([wn, wp]))
+        return r_in / _stabilize(x, INPUT_EPS), None, None, None
 
 
-def gamma_linear(m: nn.Linear | nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
+def gamma_linear(m: nn.Linear, x: Tensor, gamma: float) -> Tensor:
     """``m(x)`` with the gamma rule's backward pass."""
-    op = F.linear if isinstance(m, nn.Linear) else m._conv_forward
-    return _Gamma.apply(x, op, m.weight, m.bias, gamma)
+    return _GammaLinear.apply(x, m.weight, m.bias, gamma)
+
+
+def gamma_patch_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
+    """The patch convolution (stride = kernel, no padding) as a linear map of each patch, with
+    the gamma rule's backward pass: [B, c, h, w] -> [B, C, gh, gw]."""
+    (kh, kw), (sh, sw) = m.kernel_size, m.stride
+    if (kh, kw) != (sh, sw) or m.padding != (0, 0) or m.groups != 1 or m.dilation != (1, 1):
+        raise ValueError("the gamma rule here covers patch convolutions (stride = kernel) only")
+    B, c, h, w = x.shape
+    gh, gw = h // kh, w // kw
+    patches = x.reshape(B, c, gh, kh, gw, kw).permute(0, 2, 4, 1, 3, 5).reshape(B, gh * gw, c * kh * kw)
+    out = _GammaLinear.apply(patches, m.weight.reshape(m.out_channels, -1), m.bias, gamma)  # [B, gh*gw, C]
+    return out.transpose(1, 2).reshape(B, m.out_channels, gh, gw)
 
 
 def cp_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -159,7 +169,7 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
                 handles.append(m.register_forward_hook(lambda mod, inp, out, g=g: gamma_linear(mod, inp[0], g)))
             elif isinstance(m, nn.Conv2d):
                 g = rules.gamma_conv
-                handles.append(m.register_forward_hook(lambda mod, inp, out, g=g: gamma_linear(mod, inp[0], g)))
+                handles.append(m.register_forward_hook(lambda mod, inp, out, g=g: gamma_patch_conv(mod, inp[0], g)))
         for a in attentions:
             a.relevance_rule = attn_rule
         yield model
