@@ -79,7 +79,7 @@ def spearman(a: Tensor, b: Tensor) -> Tensor:
         rx, ry = rx - rx.mean(), ry - ry.mean()
         denom = (rx.norm() * ry.norm()).item()
         out.append((rx @ ry).item() / denom if denom > 0 else 0.0)
-    return torch.tensor(out)
+    return torch.tensor(out, dtype=torch.float64)
 
 
 def cascade(
