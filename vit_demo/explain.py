@@ -414,3 +414,6 @@ METHODS: dict[str, MapFn] = {
     "lrp-gated": _gated_lrp_map,
 }
 """Explanation methods by name: ``fn(model, x [B, 3, h, w], target) -> [B, gh, gw]`` map."""
+
+SLOW_METHODS = ("rise",)  # hundreds of forward passes per image: run only when asked for by name (or "all")
+DEFAULT_METHODS = tuple(m for m in METHODS if m not in SLOW_METHODS)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .explain import METHODS
+from .explain import DEFAULT_METHODS, METHODS, SLOW_METHODS
 from .model import VisionTransformer
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def _labels(paths: Sequence[str | os.PathLike]) -> list[int]:
 def evaluate(
     lm: LoadedModel,
     paths: Sequence[str | os.PathLike],
-    methods: Sequence[str] = tuple(METHODS),
+    methods: Sequence[str] = DEFAULT_METHODS,
     target: str = "predicted",
     batch_size: int = 8,
     progress: bool = True,
@@ -251,7 +251,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("faithfulness", help="deletion/insertion scores of the explanation methods")
     p.add_argument("--images", required=True, help="folder (or image file) of <wnid>_<name>.JPEG photos")
     add_model_args(p)
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {', '.join(METHODS)}; or 'all'")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, from {', '.join(METHODS)}; or 'all' (default: all but {', '.join(SLOW_METHODS)})")
     p.add_argument("--seeds", type=int, default=len(RANDOM_SEEDS),
                    help=f"random patch orders averaged into the 'random' baseline (default {len(RANDOM_SEEDS)}; 0: none)")
     p.add_argument("--target", default="predicted", choices=["predicted", "label"],

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .explain import METHODS
+from .explain import DEFAULT_METHODS, METHODS, SLOW_METHODS
 from .model import VisionTransformer
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def cascade(
 def evaluate(
     lm: LoadedModel,
     paths: Sequence[str | os.PathLike],
-    methods: Sequence[str] = tuple(METHODS),
+    methods: Sequence[str] = DEFAULT_METHODS,
     target: str = "predicted",
     batch_size: int = 4,
     seed: int = 0,
@@ -222,7 +222,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("sanity", help="model-randomisation sanity check of the explanation methods")
     p.add_argument("--images", required=True, help="folder (or image file) of photos")
     add_model_args(p)
-    p.add_argument("--methods", default="all", help=f"comma-separated, from {', '.join(METHODS)}; or 'all'")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, from {', '.join(METHODS)}; or 'all' (default: all but {', '.join(SLOW_METHODS)})")
     p.add_argument("--target", default="predicted", choices=["predicted", "label"],
                    help="class explained: top-1 of the trained model, or the file name's class")
     p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
