@@ -21,7 +21,9 @@ image, run ``chunk`` inputs at a time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,9 +54,13 @@ def rise_masks(grid: tuple[int, int], s: RiseSettings) -> Tensor:
 
 
 @torch.inference_mode()
-def masked_scores(model: VisionTransformer, x: Tensor, masks: Tensor, target: Tensor, chunk: int) -> Tensor:
+def masked_scores(
+    model: VisionTransformer, x: Tensor, masks: Tensor, target: Tensor, chunk: int,
+    progress: Callable[[float], Any] | None = None,
+) -> Tensor:
     """Target probability of every image under every mask: x [B, 3, h, w], masks [M, gh, gw]
-    (patch level, values in [0, 1]), target [B] -> [B, M]."""
+    (patch level, values in [0, 1]), target [B] -> [B, M]. ``progress(fraction done)`` is
+    called after every forward pass."""
     p = model.cfg.patch_size
     B, M = x.shape[0], masks.shape[0]
     pixels = masks.to(x.device, x.dtype).repeat_interleave(p, dim=-2).repeat_interleave(p, dim=-1)  # [M, h, w]
@@ -64,6 +70,8 @@ def masked_scores(model: VisionTransformer, x: Tensor, masks: Tensor, target: Te
         b, m = idx // M, idx % M
         probs = model(x[b] * pixels[m, None]).logits.float().softmax(dim=-1)
         out[start : start + len(idx)] = probs.gather(1, target[b][:, None])[:, 0]
+        if progress is not None:
+            progress((start + len(idx)) / (B * M))
     return out.reshape(B, M)
 
 
@@ -75,8 +83,12 @@ def rise_from_scores(scores: Tensor, masks: Tensor) -> Tensor:
     return (shown - hidden).reshape(-1, *masks.shape[1:])
 
 
-def rise(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None, settings: RiseSettings | None = None) -> Tensor:
-    """RISE saliency [B, gh, gw] for the target class (None: the top-1 class of each image)."""
+def rise(
+    model: VisionTransformer, x: Tensor, target: int | Tensor | None = None, settings: RiseSettings | None = None,
+    progress: Callable[[float], Any] | None = None,
+) -> Tensor:
+    """RISE saliency [B, gh, gw] for the target class (None: the top-1 class of each image);
+    ``progress`` as in :func:`masked_scores`."""
     from .explain import _targets
 
     s = settings or RiseSettings()
@@ -85,7 +97,7 @@ def rise(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None
     with torch.inference_mode():
         t = _targets(target, model(x).logits)
     masks = rise_masks(grid, s)
-    return rise_from_scores(masked_scores(model, x, masks, t, s.chunk), masks)
+    return rise_from_scores(masked_scores(model, x, masks, t, s.chunk, progress), masks)
 
 
 def rise_map(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None) -> Tensor:
