@@ -93,17 +93,22 @@ def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
 
 
 def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str, np.ndarray]:
-    """Gradient rollout and Chefer relevance for class ``cls`` (default: top-1), [gh, gw] each.
-    One forward + one backward pass per class, cached on the record."""
+    """The single-pass class-specific maps for class ``cls`` (default: top-1), [gh, gw] each:
+    gradient rollout and Chefer relevance (one backward pass), CP-LRP, AttnLRP and GradCAM
+    (one backward pass each) and CP-LRP gated by gradient rollout. Cached on the record."""
     if lm.model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
     cls = a.top1 if cls is None else int(cls)
     if cls not in a.class_maps:
         g = explain.attention_gradients(lm.model, a.x, cls)
-        a.class_maps[cls] = {
+        maps = {
             "grad-rollout": explain.grad_rollout(g.attentions, g.grads, g.layout)[0].detach().cpu().numpy(),
             "chefer": explain.chefer_relevance(g.attentions, g.grads, g.layout)[0].detach().cpu().numpy(),
         }
+        for name in ("lrp", "attnlrp", "gradcam"):
+            maps[name] = explain.METHODS[name](lm.model, a.x, cls)[0].detach().cpu().numpy()
+        maps["lrp-gated"] = np.clip(maps["lrp"], 0, None) * maps["grad-rollout"]  # explain's "lrp-gated"
+        a.class_maps[cls] = maps
     return a.class_maps[cls]
 
 
@@ -112,6 +117,18 @@ def analysis_nbytes(a: Analysis) -> int:
     input tensor, the logits, the class-specific maps so far and the model-input picture."""
     pic = a.picture.width * a.picture.height * len(a.picture.getbands())
     return pic + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
+
+
+def rise_map(a: Analysis, lm: LoadedModel, cls: int | None = None, progress=None) -> np.ndarray:
+    """RISE for class ``cls`` (hundreds of forward passes: on request only), cached on the
+    record next to :func:`class_maps`; ``progress(fraction)`` follows the passes."""
+    from .perturb import rise
+
+    cls = a.top1 if cls is None else int(cls)
+    maps = class_maps(a, lm, cls)
+    if "rise" not in maps:
+        maps["rise"] = rise(lm.model, a.x, cls, progress=progress)[0].detach().cpu().numpy()
+    return maps["rise"]
 
 
 class AnalysisCache:

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 # modules with register(subparsers)
-PLUGINS = ("vit_demo.explain_cli", "vit_demo.faithfulness", "vit_demo.data", "vit_demo.train", "vit_demo.pointing")
+PLUGINS = ("vit_demo.explain_cli", "vit_demo.faithfulness", "vit_demo.sanity", "vit_demo.data", "vit_demo.train",
+           "vit_demo.pointing")
 
 
 class UserError(Exception):

@@ -21,13 +21,19 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-METHODS = ("attention", "rollout", "grad-rollout", "chefer", "patch-grid", "heads", "distance", "pos-embed")
-CLASS_SPECIFIC = ("grad-rollout", "chefer")  # the other methods do not depend on the class
+MAP_METHODS = ("lrp", "attnlrp", "gradcam", "rise", "lrp-gated")  # one call of explain.METHODS[name] each
+METHODS = ("attention", "rollout", "grad-rollout", "chefer", *MAP_METHODS, "patch-grid", "heads", "distance", "pos-embed")
+CLASS_SPECIFIC = ("grad-rollout", "chefer", *MAP_METHODS)  # the other methods do not depend on the class
 TITLES = {
     "attention": "Raw attention",
     "rollout": "Attention rollout",
     "grad-rollout": "Gradient-weighted attention rollout",
     "chefer": "Relevance (Chefer et al. 2021)",
+    "lrp": "CP-LRP (Ali et al. 2022)",
+    "attnlrp": "AttnLRP (Achtibat et al. 2024)",
+    "gradcam": "GradCAM, last block's norm1",
+    "rise": "RISE, 256 masks (Petsiuk et al. 2018)",
+    "lrp-gated": "CP-LRP gated by gradient-weighted rollout",
 }
 
 
@@ -201,7 +207,7 @@ def _forward(lm, x: torch.Tensor, s: dict[str, Any]):
     from . import explain
 
     model = lm.model
-    if s["method"] in CLASS_SPECIFIC:
+    if s["method"] in ("grad-rollout", "chefer"):
         ag = explain.attention_gradients(model, x, s["class"])
         return ag.logits, ag.attentions, ag.layout, ag.grads, int(ag.target[0])
     with torch.no_grad():
@@ -209,6 +215,8 @@ def _forward(lm, x: torch.Tensor, s: dict[str, Any]):
     has_head = model.cfg.num_classes > 0
     logits = out.logits if has_head else None
     target = int(out.logits.argmax(-1)[0]) if has_head else None
+    if s["method"] in MAP_METHODS and s["class"] is not None:
+        target = s["class"]
     return logits, out.attentions, out.layout, None, target
 
 
@@ -251,8 +259,12 @@ def explain_one(lm, path: Path, s: dict[str, Any], out_dir: Path, stem: str) -> 
     look = {"cmap": s["cmap"], "alpha": s["alpha"], "smooth": s["smooth"]}
     qp = s["query_patch"]
 
-    if method in ("attention", "rollout", "grad-rollout", "chefer"):
-        if method == "attention":
+    if method in ("attention", "rollout", "grad-rollout", "chefer", *MAP_METHODS):
+        if method in MAP_METHODS:
+            m = explain.METHODS[method](lm.model, x, target)
+            title = f"{TITLES[method]} for '{lm.labels[target]}'"
+            label = "relevance"
+        elif method == "attention":
             if qp is None:
                 m = explain.cls_attention(attentions, layout, s["layer"], s["head"])
                 query = "[class]" if explain.query_index(layout) is not None else "mean of the patch queries"

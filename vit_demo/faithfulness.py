@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .explain import METHODS
+from .explain import DEFAULT_METHODS, METHODS, SLOW_METHODS
 from .model import VisionTransformer
 
 if TYPE_CHECKING:
@@ -141,10 +141,11 @@ def _labels(paths: Sequence[str | os.PathLike]) -> list[int]:
 def evaluate(
     lm: LoadedModel,
     paths: Sequence[str | os.PathLike],
-    methods: Sequence[str] = tuple(METHODS),
+    methods: Sequence[str] = DEFAULT_METHODS,
     target: str = "predicted",
     batch_size: int = 8,
     progress: bool = True,
+    random_seeds: Sequence[int] = RANDOM_SEEDS,
 ) -> dict[str, Any]:
     """Mean deletion and insertion AUC of each method and of random orders over ``paths``.
 
@@ -165,8 +166,8 @@ def evaluate(
     model, dev = lm.model, lm.device
     gh, gw = (s // model.cfg.patch_size for s in lm.data_config.input_size)
     n, points = gh * gw, _num_steps(gh * gw, gw) + 1
-    generators = [torch.Generator().manual_seed(s) for s in RANDOM_SEEDS]
-    curves = torch.zeros(2, len(methods) + len(RANDOM_SEEDS), points, dtype=torch.float64)  # summed over images
+    generators = [torch.Generator().manual_seed(s) for s in random_seeds]
+    curves = torch.zeros(2, len(methods) + len(generators), points, dtype=torch.float64)  # summed over images
     count, errors = 0, []
     for chunk in batches(list(paths), batch_size, "faithfulness", progress):
         tensors, errs = load_inputs(chunk, lm.data_config)
@@ -181,7 +182,8 @@ def evaluate(
             with torch.no_grad():
                 cls = model(x).logits.argmax(dim=-1)
         orders = [patch_order(METHODS[m](model, x, cls))[:, None] for m in methods]  # each [b, 1, n]
-        orders.append(torch.stack([_random_orders(n, generators) for _ in ok]).to(dev))  # [b, seeds, n]
+        if generators:
+            orders.append(torch.stack([_random_orders(n, generators) for _ in ok]).to(dev))  # [b, seeds, n]
         d, i = _curves(model, x, torch.cat(orders, dim=1), cls, per_step=gw)  # [b, K, S + 1] each
         curves += torch.stack([d, i]).sum(dim=1).double().cpu()
         count += len(ok)
@@ -189,9 +191,12 @@ def evaluate(
         raise ValueError("no readable images to evaluate: " + "; ".join(errors[:3]))
     curves /= count
     k = len(methods)
-    curves = torch.cat([curves[:, :k], curves[:, k:].mean(dim=1, keepdim=True)], dim=1)  # seeds averaged
+    names = list(methods)
+    if generators:
+        curves = torch.cat([curves[:, :k], curves[:, k:].mean(dim=1, keepdim=True)], dim=1)  # seeds averaged
+        names.append("random")
     results = {}
-    for name, d, i in zip([*methods, "random"], curves[0], curves[1]):
+    for name, d, i in zip(names, curves[0], curves[1]):
         results[name] = {"deletion_auc": float(d.mean()), "insertion_auc": float(i.mean()),
                          "deletion_curve": d.tolist(), "insertion_curve": i.tolist()}
     return {"images": count, "target": target, "points": points, "methods": results, "errors": errors}
@@ -227,12 +232,14 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
         raise UserError(f"no images found in {args.images}")
     if args.limit is not None:
         paths = spread(paths, args.limit)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = list(METHODS) if args.methods.strip() == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
-        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}")
+        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}, all")
+    if args.seeds < 0:
+        raise UserError(f"--seeds must be 0 or more, got {args.seeds}")
     lm = load_from_args(args)
-    r = evaluate(lm, paths, methods, args.target, args.batch_size, progress=True)
+    r = evaluate(lm, paths, methods, args.target, args.batch_size, progress=True, random_seeds=range(args.seeds))
     print(json.dumps(r, indent=2) if args.json else format_results(r))
     return 0
 
@@ -244,7 +251,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("faithfulness", help="deletion/insertion scores of the explanation methods")
     p.add_argument("--images", required=True, help="folder (or image file) of <wnid>_<name>.JPEG photos")
     add_model_args(p)
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {', '.join(METHODS)}")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, from {', '.join(METHODS)}; or 'all' (default: all but {', '.join(SLOW_METHODS)})")
+    p.add_argument("--seeds", type=int, default=len(RANDOM_SEEDS),
+                   help=f"random patch orders averaged into the 'random' baseline (default {len(RANDOM_SEEDS)}; 0: none)")
     p.add_argument("--target", default="predicted", choices=["predicted", "label"],
                    help="class whose probability is tracked: top-1 on the clean image, or the file name's class")
     p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")

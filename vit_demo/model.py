@@ -14,6 +14,7 @@ H heads, D head dim.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, NamedTuple
 
@@ -141,11 +142,14 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         self.qkv = nn.Linear(cfg.embed_dim, 3 * cfg.embed_dim, bias=cfg.qkv_bias)
         self.proj = nn.Linear(cfg.embed_dim, cfg.embed_dim)
+        self.relevance_rule: Callable | None = None  # set only in LRP's explanation mode (lrp.py)
 
     def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each [B, H, N, D]
+        if self.relevance_rule is not None:  # same values, gradients shaped by an LRP rule
+            q, k, v = self.relevance_rule(q, k, v)
         if capture:
             attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, H, N, N]
             x = attn @ v

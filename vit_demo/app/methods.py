@@ -1,7 +1,10 @@
 """The "Rollout & relevance" tab: raw attention, attention rollout (head fusion, discard,
 start layer), and the class-specific maps (gradient rollout, Chefer relevance) for a class
-picked from the top-k, side by side. The class-specific maps need one backward pass per
-class: they follow the first render (:meth:`MethodsTab.follow_up`)."""
+picked from the top-k, side by side; below them the relevance methods for the same class
+(CP-LRP, AttnLRP, CP-LRP gated by gradient rollout, GradCAM) and, on request only, RISE.
+The class-specific maps need one backward pass each per class: they follow the first render
+(:meth:`MethodsTab.follow_up`). RISE (hundreds of forward passes) runs only when its button is
+pressed, with a progress bar; never on a slider move."""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ import gradio as gr
 import numpy as np
 
 from .. import explain, viz
-from ..analysis import Analysis, class_maps
+from ..analysis import Analysis, class_maps, rise_map
+from ..perturb import RiseSettings
 from ..weights import LoadedModel
 from .common import friendly, jpeg
 from .context import Context, Section
@@ -65,6 +69,32 @@ def pending_titles(a: Analysis, cls: int | None) -> list[str]:
     return [f"Gradient rollout\nfor “{label}”", f"Chefer relevance\nfor “{label}”"]
 
 
+RELEVANCE_TITLES = {  # key in class_maps -> tile title
+    "lrp": "CP-LRP",
+    "attnlrp": "AttnLRP",
+    "lrp-gated": "CP-LRP × grad-rollout",
+    "gradcam": "GradCAM",
+    "rise": f"RISE ({RiseSettings().masks} masks)",
+}
+
+
+def relevance_maps(a: Analysis, lm: LoadedModel | None, cls: int | None) -> dict[str, np.ndarray]:
+    """The relevance row: LRP, AttnLRP, gated LRP, GradCAM for the class (computed with the
+    other class-specific maps when ``lm`` is given), and RISE only if it has been run."""
+    if lm is None or not a.logits.numel():
+        return {}
+    cls = a.top1 if cls is None else int(cls)
+    cm, label = class_maps(a, lm, cls), a.labels[cls]
+    return {f"{title}\nfor “{label}”": cm[key] for key, title in RELEVANCE_TITLES.items() if key in cm}
+
+
+def relevance_pending(a: Analysis, cls: int | None) -> list[str]:
+    if not a.logits.numel() or has_class_maps(a, cls):
+        return []
+    label = a.labels[a.top1 if cls is None else int(cls)]
+    return [f"{t}\nfor “{label}”" for k, t in RELEVANCE_TITLES.items() if k != "rise"]
+
+
 def has_class_maps(a: Analysis, cls: int | None) -> bool:
     return a.logits.numel() > 0 and (a.top1 if cls is None else int(cls)) in a.class_maps
 
@@ -80,6 +110,11 @@ def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, 
         label = a.labels[a.top1 if cls is None else int(cls)]
         parts.append(f"**Gradient rollout** and **Chefer relevance** (Chefer, Gur & Wolf 2021) explain the class "
                      f"*{label}*: heads weighted by how much that class's score depends on them (one backward pass).")
+        parts.append("Below, for the same class: **CP-LRP** (Ali et al. 2022) and **AttnLRP** (Achtibat et al. 2024), "
+                     "layer-wise relevance propagation in one backward pass; **CP-LRP × grad-rollout**, LRP kept where "
+                     "the class's attention flows (the most faithful map here under deletion and insertion); "
+                     "**GradCAM** on the last block; and, when you press *Run RISE*, **RISE** (Petsiuk et al. 2018): "
+                     "the class probability under random masks, hundreds of forward passes.")
     else:
         parts.append("This model has no classifier, so there are no class-specific maps.")
     return " ".join(parts)
@@ -121,16 +156,19 @@ class MethodsTab(Section):
                                       elem_id="explain-class")
         self.methods_img = gr.Image(label="The methods side by side", interactive=False, format="png", height=360,
                                     elem_id="methods", buttons=["fullscreen"])
+        self.relevance_img = gr.Image(label="Relevance for the same class", interactive=False, format="png",
+                                      height=360, elem_id="relevance", buttons=["fullscreen"])
+        self.rise_btn = gr.Button(f"Run RISE ({RiseSettings().masks} forward passes)", size="sm", elem_id="run-rise")
         self.methods_md = gr.Markdown(elem_classes="caption")
         self.btn, self.file = export_row()
         # what a redraw reads, in order: the method's settings, then the display controls
         self.inputs = [self.fusion, self.discard, self.start, self.cls_dd, ctx.cmap, ctx.alpha, ctx.smooth]
         self.show_inputs = [ctx.k, self.fusion, self.discard, self.start, ctx.cmap, ctx.alpha, ctx.smooth]
-        self.views = [self.methods_img, self.methods_md]
+        self.views = [self.methods_img, self.relevance_img, self.methods_md]
         self.controls = [self.start, self.cls_dd]
         self.files = [self.file]
         self.redisplay_inputs = self.inputs
-        self.redisplay_outputs = [self.methods_img, self.methods_md]
+        self.redisplay_outputs = [self.methods_img, self.relevance_img, self.methods_md]
         self._reg = ctx.reg
 
     def picture(self, sess: Session, fu, di, st, cl, cm, al, sm, compute: bool) -> dict:
@@ -141,7 +179,11 @@ class MethodsTab(Section):
         lm = self._reg.get(sess.model_key) if (compute or has_class_maps(a, cls)) else None
         maps = method_maps(a, lm, fu, di, st, cls)
         pending = [] if lm is not None else pending_titles(a, cls)
+        rel = relevance_maps(a, lm, cls)
+        rel_pending = [] if lm is not None else relevance_pending(a, cls)
         return {self.methods_img: jpeg(viz.tiles_image(a.picture, maps, cm, al, sm, pending=pending)),
+                self.relevance_img: jpeg(viz.tiles_image(a.picture, rel, cm, al, sm, pending=rel_pending))
+                if rel or rel_pending else None,
                 self.methods_md: methods_caption(a, fu, di, st, cls)}
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
@@ -184,6 +226,19 @@ class MethodsTab(Section):
                 return gr.skip()
             return self.picture(sess, *rest, True)
 
+        @friendly
+        def on_rise(*args, progress=gr.Progress()):  # noqa: B008 - how Gradio hands a handler its progress bar
+            *rest, sess = args
+            sess = ctx.session(sess)
+            if not sess.ready or not sess.analysis.logits.numel():
+                return gr.skip()
+            a = sess.analysis
+            rise_map(a, ctx.model(sess), chosen_class(a, rest[3]),
+                     progress=lambda f: progress(f, desc="RISE: masked forward passes"))
+            return self.picture(sess, *rest, True)
+
+        self.rise_btn.click(on_rise, [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
+                            preprocess=False, **ctx.heavy)
         gr.on([self.fusion.input, self.discard.input, self.start.input, self.cls_dd.input], on_methods,
               [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private", trigger_mode="always_last",
               show_progress="minimal", preprocess=False, **ctx.heavy)

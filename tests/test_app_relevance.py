@@ -1,0 +1,35 @@
+"""The relevance row of the "Rollout & relevance" tab: the new maps are the library's maps for
+the chosen class, they arrive with the other class-specific maps, and RISE appears only after it
+has been asked for (its progress callback sees every forward pass)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vit_demo import explain
+from vit_demo.analysis import analyze, class_maps, rise_map
+from vit_demo.perturb import RiseSettings
+
+
+def test_relevance_row(deit_tiny, quick_images):
+    from vit_demo.app.methods import RELEVANCE_TITLES, relevance_maps, relevance_pending
+
+    a = analyze(deit_tiny, Image.open(quick_images[0]).convert("RGB"))
+    assert relevance_maps(a, None, None) == {}
+    assert len(relevance_pending(a, None)) == 4  # placeholders before the backward passes
+    rel = relevance_maps(a, deit_tiny, 7)
+    assert [t.split("\n")[0] for t in rel] == [RELEVANCE_TITLES[k] for k in ("lrp", "attnlrp", "lrp-gated", "gradcam")]
+    cm = class_maps(a, deit_tiny, 7)
+    for key in ("lrp", "attnlrp", "gradcam", "lrp-gated"):
+        want = explain.METHODS[key](deit_tiny.model, a.x, 7)[0].numpy()
+        np.testing.assert_allclose(cm[key], want, atol=1e-6, rtol=1e-4)
+    assert relevance_pending(a, 7) == []
+    seen = []
+    m = rise_map(a, deit_tiny, 7, progress=seen.append)
+    passes = RiseSettings().masks / RiseSettings().chunk
+    assert len(seen) == passes and seen[-1] == 1.0
+    assert m.shape == (14, 14)
+    torch.testing.assert_close(torch.from_numpy(m), explain.METHODS["rise"](deit_tiny.model, a.x, 7)[0])
+    assert list(relevance_maps(a, deit_tiny, 7))[-1].startswith("RISE")

@@ -1,0 +1,47 @@
+"""GradCAM for Vision Transformers (Selvaraju et al., ICCV 2017), the reshape-to-grid recipe.
+
+The patch tokens of one layer's output are laid out on the patch grid as a [C, gh, gw]
+"feature map" (prefix tokens dropped), as pytorch-grad-cam's ViT tutorial does with its
+``reshape_transform``. Each channel is weighted by the mean over the patches of the gradient of
+the class logit, and the map is ReLU(sum_c w_c A_c). Default layer: the last block's ``norm1``
+(the tutorial's choice: the last block's output only feeds the [class] token's path).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .model import VisionTransformer
+
+
+def default_layer(model: VisionTransformer) -> nn.Module:
+    """The last block's first LayerNorm, as in pytorch-grad-cam's ViT example."""
+    return model.blocks[-1].norm1
+
+
+def gradcam(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None, layer: nn.Module | None = None) -> Tensor:
+    """GradCAM map [B, gh, gw] of ``layer``'s output for the target logit (None: top-1)."""
+    from .explain import _targets
+
+    layer = default_layer(model) if layer is None else layer
+    seen: list[Tensor] = []
+    handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out))
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            x = x.detach().clone().requires_grad_(True)
+            out = model(x)
+            t = _targets(target, out.logits)
+            (grad,) = torch.autograd.grad(out.logits.gather(1, t[:, None]).sum(), seen[-1])
+    finally:
+        handle.remove()
+    layout = out.layout
+    P, (gh, gw) = layout.num_prefix, layout.grid
+    acts, grad = seen[-1].detach()[:, P:], grad[:, P:]  # [B, gh*gw, C]
+    weights = grad.mean(dim=1, keepdim=True)  # [B, 1, C]: mean gradient of each channel over the grid
+    return (weights * acts).sum(dim=-1).clamp(min=0).reshape(-1, gh, gw)
+
+
+def gradcam_map(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None) -> Tensor:
+    """GradCAM on the default layer (the registry's ``gradcam``)."""
+    return gradcam(model, x, target)

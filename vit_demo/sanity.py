@@ -1,0 +1,234 @@
+"""Does a map explain the model, or only the image? The model-randomisation sanity check.
+
+Adebayo et al., "Sanity checks for saliency maps" (NeurIPS 2018), cascading randomisation:
+re-initialise the model's parameters from the top down, one stage at a time (the head with the
+final norm, then the last block, ..., the first block, then the patch embedding with the
+position embedding and prefix tokens), keeping every stage already randomised. After each stage,
+every method's map is compared with its map on the trained model by Spearman's rank correlation
+(ties get their average rank), per image, for the same class index. A method that explains the
+model loses its map as the weights go (correlation near 0); one whose map survives describes the
+image (edges, contrast), whatever the model has learned.
+
+Re-initialisation follows timm's ViT init: Linear and Conv weights truncated normal (std 0.02),
+biases 0, LayerNorm weight 1 and bias 0, position embedding and prefix tokens normal (std 0.02);
+LayerScale is left alone. One seeded generator: a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from .explain import DEFAULT_METHODS, METHODS, SLOW_METHODS
+from .model import VisionTransformer
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from .weights import LoadedModel
+
+
+def stages(model: VisionTransformer) -> list[tuple[str, list[nn.Module | nn.Parameter]]]:
+    """The cascade, top down: (name, what it re-initialises) per stage."""
+    head = [m for m in (model.head, model.head_dist, model.fc_norm, model.norm) if m is not None]
+    out: list[tuple[str, list[nn.Module | nn.Parameter]]] = [("head", head)]
+    out += [(f"block {i}", [model.blocks[i]]) for i in reversed(range(len(model.blocks)))]
+    embed = [model.patch_embed, model.norm_pre, model.pos_embed]
+    embed += [t for t in (model.cls_token, model.dist_token, model.reg_token) if t is not None]
+    return out + [("embedding", embed)]
+
+
+@torch.no_grad()
+def reinit_(parts: Sequence[nn.Module | nn.Parameter], generator: torch.Generator) -> None:
+    """Re-initialise ``parts`` in place, timm's ViT init (see the module docstring)."""
+    for part in parts:
+        if isinstance(part, nn.Parameter):
+            part.normal_(0.0, 0.02, generator=generator)
+            continue
+        for m in part.modules():
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
+                nn.init.trunc_normal_(m.weight, std=0.02, a=-0.04, b=0.04, generator=generator)
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif isinstance(m, nn.LayerNorm) and m.elementwise_affine:
+                m.weight.fill_(1.0)
+                m.bias.zero_()
+
+
+def average_ranks(v: Tensor) -> Tensor:
+    """Ranks of a 1-D tensor from 0, ties sharing their average rank."""
+    _, inverse, counts = torch.unique(v, return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0)
+    return ((ends - counts + ends - 1).double() / 2)[inverse]
+
+
+def spearman(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman's rank correlation of each pair of maps: [B, ...] x [B, ...] -> [B] (0 when a
+    map is constant)."""
+    out = []
+    for x, y in zip(a.flatten(1).double().cpu(), b.flatten(1).double().cpu()):
+        rx, ry = average_ranks(x), average_ranks(y)
+        rx, ry = rx - rx.mean(), ry - ry.mean()
+        denom = (rx.norm() * ry.norm()).item()
+        out.append((rx @ ry).item() / denom if denom > 0 else 0.0)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def cascade(
+    model: VisionTransformer, x: Tensor, target: Tensor, methods: Sequence[str], seed: int = 0
+) -> dict[str, dict[str, Tensor]]:
+    """{method: {"rank": [S, B], "abs_rank": [S, B]}}: per stage S and image B, the rank
+    correlation of the map (and of its absolute value) with the trained model's map.
+    ``model`` itself is not changed (the cascade runs on a copy)."""
+    reference = {m: METHODS[m](model, x, target) for m in methods}
+    work = copy.deepcopy(model)
+    parts = stages(work)
+    g = torch.Generator().manual_seed(seed)
+    out = {m: {"rank": torch.empty(len(parts), len(x)), "abs_rank": torch.empty(len(parts), len(x))} for m in methods}
+    for s, (_, modules) in enumerate(parts):
+        reinit_(modules, g)
+        for m in methods:
+            current = METHODS[m](work, x, target)
+            out[m]["rank"][s] = spearman(reference[m], current)
+            out[m]["abs_rank"][s] = spearman(reference[m].abs(), current.abs())
+    return out
+
+
+def evaluate(
+    lm: LoadedModel,
+    paths: Sequence[str | os.PathLike],
+    methods: Sequence[str] = DEFAULT_METHODS,
+    target: str = "predicted",
+    batch_size: int = 4,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The cascade over ``paths``: mean (and s.e.) rank correlation per method and stage."""
+    from .faithfulness import _labels
+    from .inference import batches, load_inputs
+
+    if target not in ("predicted", "label"):
+        raise ValueError(f"target must be 'predicted' or 'label', not {target!r}")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    model, dev = lm.model, lm.device
+    names = [name for name, _ in stages(model)]
+    per = {m: {"rank": [], "abs_rank": []} for m in methods}
+    errors: list[str] = []
+    for chunk in batches(list(paths), batch_size, "sanity", progress):
+        tensors, errs = load_inputs(chunk, lm.data_config)
+        errors += [e for e in errs if e is not None]
+        ok = [(p, xi) for p, xi in zip(chunk, tensors) if xi is not None]
+        if not ok:
+            continue
+        x = torch.stack([xi for _, xi in ok]).to(dev)
+        if target == "label":
+            cls = torch.tensor(_labels([p for p, _ in ok]), device=dev)
+        else:
+            with torch.no_grad():
+                cls = model(x).logits.argmax(dim=-1)
+        for m, r in cascade(model, x, cls, methods, seed).items():
+            per[m]["rank"].append(r["rank"])
+            per[m]["abs_rank"].append(r["abs_rank"])
+    if not any(per[m]["rank"] for m in methods):
+        raise ValueError("no readable images to check: " + "; ".join(errors[:3]))
+    results = {}
+    for m in methods:
+        results[m] = {}
+        for key in ("rank", "abs_rank"):
+            r = torch.cat(per[m][key], dim=1)  # [S, N]
+            n = r.shape[1]
+            results[m][key] = r.mean(dim=1).tolist()
+            results[m][key + "_se"] = (r.std(dim=1) / n**0.5).tolist() if n > 1 else [0.0] * len(names)
+    count = torch.cat(per[methods[0]]["rank"], dim=1).shape[1]
+    return {"images": count, "target": target, "seed": seed, "stages": names, "methods": results, "errors": errors}
+
+
+def format_results(r: dict[str, Any]) -> str:
+    """A readable table: mean rank correlation with the trained model's map, per stage."""
+    cols = [0, 1, len(r["stages"]) // 2, len(r["stages"]) - 1]
+    head = ["randomised down to:"] + [r["stages"][c] for c in cols]
+    lines = [f"model-randomisation check over {r['images']} images (Spearman rank correlation with the trained model's map)",
+             "".join(f"{h:>18}" for h in head)]
+    for m, v in r["methods"].items():
+        lines.append(f"{m:>18}" + "".join(f"{v['rank'][c]:>18.3f}" for c in cols))
+    lines += [f"skipped: {e}" for e in r["errors"]]
+    return "\n".join(lines)
+
+
+def figure(r: dict[str, Any], title: str | None = None) -> Figure:
+    """Rank correlation against the randomisation stage, one line per method (Adebayo Fig. 2)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 4.8))
+    ax = fig.add_subplot()
+    xs = range(len(r["stages"]))
+    for m, v in r["methods"].items():
+        mean, se = torch.tensor(v["rank"]), torch.tensor(v["rank_se"])
+        ax.plot(xs, mean, marker="o", label=m)
+        ax.fill_between(xs, mean - se, mean + se, alpha=0.2)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xticks(list(xs), [s.replace("block ", "b") for s in r["stages"]], rotation=45)
+    ax.set_ylim(-0.3, 1.05)
+    ax.set_xlabel("re-initialised from the top down to (cumulative)")
+    ax.set_ylabel("Spearman rank correlation\nwith the trained model's map")
+    ax.set_title(title or f"Model-randomisation sanity check ({r['images']} images)")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def cmd_sanity(args: argparse.Namespace) -> int:
+    from .cli import UserError, load_from_args
+    from .faithfulness import spread
+    from .images import find_images
+    from .viz import save_figure
+
+    paths = find_images([args.images])
+    if not paths:
+        raise UserError(f"no images found in {args.images}")
+    if args.limit is not None:
+        paths = spread(paths, args.limit)
+    methods = list(METHODS) if args.methods.strip() == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}, all")
+    lm = load_from_args(args)
+    if lm.model.cfg.num_classes == 0:
+        raise UserError(f"{lm.name} is headless (no classifier): the class-specific maps need class scores")
+    r = evaluate(lm, paths, methods, args.target, args.batch_size, args.seed, progress=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        r["figure"] = str(save_figure(figure(r), out / "sanity_randomisation.png", width_px=2000))
+        (out / "sanity_randomisation.json").write_text(json.dumps(r, indent=1) + "\n")
+    print(json.dumps(r, indent=2) if args.json else format_results(r))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``sanity`` sub-command to the CLI."""
+    from .cli import add_model_args
+
+    p = subparsers.add_parser("sanity", help="model-randomisation sanity check of the explanation methods")
+    p.add_argument("--images", required=True, help="folder (or image file) of photos")
+    add_model_args(p)
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, from {', '.join(METHODS)}; or 'all' (default: all but {', '.join(SLOW_METHODS)})")
+    p.add_argument("--target", default="predicted", choices=["predicted", "label"],
+                   help="class explained: top-1 of the trained model, or the file name's class")
+    p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
+    p.add_argument("--batch-size", type=int, default=4, help="images per batch")
+    p.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation")
+    p.add_argument("--out", help="folder for the figure (sanity_randomisation.png) and the JSON")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_sanity)
