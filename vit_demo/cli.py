@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-PLUGINS = ("vit_demo.explain_cli", "vit_demo.faithfulness")  # modules with register(subparsers)
+PLUGINS = ("vit_demo.explain_cli", "vit_demo.faithfulness", "vit_demo.deck")  # modules with register(subparsers)
 
 
 class UserError(Exception):
