@@ -195,8 +195,22 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _render(fig: Figure, width_px: int) -> Image.Image:
-    return viz.figure_to_image(fig, width_px)
+def _render(fig: Figure, width_px: int, pad: float = 0.12) -> Image.Image:
+    """``fig`` as a picture ``width_px`` wide, its white margin trimmed. The PNG bytes stay in
+    ``info["png"]`` so that the PowerPoint file reuses them instead of encoding again (fast
+    zlib: decks hold many large pictures)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    box = fig.get_tightbbox(canvas.get_renderer()).padded(pad)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=(int(width_px) + 0.25) / box.width, bbox_inches=box, facecolor="white",
+                pil_kwargs={"compress_level": 2})
+    img = Image.open(io.BytesIO(buf.getvalue()))
+    img.load()
+    img.info["png"] = buf.getvalue()
+    return img
 
 
 def _big_picture(picture: Image.Image, width_px: int) -> Image.Image:
@@ -405,8 +419,10 @@ def picture_boxes(sizes: Sequence[tuple[int, int]], columns: Sequence[float] | N
 
 
 def _png(img: Image.Image) -> io.BytesIO:
+    if "png" in img.info:
+        return io.BytesIO(img.info["png"])
     buf = io.BytesIO()
-    img.save(buf, format="PNG", optimize=False)
+    img.save(buf, format="PNG", compress_level=2)
     buf.seek(0)
     return buf
 
