@@ -35,9 +35,10 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from . import explain, viz
+from .side_by_side import MAX_IMAGES, Panel, images_figure
 
 FORMATS = ("pptx", "pdf")
-SLIDE_W, SLIDE_H = 13.333, 7.5  # inches, 16:9
+SLIDE_W, SLIDE_H = 40 / 3, 7.5  # inches, 16:9 (PowerPoint's own widescreen size)
 MARGIN = 0.45
 TITLE_TOP, TITLE_H = 0.28, 0.75
 SUBTITLE_TOP, SUBTITLE_H = 0.98, 0.42
@@ -71,28 +72,28 @@ class Slide:
 # ----------------------------------------------------------------------------- numbers for one image
 
 
-def faithfulness_scores(model, x: torch.Tensor, target: int, methods: Sequence[str] = tuple(explain.METHODS),
-                        seeds: Sequence[int] = (0, 1, 2)) -> dict[str, dict[str, float]]:
+def faithfulness_scores(model, x: torch.Tensor, target: int, maps: dict[str, Any] | None = None,
+                        seeds: Sequence[int] = (0, 1, 2)) -> dict[str, dict[str, Any]]:
     """Deletion / insertion AUC (Petsiuk et al. 2018) of each method on ONE input ``x`` [1, 3, h, w],
-    tracking the probability of ``target``; ``random``: the mean over random patch orders."""
+    tracking the probability of ``target``, with the protocol of :mod:`vit_demo.faithfulness`.
+
+    ``maps``: ``{method: [gh, gw] map}`` already computed (default: every method in
+    :data:`vit_demo.explain.METHODS`, computed here); ``random``: the mean over random patch
+    orders, one per seed. All orders go through the model in one batch.
+    """
     from .faithfulness import deletion_insertion
 
-    out = {}
-    for name in methods:
-        saliency = explain.METHODS[name](model, x, target)
-        d, i = deletion_insertion(model, x, saliency, target)
-        out[name] = {"deletion_auc": float(d.mean()), "insertion_auc": float(i.mean()),
-                     "deletion_curve": d[0].tolist(), "insertion_curve": i[0].tolist()}
+    if maps is None:
+        maps = {name: fn(model, x, target)[0] for name, fn in explain.METHODS.items()}
     gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
-    curves = []
-    for s in seeds:
-        noise = torch.rand(1, gh, gw, generator=torch.Generator().manual_seed(s)).to(x.device)
-        curves.append(deletion_insertion(model, x, noise, target))
-    d = torch.stack([c[0][0] for c in curves]).mean(0)
-    i = torch.stack([c[1][0] for c in curves]).mean(0)
-    out["random"] = {"deletion_auc": float(d.mean()), "insertion_auc": float(i.mean()),
-                     "deletion_curve": d.tolist(), "insertion_curve": i.tolist()}
-    return out
+    noise = [torch.rand(gh, gw, generator=torch.Generator().manual_seed(s)) for s in seeds]
+    saliency = torch.stack([torch.as_tensor(np.asarray(m), dtype=torch.float32) for m in maps.values()] + noise)
+    d, i = deletion_insertion(model, x.expand(len(saliency), -1, -1, -1), saliency.to(x.device), target)
+    d, i = d.double().cpu(), i.double().cpu()
+    k = len(maps)
+    rows = [*zip(maps, d[:k], i[:k]), ("random", d[k:].mean(0), i[k:].mean(0))]
+    return {name: {"deletion_auc": float(dc.mean()), "insertion_auc": float(ic.mean()),
+                   "deletion_curve": dc.tolist(), "insertion_curve": ic.tolist()} for name, dc, ic in rows}
 
 
 # ----------------------------------------------------------------------------- figures made here
@@ -246,7 +247,7 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         f"{lm.name} predicts '{top[0]['label']}' with {_pct(top[0]['prob'])}; the bars show its top five classes. "
         f"The model is a Vision Transformer ({PAPERS['vit']}), here trained as in {PAPERS['deit']}.",
         section, f"Predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
-        {"predictions": top, "x": a.x}, columns=[0.45, 0.55],
+        {"predictions": top, "x": a.x, "panel": None}, columns=[0.45, 0.55],
     )]
     slides.append(Slide(
         "From pixels to tokens",
@@ -284,8 +285,8 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         section, "All layers multiplied, residual included (class-agnostic)",
     ))
     maps = class_maps(a, lm, cls)
-    x = a.x
-    scores = faithfulness_scores(lm.model, x, cls)
+    last = explain.cls_attention(a.attentions, a.layout, L - 1)[0]
+    scores = faithfulness_scores(lm.model, a.x, cls, {"attention": last, "rollout": roll, **maps})
     ch, rnd = scores["chefer"], scores["random"]
     compare = viz.compare_figure(a.picture, {"gradient-weighted rollout": maps["grad-rollout"],
                                              "relevance (Chefer et al.)": maps["chefer"]}, cmap=cmap, show_input=False)
@@ -301,16 +302,14 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
                  f"{rnd['deletion_auc']:.3f}), insertion AUC {ch['insertion_auc']:.3f} (random {rnd['insertion_auc']:.3f})",
         {"faithfulness": scores, "target": cls}, columns=[0.42, 0.58],
     ))
+    slides[0].meta["panel"] = Panel(a.picture, maps["chefer"], a.topk(1), lm.name, cls)
     return slides
 
 
-def comparison_slide(lm, images: Sequence[Image.Image], names: Sequence[str], width_px: int, cmap: str) -> Slide:
-    from .side_by_side import MAX_IMAGES, compare_images
-
-    shown = list(images)[:MAX_IMAGES]
-    fig = compare_images(lm, shown, list(names)[:MAX_IMAGES], "chefer", cmap=cmap, show_inputs=False)
-    fig.suptitle("")
-    more = f" (the first {MAX_IMAGES} of {len(images)})" if len(images) > MAX_IMAGES else ""
+def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str) -> Slide:
+    """Relevance of up to four images side by side, on one colour scale."""
+    fig = images_figure(panels[:MAX_IMAGES], names[:MAX_IMAGES], None, "relevance", cmap, show_inputs=False)
+    more = f" (the first {MAX_IMAGES} of {len(panels)})" if len(panels) > MAX_IMAGES else ""
     return Slide(
         "The images side by side", [_render(fig, width_px)],
         f"The same method for every image{more}: class-specific relevance ({PAPERS['chefer2']}), on one colour scale, "
@@ -324,7 +323,7 @@ def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: st
     from .verify import DEFAULT_TOL, compare_one, timm_twin, verdict
 
     tm = timm_twin(lm, weights)
-    checks = [compare_one(lm.model, tm, x) for x in xs]
+    checks = [compare_one(lm.model, tm, x, repeats=1) for x in xs]
     worst = max(checks, key=lambda c: c["max_abs_logit_diff"])
     sentence = verdict(worst, DEFAULT_TOL)
     ok = sentence.startswith("Identical")
@@ -379,8 +378,9 @@ def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target
     slides: list[Slide] = []
     for img, name in zip(images, names):
         slides += image_slides(lm, img, name, target, width_px, cmap)
+    panels = [s.meta.pop("panel") for s in slides if "panel" in s.meta]  # each image's relevance
     if len(images) > 1:
-        slides.append(comparison_slide(lm, images, names, width_px, cmap))
+        slides.append(comparison_slide(panels, list(names), width_px, cmap))
     xs = [s.meta.pop("x") for s in slides if "x" in s.meta]  # each image's model input
     slides.append(timm_slide(lm, xs, names, _weights_file(lm, weights), width_px))
     slides.append(closing_slide(lm, width_px))
@@ -432,10 +432,10 @@ def write_pptx(slides: Sequence[Slide], path: str | Path) -> Path:
     section per image."""
     from pptx import Presentation
     from pptx.dml.color import RGBColor
-    from pptx.util import Inches, Pt
+    from pptx.util import Emu, Inches, Pt
 
     prs = Presentation()
-    prs.slide_width, prs.slide_height = Inches(SLIDE_W), Inches(SLIDE_H)
+    prs.slide_width, prs.slide_height = Emu(12192000), Emu(6858000)  # = SLIDE_W x SLIDE_H inches
     layout = prs.slide_layouts[5]  # "Title Only"
     for s in slides:
         sl = prs.slides.add_slide(layout)
