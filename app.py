@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"WARNING: {what}: anyone who can reach it can upload images and checkpoints and use this "
               f"machine's CPU. Loading checkpoints by server path is switched off.", file=sys.stderr)
 
-    from vit_demo.ui import AppConfig, build, launch_kwargs
+    from vit_demo.app.build import AppConfig, build, launch_kwargs
 
     cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device,
                     exposed=exposed, max_queue=args.max_queue, concurrency=args.concurrency)

@@ -114,11 +114,15 @@ def in_process(weights: Path | None, n: int = 5) -> dict:
     (a follow-up event in the app), for reading the server numbers against."""
     import torch
 
-    from vit_demo import appcore as ac
+    from vit_demo.app.attention import HEAD_ALL, attention_view
+    from vit_demo.app.methods import method_maps, pending_titles
+    from vit_demo.app.patches import patch_picture, sequence_picture
+    from vit_demo.app.registry import ModelRegistry
     from vit_demo.images import load_image
+    from vit_demo.viz import tiles_image
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # as app.py: cores / concurrency (2)
-    reg = ac.ModelRegistry([weights] if weights else [])
+    reg = ModelRegistry([weights] if weights else [])
     key = reg.default_key()
     reg.warm_up(key)
     fwd, first, cmaps = [], [], []
@@ -127,12 +131,12 @@ def in_process(weights: Path | None, n: int = 5) -> dict:
         t0 = time.perf_counter()
         a = reg.analyze(key, img)
         t1 = time.perf_counter()
-        ac.attention_view(a, a.depth - 1, ac.HEAD_ALL, None)
-        ac.tiles_image(a.picture, ac.method_maps(a, None), pending=ac.pending_titles(a, None))
-        ac.patch_picture(a)
-        ac.sequence_picture(a)
+        attention_view(a, a.depth - 1, HEAD_ALL, None)
+        tiles_image(a.picture, method_maps(a, None), pending=pending_titles(a, None))
+        patch_picture(a)
+        sequence_picture(a)
         t2 = time.perf_counter()
-        ac.method_maps(a, reg.get(key))
+        method_maps(a, reg.get(key))
         t3 = time.perf_counter()
         fwd.append(t1 - t0)
         first.append(t2 - t1)

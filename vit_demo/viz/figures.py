@@ -1,28 +1,9 @@
-"""Pictures of what a ViT looks at: pure renderers, no model calls.
-
-Everything here takes numbers (numpy arrays or torch tensors, already computed by
-:mod:`vit_demo.explain`) and pictures (the model-input picture from
-:func:`vit_demo.preprocess.preprocess`), and returns either
-
-- a ``PIL.Image`` from the *fast* renderers (:func:`overlay_image`, :func:`heads_image`,
-  :func:`patch_grid_image`): numpy + PIL only, meant for the interactive app where a slider
-  re-renders on every move; or
-- a ``matplotlib.figure.Figure`` from the *figure* functions (``*_figure``), for slides and
-  papers, saved with :func:`save_figure` (PNG at a chosen pixel width, SVG or PDF).
+"""Figures for slides and papers (matplotlib): ``*_figure`` functions return a
+:class:`matplotlib.figure.Figure`; :func:`save_figure` writes PNG at a chosen pixel width,
+SVG or PDF, with the outer margin trimmed.
 
 Figures are built on :class:`matplotlib.figure.Figure` directly: pyplot's global state is
 never touched, so figures are safe to make from a server and never leak.
-
-Conventions:
-
-- a *map* is a ``[gh, gw]`` array over the patch grid (row-major patch ``i`` sits at row
-  ``i // gw``, column ``i % gw``); stacks of maps are ``[H, gh, gw]`` (heads of one layer)
-  or ``[L, H, gh, gw]`` (every layer's heads). A leading batch axis of size 1 is dropped.
-- Layers, heads and patches are numbered from 0, as on the command line and in the JSON.
-- Unless ``vmin`` / ``vmax`` are given, every map is shown scaled to *its own* min..max
-  (each head panel separately), so the colours show where a map is high, not how high it is
-  compared with another map.
-- Sizes of PIL pictures are ``(width, height)``, as PIL has them.
 """
 
 from __future__ import annotations
@@ -30,410 +11,46 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
-from matplotlib import colormaps, font_manager, patheffects
+from matplotlib import colormaps, patheffects
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.transforms import Bbox
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
-Picture = Union[Image.Image, np.ndarray]  # noqa: UP007 - a runtime alias
+from .arrays import (
+    Picture,
+    _blend,
+    _maps,
+    _patch_box,
+    _resized_picture,
+    _target_size,
+    as_array,
+    normalize,
+    picture_array,
+    upsample,
+)
+from .style import (
+    ACCENT,
+    HIGHLIGHT,
+    LABEL_SIZE,
+    MUTED_COLOR,
+    PANEL_TITLE_SIZE,
+    TEXT_COLOR,
+    TICK_SIZE,
+    TITLE_SIZE,
+    check_cmap,
+    colorize,
+    token_color,
+)
+
 FIGURE_FORMATS = ("png", "svg", "pdf")
-
-# One look for every figure: sizes in points, colours as hex.
-TITLE_SIZE = 15
-PANEL_TITLE_SIZE = 11
-LABEL_SIZE = 12
-TICK_SIZE = 10
-TEXT_COLOR = "#222222"
-MUTED_COLOR = "#666666"
-ACCENT = "#1f77b4"
-HIGHLIGHT = "#00e5ff"  # a selected query patch: cyan reads on photos and on every colormap
-TOKEN_COLORS = {"class": "#7b3fa0", "dist": "#c0392b", "reg": "#5d6d7e"}
-_HIGHLIGHT_RGB = (0, 229, 255)
-
-
-# --------------------------------------------------------------------------------------
-# Arrays, colours, resampling
-# --------------------------------------------------------------------------------------
-
-
-def as_array(x: Any) -> np.ndarray:
-    """``x`` (numpy array, torch tensor on any device, nested lists) as a float32 numpy array."""
-    if hasattr(x, "detach"):  # torch tensor, without importing torch here
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x, dtype=np.float32)
-
-
-def _maps(x: Any, ndims: Sequence[int], what: str) -> np.ndarray:
-    """``x`` as an array with one of ``ndims`` dimensions, dropping leading size-1 axes."""
-    a = as_array(x)
-    while a.ndim > max(ndims) and a.shape[0] == 1:
-        a = a[0]
-    if a.ndim not in ndims:
-        want = " or ".join(f"{d}-D" for d in ndims)
-        raise ValueError(f"{what} must be {want}, got shape {tuple(a.shape)}")
-    if a.shape[-1] < 1 or a.shape[-2] < 1:
-        raise ValueError(f"{what} is empty: shape {tuple(a.shape)}")
-    return np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-def picture_array(picture: Picture) -> np.ndarray:
-    """A picture as uint8 RGB ``[h, w, 3]`` (PIL image, uint8 array, or float array in 0..1)."""
-    if isinstance(picture, Image.Image):
-        return np.asarray(picture.convert("RGB"))
-    a = np.asarray(picture)
-    if a.dtype.kind == "f":
-        a = (np.clip(a, 0, 1) * 255 + 0.5).astype(np.uint8)
-    elif a.dtype != np.uint8:
-        a = np.clip(a, 0, 255).astype(np.uint8)
-    if a.ndim == 2:
-        a = np.repeat(a[..., None], 3, axis=-1)
-    if a.ndim != 3 or a.shape[-1] not in (3, 4):
-        raise ValueError(f"picture must be [h, w, 3], got shape {a.shape}")
-    return a[..., :3]
-
-
-def normalize(maps: Any, vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
-    """Scale each ``[gh, gw]`` map (the last two axes) to 0..1 by its own min..max.
-
-    ``vmin`` / ``vmax`` fix the range instead (values outside are clipped). A constant map
-    becomes all zeros.
-    """
-    a = as_array(maps)
-    lo = a.min(axis=(-2, -1), keepdims=True) if vmin is None else np.float32(vmin)
-    hi = a.max(axis=(-2, -1), keepdims=True) if vmax is None else np.float32(vmax)
-    span = np.asarray(hi - lo, dtype=np.float32)
-    out = (a - lo) / np.where(span > 0, span, 1)
-    return np.clip(np.where(span > 0, out, 0), 0, 1).astype(np.float32)
-
-
-@lru_cache(maxsize=64)
-def _resize_matrix(n_in: int, n_out: int, smooth: bool) -> np.ndarray:
-    """``[n_out, n_in]`` weights resampling one axis: bilinear with pixel centres aligned (as
-    PIL and ``torch.nn.functional.interpolate(align_corners=False)``), or nearest."""
-    m = np.zeros((n_out, n_in), dtype=np.float32)
-    rows = np.arange(n_out)
-    if not smooth:
-        m[rows, np.clip(((rows + 0.5) * n_in / n_out).astype(int), 0, n_in - 1)] = 1
-    else:
-        c = np.clip((rows + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
-        lo = np.floor(c).astype(int)
-        hi = np.minimum(lo + 1, n_in - 1)
-        w = (c - lo).astype(np.float32)
-        np.add.at(m, (rows, lo), 1 - w)
-        np.add.at(m, (rows, hi), w)
-    m.setflags(write=False)
-    return m
-
-
-def upsample(maps: Any, size: tuple[int, int], smooth: bool = True) -> np.ndarray:
-    """Resample ``[..., gh, gw]`` maps to ``[..., h, w]`` (``size`` is ``(h, w)``): bilinear
-    when ``smooth``, else nearest (blocky: one flat square per patch)."""
-    a = as_array(maps)
-    ry = _resize_matrix(a.shape[-2], int(size[0]), bool(smooth))
-    rx = _resize_matrix(a.shape[-1], int(size[1]), bool(smooth))
-    return ry @ a @ rx.T
-
-
-def check_cmap(name: str) -> str:
-    """``name`` if matplotlib knows that colormap, else a ValueError naming a few good ones."""
-    if name not in colormaps:
-        raise ValueError(f"unknown colormap {name!r}; try inferno, magma, viridis, plasma, turbo, jet or RdBu_r")
-    return name
-
-
-@lru_cache(maxsize=64)
-def colormap_lut(name: str) -> np.ndarray:
-    """A matplotlib colormap as a ``[256, 3]`` uint8 lookup table."""
-    lut = colormaps[check_cmap(name)](np.linspace(0, 1, 256))[:, :3]
-    out = (lut * 255 + 0.5).astype(np.uint8)
-    out.setflags(write=False)
-    return out
-
-
-def colorize(values01: np.ndarray, cmap: str = "inferno") -> np.ndarray:
-    """Values in 0..1 ``[...]`` -> uint8 RGB ``[..., 3]`` through the colormap."""
-    idx = (np.clip(values01, 0, 1) * 255 + 0.5).astype(np.uint8)
-    return colormap_lut(cmap)[idx]
-
-
-def _blend(picture: np.ndarray | None, colours: np.ndarray, alpha: float) -> np.ndarray:
-    """``(1 - alpha) * picture + alpha * colours`` in uint8 (the picture broadcasts)."""
-    if picture is None:
-        return colours
-    alpha = float(np.clip(alpha, 0, 1))
-    out = picture.astype(np.float32) * (1 - alpha) + colours.astype(np.float32) * alpha
-    return (out + 0.5).astype(np.uint8)
-
-
-def _target_size(w: int, h: int, size: int | tuple[int, int] | None) -> tuple[int, int]:
-    """Output ``(width, height)``: as is, the longer side = ``size``, or exactly ``size``."""
-    if size is None:
-        return w, h
-    if isinstance(size, (int, np.integer)):
-        s = int(size) / max(w, h)
-        return max(1, round(w * s)), max(1, round(h * s))
-    return int(size[0]), int(size[1])
-
-
-def _resized_picture(picture: Picture, size: tuple[int, int]) -> np.ndarray:
-    """uint8 RGB ``[h, w, 3]`` of the picture at ``size`` (width, height), bicubic."""
-    img = picture if isinstance(picture, Image.Image) else Image.fromarray(picture_array(picture))
-    img = img.convert("RGB")
-    if img.size != tuple(size):
-        img = img.resize(tuple(size), Image.Resampling.BICUBIC)
-    return np.asarray(img)
-
-
-@lru_cache(maxsize=32)
-def _font(size: int, bold: bool = False) -> ImageFont.FreeTypeFont:
-    """DejaVu Sans (shipped with matplotlib, so always there) at ``size`` pixels."""
-    path = font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans", weight="bold" if bold else "normal"))
-    try:
-        return ImageFont.truetype(path, size)
-    except OSError:  # pragma: no cover - a matplotlib without its fonts
-        return ImageFont.load_default(size)
-
-
-def patch_index_at(x: float, y: float, size: tuple[int, int], grid: tuple[int, int]) -> int:
-    """The row-major patch index under pixel ``(x, y)`` of a picture of ``size`` (width,
-    height) showing a ``grid`` of ``(gh, gw)`` patches (e.g. a click on a rendered image)."""
-    gh, gw = grid
-    col = min(gw - 1, max(0, int(x * gw / size[0])))
-    row = min(gh - 1, max(0, int(y * gh / size[1])))
-    return row * gw + col
-
-
-def _patch_box(index: int, grid: tuple[int, int], size: tuple[int, int]) -> tuple[float, float, float, float]:
-    """Pixel box (x0, y0, x1, y1) of patch ``index`` in a picture of ``size`` (w, h)."""
-    gh, gw = grid
-    if not 0 <= index < gh * gw:
-        raise ValueError(f"patch {index} is outside the {gh}x{gw} grid (0..{gh * gw - 1})")
-    r, c = divmod(int(index), gw)
-    cw, ch = size[0] / gw, size[1] / gh
-    return c * cw, r * ch, (c + 1) * cw, (r + 1) * ch
-
-
-def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], width: int) -> None:
-    """A cyan box with a thin dark rim, visible on any background."""
-    x0, y0, x1, y1 = (round(v) for v in box)
-    draw.rectangle((x0, y0, x1 - 1, y1 - 1), outline=(0, 0, 0), width=width + 2)
-    draw.rectangle((x0 + 1, y0 + 1, x1 - 2, y1 - 2), outline=_HIGHLIGHT_RGB, width=width)
-
-
-# --------------------------------------------------------------------------------------
-# Fast renderers (numpy + PIL) for the interactive app
-# --------------------------------------------------------------------------------------
-
-
-def overlay_image(
-    picture: Picture | None,
-    heat: Any,
-    cmap: str = "inferno",
-    alpha: float = 0.6,
-    smooth: bool = True,
-    size: int | tuple[int, int] | None = None,
-    vmin: float | None = None,
-    vmax: float | None = None,
-    mark: int | None = None,
-) -> Image.Image:
-    """A ``[gh, gw]`` map over the picture, as one RGB PIL image (fast: numpy + PIL).
-
-    The map is scaled to its own min..max (unless ``vmin`` / ``vmax``), coloured with the
-    matplotlib colormap ``cmap``, upsampled bilinearly (``smooth``) or as flat squares, and
-    alpha-blended: ``(1 - alpha) * picture + alpha * colour``. ``size``: output (width,
-    height), or an int for the longer side; default the picture's size (16 px per patch when
-    ``picture`` is None, which shows the map alone). ``mark``: a patch index to outline
-    (e.g. the query patch).
-    """
-    m = _maps(heat, (2,), "heat")
-    gh, gw = m.shape
-    if picture is None:
-        w, h = _target_size(gw * 16, gh * 16, size)
-        pic = None
-    else:
-        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
-        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-        w, h = _target_size(w0, h0, size)
-        pic = _resized_picture(pic0, (w, h))
-    colours = colorize(upsample(normalize(m, vmin, vmax), (h, w), smooth), cmap)
-    img = Image.fromarray(_blend(pic, colours, alpha))
-    if mark is not None:
-        _outline(ImageDraw.Draw(img), _patch_box(mark, (gh, gw), (w, h)), max(2, round(min(w, h) / 150)))
-    return img
-
-
-def heads_image(
-    picture: Picture | None,
-    maps: Any,
-    cmap: str = "inferno",
-    alpha: float = 0.6,
-    smooth: bool = True,
-    titles: bool = True,
-    tile: int | None = None,
-    vmin: float | None = None,
-    vmax: float | None = None,
-    layer: int | None = None,
-    mark: int | None = None,
-) -> Image.Image:
-    """Every head's map as a tiled mosaic (fast: numpy + PIL).
-
-    ``maps``: ``[H, gh, gw]`` (one layer: tiles wrap into rows of at most 6, each labelled
-    "H3", or "L11 H3" when ``layer`` is given) or ``[L, H, gh, gw]`` (the whole model: one
-    row per layer labelled "L0".., one column per head labelled "H0"..). Each tile is scaled
-    to its own min..max unless ``vmin`` / ``vmax``. ``tile``: longer side of a tile in pixels
-    (default 160 for one layer, 96 for the whole model). ``mark``: a patch to outline.
-    """
-    a = _maps(maps, (3, 4), "maps")
-    whole = a.ndim == 4
-    L, H = (a.shape[0], a.shape[1]) if whole else (1, a.shape[0])
-    gh, gw = a.shape[-2:]
-    tile = int(tile or (96 if whole else 160))
-    if picture is None:
-        tw, th = _target_size(gw, gh, tile)
-        pic = None
-    else:
-        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
-        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-        tw, th = _target_size(w0, h0, tile)
-        pic = _resized_picture(pic0, (tw, th))
-    tiles = _blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
-    tiles = tiles.reshape(L * H, th, tw, 3)
-
-    gap = max(2, tile // 40)
-    fsize = max(10, min(15, tile // 8))
-    font = _font(fsize, bold=True)
-    label_h = fsize + 6 if titles else 0
-    if whole:
-        rows, cols = L, H
-        left = (_text_width("L00", font) + 10) if titles else 0
-        top = label_h
-    else:
-        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
-        rows = math.ceil(H / cols)
-        left, top = 0, 0
-    step_y = th + gap + (0 if whole else label_h)
-    width = left + cols * (tw + gap) - gap
-    height = top + rows * step_y - gap
-    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
-    origins = []
-    for i in range(L * H):
-        r, c = divmod(i, cols)
-        x = left + c * (tw + gap)
-        y = top + r * step_y + (0 if whole else label_h)
-        canvas[y : y + th, x : x + tw] = tiles[i]
-        origins.append((x, y))
-    img = Image.fromarray(canvas)
-    draw = ImageDraw.Draw(img)
-    if mark is not None:
-        for x, y in origins:
-            x0, y0, x1, y1 = _patch_box(mark, (gh, gw), (tw, th))
-            _outline(draw, (x + x0, y + y0, x + x1, y + y1), 2)
-    if titles:
-        ink = (40, 40, 40)
-        if whole:
-            for h in range(H):
-                draw.text((left + h * (tw + gap) + tw / 2, top / 2), f"H{h}", font=font, fill=ink, anchor="mm")
-            for r in range(L):
-                draw.text((left - 6, top + r * step_y + th / 2), f"L{r}", font=font, fill=ink, anchor="rm")
-        else:
-            for i, (x, y) in enumerate(origins):
-                name = f"H{i}" if layer is None else f"L{layer} H{i}"
-                draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=ink, anchor="mm")
-    return img
-
-
-def _text_width(text: str, font: ImageFont.FreeTypeFont) -> int:
-    x0, _, x1, _ = font.getbbox(text)
-    return int(math.ceil(x1 - x0))
-
-
-def text_font(size: int, bold: bool = False) -> ImageFont.FreeTypeFont:
-    """The PIL font the fast renderers label with (DejaVu Sans, ``size`` pixels)."""
-    return _font(size, bold)
-
-
-def text_width(text: str, font: ImageFont.FreeTypeFont) -> int:
-    """Width in pixels of ``text`` drawn with ``font``."""
-    return _text_width(text, font)
-
-
-def patch_grid_image(
-    picture: Picture,
-    patch_size: int,
-    numbers: bool = True,
-    highlight: int | None = None,
-    scale: int | None = None,
-) -> Image.Image:
-    """The picture cut into its patches: grid lines, each patch numbered 0..gh*gw-1 in
-    row-major order (the order the transformer reads them), ``highlight`` (e.g. the selected
-    query patch) outlined. Fast: PIL only (the grid and number masks are cached per size).
-
-    ``scale``: integer upscaling so the numbers are readable (default: patch cells of at
-    least 32 px, e.g. 2x for 16-px patches: 224 -> 448 px). Use :func:`patch_index_at` with
-    the returned image's size to map a click back to a patch.
-    """
-    img = picture if isinstance(picture, Image.Image) else Image.fromarray(picture_array(picture))
-    img = img.convert("RGB")
-    p = int(patch_size)
-    gw, gh = img.width // p, img.height // p
-    if gw < 1 or gh < 1:
-        raise ValueError(f"a {img.width}x{img.height} picture holds no {p}-px patch")
-    if scale is None:
-        scale = max(1, math.ceil(32 / p)) if numbers else 1
-    cell = p * int(scale)
-    img = img.crop((0, 0, gw * p, gh * p)).resize((gw * cell, gh * cell), Image.Resampling.BICUBIC)
-    box = None
-    if highlight is not None:
-        box = tuple(round(v) for v in _patch_box(highlight, (gh, gw), img.size))
-        region = img.crop(box)
-        img.paste(Image.blend(region, Image.new("RGB", region.size, _HIGHLIGHT_RGB), 0.35), box[:2])
-    lines, outline, glyphs = _grid_masks(gh, gw, cell, bool(numbers))
-    img.paste((255, 255, 255), (0, 0, *img.size), lines)
-    if numbers:
-        img.paste((0, 0, 0), (0, 0, *img.size), outline)
-        img.paste((255, 255, 255), (0, 0, *img.size), glyphs)
-    if box is not None:
-        _outline(ImageDraw.Draw(img), box, max(2, cell // 12))
-    return img
-
-
-@lru_cache(maxsize=8)
-def _grid_masks(gh: int, gw: int, cell: int, numbers: bool) -> tuple[Image.Image, Image.Image, Image.Image]:
-    """Picture-independent "L" masks: grid lines, the numbers' dark outline, the numbers."""
-    size = (gw * cell, gh * cell)
-    lines = Image.new("L", size, 0)
-    draw = ImageDraw.Draw(lines)
-    width = max(1, cell // 24)
-    for c in range(1, gw):
-        draw.line([(c * cell, 0), (c * cell, size[1])], fill=150, width=width)
-    for r in range(1, gh):
-        draw.line([(0, r * cell), (size[0], r * cell)], fill=150, width=width)
-    outline, glyphs = Image.new("L", size, 0), Image.new("L", size, 0)
-    if numbers:
-        digits = len(str(gh * gw - 1))
-        fsize = max(7, min(int(cell * 0.36), int(cell * 0.8 / (0.62 * digits + 0.1))))
-        font = _font(fsize, bold=True)
-        d_out, d_txt = ImageDraw.Draw(outline), ImageDraw.Draw(glyphs)
-        stroke = max(1, round(fsize / 7))
-        for i in range(gh * gw):
-            xy = ((i % gw + 0.5) * cell, (i // gw + 0.5) * cell)
-            d_out.text(xy, str(i), font=font, fill=255, anchor="mm", stroke_width=stroke, stroke_fill=255)
-            d_txt.text(xy, str(i), font=font, fill=255, anchor="mm")
-    return lines, outline, glyphs
-
-
-# --------------------------------------------------------------------------------------
-# Figures (matplotlib, for slides)
-# --------------------------------------------------------------------------------------
 
 
 def _figure(width_in: float, height_in: float) -> Figure:
@@ -916,12 +533,6 @@ def topk_figure(
     return fig
 
 
-def _token_color(name: str) -> str:
-    if name.startswith("[reg"):
-        return TOKEN_COLORS["reg"]
-    return TOKEN_COLORS["dist" if name == "[dist]" else "class"]
-
-
 def patch_grid_figure(
     picture: Picture,
     patch_size: int,
@@ -1029,7 +640,7 @@ def _sequence_strip(ax, pic: np.ndarray, p: int, gw: int, prefix: list[str], hig
                     (x0 + 0.04, 0.04),
                     box - 0.08,
                     box - 0.08,
-                    facecolor=_token_color(val),
+                    facecolor=token_color(val),
                     boxstyle="round,pad=0.02,rounding_size=0.12",
                     edgecolor="none",
                 )
@@ -1096,7 +707,6 @@ def _sequence_strip(ax, pic: np.ndarray, p: int, gw: int, prefix: list[str], hig
     ax.set_ylim(2.15, -0.75)
     ax.set_aspect("equal")
     ax.axis("off")
-
 
 # --------------------------------------------------------------------------------------
 # Saving

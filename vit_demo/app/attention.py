@@ -1,0 +1,292 @@
+"""The Attention tab: the attention explorer. Pick a layer, a head (or all heads, or every
+layer and head) and whose attention to show: the [class] token's, or a query patch's (click a
+picture of the input, here or in the Patches tab). Also the public ``/attention`` endpoint."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import numpy as np
+import torch
+from PIL import Image
+
+from .. import explain, viz
+from ..analysis import Analysis
+from ..weights import LoadedModel
+from .common import VIEW_SIZE, friendly, jpeg, png
+from .context import Context, Section
+from .exports import export_row, save, slug, wire_export
+from .session import Session, Upload
+
+CLASS_TOKEN = "[class] token"
+PATCH_QUERY = "a patch (click the picture)"
+HEAD_ALL, HEAD_MEAN, HEAD_LAYERS = "all", "mean", "layers"
+
+# ----------------------------------------------------------------------------- views
+
+
+def query_picture_size(a: Analysis) -> tuple[int, int]:
+    """(width, height) of :func:`query_picture` without drawing it."""
+    scale = max(1, round(VIEW_SIZE / max(a.picture.size)))
+    gh, gw = a.layout.grid
+    return gw * a.patch_size * scale, gh * a.patch_size * scale
+
+
+def click_to_patch(a: Analysis, x: float, y: float, size: tuple[int, int]) -> int:
+    """The patch under a click at pixel (x, y) of a picture of ``size`` showing the model input."""
+    return viz.patch_index_at(x, y, size, a.layout.grid)
+
+
+def head_choices(num_heads: int) -> list[tuple[str, str]]:
+    return ([("all heads (grid)", HEAD_ALL), ("mean of the heads", HEAD_MEAN)]
+            + [(f"head {h}", str(h)) for h in range(num_heads)]
+            + [("every layer × every head", HEAD_LAYERS)])
+
+
+def _head(head: str | int | None) -> str | int:
+    if head in (None, "", HEAD_MEAN):
+        return HEAD_MEAN
+    if head in (HEAD_ALL, HEAD_LAYERS):
+        return head
+    try:
+        return int(head)
+    except (TypeError, ValueError):
+        return HEAD_ALL
+
+
+def _query_label(a: Analysis, query: int | None) -> str:
+    if query is None:
+        if a.layout.cls_index is None:
+            return "every patch (mean; this model has no [class] token)"
+        return "the [class] token"
+    r, c = divmod(query, a.layout.grid[1])
+    return f"patch {query} (row {r}, column {c})"
+
+
+def prefix_share(a: Analysis, layer: int, head: str | int, query: int | None) -> float | None:
+    """The fraction of the query's attention that goes to the prefix tokens (not on the map)."""
+    P = a.layout.num_prefix
+    if not P:
+        return None
+    att = a.attentions[layer][0]  # [H, N, N]
+    rows = att[:, P + query] if query is not None else (
+        att[:, a.layout.cls_index] if a.layout.cls_index is not None else att[:, P:].mean(1))
+    share = rows[:, :P].sum(-1)  # [H]
+    return float(share.mean() if not isinstance(head, int) else share[head])
+
+
+def attention_maps(a: Analysis, layer: int, head: str | int, query: int | None) -> torch.Tensor:
+    """[gh, gw], [H, gh, gw] or [L, H, gh, gw] maps for the explorer's settings."""
+    head = _head(head)
+    if head == HEAD_LAYERS:
+        return explain.head_maps(a.attentions, a.layout, None, query)[0]
+    if head == HEAD_ALL:
+        return explain.head_maps(a.attentions, a.layout, layer, query)[0]
+    h = None if head == HEAD_MEAN else head
+    if query is None:
+        return explain.cls_attention(a.attentions, a.layout, layer, h)[0]
+    return explain.query_attention(a.attentions, a.layout, layer, query, h)[0]
+
+
+def attention_view(
+    a: Analysis,
+    layer: int,
+    head: str | int | None = HEAD_ALL,
+    query: int | None = None,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+) -> tuple[Image.Image, str]:
+    """The explorer's picture and a caption that says what it shows."""
+    layer = int(np.clip(int(layer), 0, a.depth - 1))
+    head = _head(head)
+    if isinstance(head, int) and not 0 <= head < a.num_heads:
+        head = HEAD_ALL
+    if query is not None and not 0 <= query < a.layout.num_patches:
+        query = None
+    maps = attention_maps(a, layer, head, query)
+    who = _query_label(a, query)
+    if head == HEAD_LAYERS:
+        H = a.num_heads
+        tile = 96 if H > 6 else 128
+        pic = viz.heads_image(a.picture, maps, cmap, alpha, smooth, tile=tile, mark=query)
+        what = f"Where {who} looks in **every layer (rows) and head (columns)**"
+    elif head == HEAD_ALL:
+        H = a.num_heads
+        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
+        tile = int(min(300, max(120, 880 // cols)))
+        pic = viz.heads_image(a.picture, maps, cmap, alpha, smooth, tile=tile, layer=layer, mark=query)
+        what = f"Where {who} looks at **layer {layer}**, each of the {H} heads"
+    else:
+        pic = viz.overlay_image(a.picture, maps, cmap, alpha, smooth, size=VIEW_SIZE, mark=query)
+        which = "the mean of the heads" if head == HEAD_MEAN else f"head {head}"
+        what = f"Where {who} looks at **layer {layer}**, {which}"
+    share = prefix_share(a, layer, head if head != HEAD_LAYERS else HEAD_MEAN, query) if head != HEAD_LAYERS else None
+    extra = ""
+    if share is not None:
+        names = "/".join(a.layout.names())
+        extra = f" {share * 100:.0f}% of its attention goes to {names}, which has no place on the picture."
+    caption = (f"{what} (layers and heads count from 0; the model has {a.depth} layers × {a.num_heads} heads). "
+               f"Bright = more attention; each map is scaled to its own min–max.{extra}")
+    return pic, caption
+
+
+def query_picture(a: Analysis, query: int | None) -> Image.Image:
+    """The model input with its patch grid and the query patch outlined: the click target."""
+    scale = max(1, round(VIEW_SIZE / max(a.picture.size)))
+    return viz.patch_grid_image(a.picture, a.patch_size, numbers=False, highlight=query, scale=scale)
+
+
+def export_attention(a: Analysis, up: Upload, layer: int, head: str | int | None, query: int | None,
+                     cmap: str, alpha: float, smooth: bool) -> Path:
+    head = _head(head)
+    layer = int(layer)
+    maps = attention_maps(a, layer, head, query)
+    who = "[class]" if query is None else f"patch {query}"
+    if head == HEAD_LAYERS:
+        fig = viz.heads_figure(a.picture, maps, cmap, alpha, smooth, title=f"Attention of {who}, every layer and head",
+                               mark=query)
+        name = f"{Path(up.name).stem}-attention-all-layers-{slug(who)}"
+    elif head == HEAD_ALL:
+        fig = viz.heads_figure(a.picture, maps, cmap, alpha, smooth, title=f"Attention of {who} · layer {layer}",
+                               layer=layer, mark=query)
+        name = f"{Path(up.name).stem}-attention-L{layer}-heads-{slug(who)}"
+    else:
+        which = "mean of heads" if head == HEAD_MEAN else f"head {head}"
+        fig = viz.heatmap_figure(a.picture, maps, cmap, alpha, smooth, show_input=True, mark=query,
+                                 title=f"Attention of {who} · layer {layer}, {which}")
+        name = f"{Path(up.name).stem}-attention-L{layer}-{slug(which)}-{slug(who)}"
+    return save(fig, name)
+
+
+def query_from(a: Analysis | None, mode: str, patch: Any) -> int | None:
+    """The query patch the controls ask for (None: the [class] token, or a value out of range)."""
+    if mode != PATCH_QUERY or patch is None:
+        return None
+    try:
+        q = int(patch)
+    except (TypeError, ValueError):
+        return None
+    return q if a is None or 0 <= q < a.layout.num_patches else None
+
+
+# ----------------------------------------------------------------------------- the room
+
+
+class AttentionTab(Section):
+    name, title = "attention", "Attention"
+
+    def layout(self, ctx: Context) -> None:
+        with gr.Row(equal_height=True):
+            self.layer = gr.Slider(0, 11, value=11, step=1, label="Layer (0 = first)", elem_id="layer", scale=3)
+            self.head = gr.Dropdown(head_choices(3), value=HEAD_ALL, label="Head", elem_id="head", scale=2)
+            self.qmode = gr.Radio([CLASS_TOKEN, PATCH_QUERY], value=CLASS_TOKEN, label="Query: whose attention?",
+                                  elem_id="query-mode", scale=3)
+            self.qpatch = gr.Number(value=0, precision=0, minimum=0, label="Query patch", elem_id="query-patch",
+                                    scale=1, min_width=110)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=2, min_width=260):
+                gr.Markdown("**Click a patch** to see where it looks (also on a single-head map):",
+                            elem_classes="caption")
+                self.query_img = gr.Image(label="Click a patch to make it the query", show_label=False,
+                                          interactive=False, format="png", height=330, elem_id="query-picker",
+                                          buttons=[])
+            with gr.Column(scale=5):
+                self.att_img = gr.Image(label="Attention", show_label=False, interactive=False, format="png",
+                                        elem_id="attention", buttons=["fullscreen"])
+                self.att_md = gr.Markdown(elem_classes="caption", elem_id="attention-caption")
+                self.btn, self.file = export_row("attention-file")
+        # the explorer's settings, in the order of the /attention endpoint's parameters
+        self.show_inputs = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
+        self.views = [self.query_img, self.att_img, self.att_md]
+        self.controls = [self.layer, self.head, self.qmode, self.qpatch]
+        self.files = [self.file]
+        self.redisplay_inputs = self.show_inputs
+        self.redisplay_outputs = [self.att_img, self.att_md, self.query_img]
+        ctx.click_targets.append((self.query_img, lambda a, _head: query_picture_size(a)))
+        ctx.click_targets.append((self.att_img, single_map_size))
+
+    def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
+        a = sess.analysis
+        ly, hd, _, _, cm, al, sm = (vals[c] for c in self.show_inputs)
+        ly = min(int(ly), a.depth - 1) if ly is not None else a.depth - 1
+        heads = dict((v, lab) for lab, v in head_choices(a.num_heads))
+        hd = hd if hd in heads else HEAD_ALL
+        q = sess.query
+        att, caption = attention_view(a, ly, hd, q, cm, al, sm)
+        return {
+            self.query_img: png(query_picture(a, q)),
+            self.att_img: jpeg(att),
+            self.att_md: caption,
+            self.layer: gr.update(maximum=a.depth - 1, value=ly),
+            self.head: gr.update(choices=head_choices(a.num_heads), value=hd),
+            self.qmode: gr.update(value=PATCH_QUERY if q is not None else CLASS_TOKEN),
+            self.qpatch: gr.update(maximum=a.layout.num_patches - 1, value=q if q is not None else 0),
+        }
+
+    def redisplay(self, sess: Session, vals: dict) -> dict:
+        """The explorer's picture for its settings; the picker too when the query changed."""
+        ly, hd, qm, qp, cm, al, sm = (vals[c] for c in self.show_inputs)
+        q = query_from(sess.analysis, qm, qp)
+        pic, caption = attention_view(sess.analysis, ly, hd, q, cm, al, sm)
+        out = {self.att_img: jpeg(pic), self.att_md: caption}
+        if q != sess.query:  # the picker outlines the query: redraw it only when that changes
+            sess.query = q
+            out[self.query_img] = png(query_picture(sess.analysis, q))
+        return out
+
+    def wire(self, ctx: Context) -> None:
+        state = ctx.state
+
+        @friendly
+        def on_attention(*args):
+            *rest, sess = args
+            sess = ctx.session(sess)
+            if not sess.ready:
+                return gr.skip()
+            return self.redisplay(sess, dict(zip(self.show_inputs, rest)))
+
+        def click_handler(size_of):
+            @friendly
+            def on_click(ly, hd, cm, al, sm, sess, evt: gr.SelectData):
+                sess = ctx.session(sess)
+                if not sess.ready or not isinstance(evt.index, (list, tuple)) or len(evt.index) != 2:
+                    return gr.skip()
+                a = sess.analysis
+                size = size_of(a, hd)
+                if size is None:
+                    return gr.skip()
+                q = click_to_patch(a, float(evt.index[0]), float(evt.index[1]), size)
+                sess.query = q
+                pic, caption = attention_view(a, ly, hd, q, cm, al, sm)
+                out = {state: sess, self.qmode: PATCH_QUERY, self.qpatch: q, self.att_img: jpeg(pic),
+                       self.att_md: caption, self.query_img: png(query_picture(a, q))}
+                lm = ctx.model(sess)
+                for s in ctx.sections:
+                    out.update(s.show_query(sess, lm, q))
+                return out
+
+            return on_click
+
+        att_outputs = [self.att_img, self.att_md, self.query_img]
+        gr.on([self.layer.input, self.head.input, self.qmode.input, self.qpatch.input], on_attention,
+              [*self.show_inputs, state], att_outputs, api_name="attention", trigger_mode="always_last",
+              show_progress="hidden", preprocess=False)
+        click_inputs = [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth, state]
+        click_outputs = [state, self.qmode, self.qpatch, *att_outputs,
+                         *(c for s in ctx.sections for c in s.query_outputs)]
+        for target, size_of in ctx.click_targets:
+            target.select(click_handler(size_of), click_inputs, click_outputs, api_visibility="private",
+                          trigger_mode="always_last", show_progress="hidden", preprocess=False)
+        wire_export(ctx, self.btn, self.file, [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth],
+                    lambda s, ly, hd, cm, al, sm: export_attention(s.analysis, s.upload, ly, hd, s.query, cm, al, sm))
+
+
+def single_map_size(a: Analysis, head: Any) -> tuple[int, int] | None:
+    """Size of the explorer's picture when it is one map of the input (None for the head grids)."""
+    if head in (HEAD_ALL, HEAD_LAYERS):
+        return None
+    return VIEW_SIZE, VIEW_SIZE * a.picture.height // a.picture.width

@@ -1,0 +1,52 @@
+"""The app's page, assembled from its rooms: :func:`build` lays out the model picker, the input
+and predictions, the display controls and the tabs, then lets the upload flow and each room
+wire its events. Nothing is computed or drawn here."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ..examples import all_examples
+from . import flow
+from .attention import AttentionTab
+from .compare import CompareTab
+from .context import AppConfig, Context, Section
+from .diagnostics import DiagnosticsTab
+from .display import DisplayControls
+from .inputs import InputSection
+from .methods import MethodsTab
+from .models import ModelPicker
+from .page import INTRO, launch_kwargs
+from .patches import PatchesTab
+from .registry import ModelRegistry
+
+__all__ = ["AppConfig", "build", "launch_kwargs"]
+
+
+def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
+    """The app's Blocks and its model registry (models load lazily; nothing touches the network)."""
+    reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed)
+    ctx = Context(cfg, reg, reg.default_key(), all_examples(cfg.examples),
+                  heavy={"concurrency_id": "model", "concurrency_limit": cfg.concurrency})
+    picker, inputs, display = ModelPicker(), InputSection(), DisplayControls()
+    tabs: list[Section] = [PatchesTab(), AttentionTab(), MethodsTab(), DiagnosticsTab(), CompareTab()]
+    ctx.sections = [inputs, *tabs]  # the order of /analyze's outputs
+
+    with gr.Blocks(title="vit_demo · how a Vision Transformer sees", analytics_enabled=False,
+                   delete_cache=(1800, 3600)) as demo:
+        ctx.demo = demo
+        ctx.state = gr.State(None, time_to_live=6 * 3600)
+        gr.Markdown(INTRO, elem_id="title")
+        for part in (picker, inputs, display):
+            part.layout(ctx)
+        with gr.Tabs(elem_id="tabs"):
+            for tab in tabs:
+                with gr.Tab(tab.title, id=tab.name) as tab.tab:
+                    tab.layout(ctx)
+        flow.wire(ctx)
+        for part in (picker, display, *ctx.sections):
+            part.wire(ctx)
+
+    demo.queue(max_size=cfg.max_queue, default_concurrency_limit=4)
+    demo.example_paths = [str(e.path) for e in ctx.examples]  # launch(allowed_paths=...) serves exactly these files
+    return demo, reg

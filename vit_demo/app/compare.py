@@ -1,0 +1,141 @@
+"""The "Compare with timm" tab: timm's own model, loaded from the same weights file, runs on the
+same input tensor; both top-k lists, the largest differences, each model's time, and a
+PASS / FAIL verdict. Also the public ``/compare`` endpoint."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import numpy as np
+
+from .. import viz
+from ..analysis import Analysis
+from ..weights import LoadedModel
+from .common import display_label, friendly
+from .context import Context, Section
+from .exports import export_row, save, wire_export, wrap
+from .session import Session, Upload
+
+# ----------------------------------------------------------------------------- views
+
+
+def compare_with_timm(a: Analysis, lm: LoadedModel, tm: Any, k: int = 5) -> dict[str, Any]:
+    """Both models on this image (the cached input tensor), with a verdict sentence."""
+    from ..verify import compare_one, verdict
+
+    c = compare_one(lm.model, tm, a.x, k=int(k), repeats=3)
+    c["verdict"] = verdict(c)
+    c["identical"] = c["verdict"].startswith("Identical")
+    return c
+
+
+def compare_labels(a: Analysis, c: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    ours = {display_label(a, i): p for i, p in zip(c["scratch_topk"], c["scratch_probs"])}
+    ref = {display_label(a, i): p for i, p in zip(c["timm_topk"], c["timm_probs"])}
+    return ours, ref
+
+
+def compare_markdown(c: dict[str, Any]) -> str:
+    diffs = c["layer_attn_max_diff"]
+    rows = " | ".join(f"L{i}" for i in range(len(diffs)))
+    vals = " | ".join(f"{d:.1e}" for d in diffs)
+    sep = " | ".join("---" for _ in diffs)
+    k = len(c["scratch_topk"])
+    return "\n".join([
+        "| Measure | Scratch vs timm |", "|---|---|",
+        f"| max \\|logit difference\\| | {c['max_abs_logit_diff']:.2e} |",
+        f"| max \\|probability difference\\| | {c['max_abs_prob_diff']:.2e} |",
+        f"| same top-1 | {'yes' if c['top1_agree'] else '**no**'} |",
+        f"| same top-{k}, same order | {'yes' if c['topk_agree'] else '**no**'} |",
+        f"| time per image (best of 3) | scratch **{c['scratch_ms']:.1f} ms**, timm **{c['timm_ms']:.1f} ms** |",
+        "",
+        "**Max \\|attention difference\\| per layer** (every head, every token pair):",
+        "",
+        f"| {rows} |", f"| {sep} |", f"| {vals} |",
+    ])
+
+
+def export_compare(a: Analysis, up: Upload, c: dict[str, Any]) -> Path:
+    from matplotlib.figure import Figure
+
+    diffs = np.maximum(np.asarray(c["layer_attn_max_diff"], dtype=float), 1e-12)
+    fig = Figure(figsize=(10, 4.8), layout="constrained", facecolor="white")
+    ax = fig.add_subplot()
+    ax.bar(np.arange(len(diffs)), diffs, color=viz.ACCENT)
+    ax.axhline(1e-4, color="#c0392b", linestyle="--", linewidth=1.2, label="tolerance 1e-4")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-12, max(1e-3, diffs.max() * 10))
+    ax.set_xticks(np.arange(len(diffs)), [f"L{i}" for i in range(len(diffs))])
+    ax.set_xlabel("Layer", fontsize=viz.LABEL_SIZE)
+    ax.set_ylabel("max |attention difference|", fontsize=viz.LABEL_SIZE)
+    ax.legend(frameon=False)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    fig.suptitle(f"Scratch ViT vs timm · {a.model_name}", fontsize=viz.TITLE_SIZE, fontweight="bold")
+    ax.set_title(wrap(c["verdict"], 100), fontsize=viz.TICK_SIZE + 1, color=viz.MUTED_COLOR)
+    return save(fig, f"{Path(up.name).stem}-scratch-vs-timm")
+
+
+def verdict_html(c: dict) -> str:
+    kind, word = ("ok", "PASS") if c["identical"] else ("bad", "FAIL")
+    head, _, text = c["verdict"].partition(":")
+    return (f'<div class="verdict {kind}"><span class="badge">{word}</span> <b>{html.escape(head)}</b>: '
+            f"{html.escape(text.strip())}</div>")
+
+
+def need_comparison(sess: Session) -> dict:
+    if not sess.comparison:
+        raise gr.Error("Run timm on this image first.", print_exception=False)
+    return sess.comparison
+
+
+# ----------------------------------------------------------------------------- the room
+
+
+class CompareTab(Section):
+    name, title = "timm", "Compare with timm"
+
+    def layout(self, ctx: Context) -> None:
+        gr.Markdown("timm's own model, loaded with **the same weights file** (timm reads the file itself, so a "
+                    "porting bug would show), runs on **the same input tensor**. Both top-k lists, the largest "
+                    "differences, and each model's time.", elem_classes="caption")
+        self.timm_btn = gr.Button("Run timm on this image", variant="primary", elem_id="run-timm")
+        self.verdict_md = gr.Markdown(elem_id="verdict")
+        with gr.Row():
+            self.ours_lbl = gr.Label(label="Scratch ViT (vit_demo)", elem_id="ours")
+            self.timm_lbl = gr.Label(label="timm", elem_id="theirs")
+        self.timm_md = gr.Markdown(elem_id="timm-table")
+        self.btn, self.file = export_row("timm-file")
+        self.views = [self.verdict_md, self.ours_lbl, self.timm_lbl, self.timm_md]
+        self.files = [self.file]
+
+    def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
+        return {self.verdict_md: "*Press the button to run timm's model on this image.*", self.ours_lbl: None,
+                self.timm_lbl: None, self.timm_md: ""}
+
+    def wire(self, ctx: Context) -> None:
+        reg, state = ctx.reg, ctx.state
+
+        @friendly
+        def on_compare(k, sess):
+            sess = ctx.session(sess)
+            if not sess.ready:
+                raise gr.Error("Upload an image first.", print_exception=False)
+            a = sess.analysis
+            lm = reg.get(sess.model_key)
+            if not a.logits.numel():
+                raise gr.Error(f"{lm.name} has no classifier: no predictions to compare.", print_exception=False)
+            tm = reg.timm_twin(sess.model_key)
+            c = compare_with_timm(a, lm, tm, max(5, int(k)))
+            sess.comparison = c
+            ours, theirs = compare_labels(a, c)
+            return {state: sess, self.verdict_md: verdict_html(c), self.ours_lbl: ours, self.timm_lbl: theirs,
+                    self.timm_md: compare_markdown(c)}
+
+        self.timm_btn.click(on_compare, [ctx.k, state], [state, self.verdict_md, self.ours_lbl, self.timm_lbl,
+                                                         self.timm_md], api_name="compare", **ctx.heavy)
+        wire_export(ctx, self.btn, self.file, [],
+                    lambda s: export_compare(s.analysis, s.upload, need_comparison(s)))

@@ -1,0 +1,143 @@
+"""What the rooms of the app share: the command line's settings (:class:`AppConfig`), the
+:class:`Context` every room is given (the registry, the session state, the shared controls),
+and :class:`Section`, the shape of a room.
+
+A room (a tab, or a part of the page above the tabs) lays out its components in
+:meth:`Section.layout`, wires its own events in :meth:`Section.wire`, and declares what it
+shows for a new analysis (:meth:`Section.show` and the ``views`` / ``controls`` / ``files``
+it writes); :mod:`vit_demo.app.flow` runs every room's ``show`` when an image or a model
+changes. Adding a control or a button to a tab touches that tab's module only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..weights import LoadedModel
+from .registry import ModelRegistry
+from .session import Session
+
+Component = Any  # a Gradio component (kept as Any: this module does not import Gradio)
+SizeFn = Callable[[Any, Any], "tuple[int, int] | None"]  # (analysis, head) -> clicked picture's size, or None
+
+
+@dataclass
+class AppConfig:
+    """What ``app.py`` passes in from the command line."""
+
+    weights: list[str] = field(default_factory=list)
+    model: str | None = None
+    examples: list[str] = field(default_factory=list)
+    device: str = "cpu"
+    exposed: bool = False  # bound to a non-loopback address or shared: no server-side paths from the UI
+    max_queue: int = 32
+    concurrency: int = 2
+
+
+class Section:
+    """One room of the app: its layout, its events and its views. Override what the room needs.
+
+    Lists of components, filled in by :meth:`layout`:
+
+    - ``show_inputs``: the values :meth:`show` and :meth:`redisplay` read (``vals[component]``);
+    - ``views``: what :meth:`show` draws for a new analysis (cleared when there is no image);
+    - ``controls``: sliders and menus :meth:`show` re-ranges for a new analysis;
+    - ``files``: export files, hidden again for every new analysis;
+    - ``lazy_outputs``: slower pictures drawn by :meth:`lazy` only while the tab is open;
+    - ``redisplay_inputs`` / ``redisplay_outputs``: read and written by :meth:`redisplay` when
+      the colormap, opacity or smoothing changes;
+    - ``query_outputs``: written by :meth:`show_query` when the query patch changes.
+    """
+
+    name = ""  # the tab's id (also what Session.open_tab holds)
+    title = ""  # the tab's label; "" for parts of the page above the tabs
+
+    def __init__(self) -> None:
+        self.show_inputs: list[Component] = []
+        self.views: list[Component] = []
+        self.controls: list[Component] = []
+        self.files: list[Component] = []
+        self.lazy_outputs: list[Component] = []
+        self.redisplay_inputs: list[Component] = []
+        self.redisplay_outputs: list[Component] = []
+        self.query_outputs: list[Component] = []
+        self.tab: Component | None = None  # the gr.Tab, set by build()
+
+    def layout(self, ctx: Context) -> None:
+        """Create the components (inside the room's gr.Tab, or in the page)."""
+
+    def wire(self, ctx: Context) -> None:
+        """Attach the room's own events (every room is laid out by then)."""
+
+    def show(self, sess: Session, lm: LoadedModel, vals: dict[Component, Any]) -> dict:
+        """Outputs for a new analysis (``sess.analysis``) of the model ``lm``."""
+        return {}
+
+    def follow_up(self, dep: Any, ctx: Context) -> Any:
+        """Chain slower work onto the new-analysis event ``dep`` (e.g. a backward pass)."""
+        return dep
+
+    def lazy(self, sess: Session) -> dict:
+        """Slower pictures, drawn once per analysis when the tab is open."""
+        return {}
+
+    def redisplay(self, sess: Session, vals: dict[Component, Any]) -> dict:
+        """Redraw for a new colormap, opacity or smoothing."""
+        return {}
+
+    def show_query(self, sess: Session, lm: LoadedModel, query: int) -> dict:
+        """Redraw for a new query patch (a click on a picture of the input)."""
+        return {}
+
+
+@dataclass
+class Context:
+    """What every room is given: the shared registry and state, and the controls other rooms own."""
+
+    cfg: AppConfig
+    reg: ModelRegistry
+    default_key: str
+    examples: list = field(default_factory=list)
+    heavy: dict = field(default_factory=dict)  # event settings for the ones that run a model
+    demo: Component = None
+    state: Component = None  # the gr.State holding the user's Session
+    sections: list[Section] = field(default_factory=list)
+    # controls owned by one room and read by others (set by the owner's layout)
+    model_dd: Component = None
+    model_md: Component = None
+    status: Component = None
+    image: Component = None
+    k: Component = None
+    cmap: Component = None
+    alpha: Component = None
+    smooth: Component = None
+    # pictures of the input where a click picks the query patch: (picture, size of it or None to ignore)
+    click_targets: list[tuple[Component, SizeFn]] = field(default_factory=list)
+    # set by vit_demo.app.flow: chain "analyse the image again" onto an event (``dep.then`` or ``dep.success``)
+    reanalyze: Callable[[Callable], Any] | None = None
+
+    def session(self, sess: Session | None) -> Session:
+        """The user's session (a new one on the first event)."""
+        return sess if isinstance(sess, Session) else Session(model_key=self.default_key)
+
+    def model(self, sess: Session) -> LoadedModel:
+        return self.reg.get(sess.model_key)
+
+
+def union(lists: Iterable[Iterable[Component]]) -> list[Component]:
+    """The components of ``lists`` in order, each once."""
+    out: list[Component] = []
+    seen: set[int] = set()
+    for items in lists:
+        for c in items:
+            if id(c) not in seen:
+                seen.add(id(c))
+                out.append(c)
+    return out
+
+
+def values(inputs: list[Component], args: Iterable[Any]) -> dict[Component, Any]:
+    """An event's arguments keyed by the components they came from."""
+    return dict(zip(inputs, args))

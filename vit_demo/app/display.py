@@ -1,0 +1,41 @@
+"""The display controls every map shares (colormap, overlay opacity, smoothing), between the
+predictions and the tabs. A change redraws every section that has a :meth:`Section.redisplay`."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from .common import friendly
+from .context import Context, Section, union, values
+
+COLORMAPS = ("inferno", "magma", "viridis", "plasma", "turbo", "jet", "gray")
+
+
+class DisplayControls(Section):
+    """Colormap, opacity and smoothing: ``ctx.cmap``, ``ctx.alpha``, ``ctx.smooth``."""
+
+    def layout(self, ctx: Context) -> None:
+        with gr.Row(elem_id="display"):
+            ctx.cmap = gr.Dropdown(list(COLORMAPS), value="inferno", label="Colormap", scale=1)
+            ctx.alpha = gr.Slider(0, 1, value=0.6, step=0.05, label="Overlay opacity", scale=2)
+            ctx.smooth = gr.Checkbox(True, label="Smooth (bilinear) maps", scale=1)
+
+    def wire(self, ctx: Context) -> None:
+        sections = [s for s in ctx.sections if s.redisplay_outputs]
+        inputs = union(s.redisplay_inputs for s in sections)
+
+        @friendly
+        def on_display(*args):
+            *rest, sess = args
+            sess = ctx.session(sess)
+            if not sess.ready:
+                return gr.skip()
+            vals = values(inputs, rest)
+            out: dict = {}
+            for s in sections:
+                out.update(s.redisplay(sess, vals))
+            return out
+
+        gr.on([ctx.cmap.input, ctx.alpha.input, ctx.smooth.input], on_display, [*inputs, ctx.state],
+              union(s.redisplay_outputs for s in sections), api_visibility="private", trigger_mode="always_last",
+              show_progress="hidden", preprocess=False)

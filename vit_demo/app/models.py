@@ -1,0 +1,127 @@
+"""The model picker above the tabs: the model menu and its one-line description, "Use your own
+checkpoint" (a path or an upload), the status area, and the no-checkpoint notice. A new pick
+or checkpoint analyses the current image again (:attr:`Context.reanalyze`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from ..weights import LoadedModel, weights_dir
+from .common import friendly, note
+from .context import Context, Section
+from .registry import ModelError, ModelSpec
+from .session import Session
+
+CHECKPOINT_TYPES = [".safetensors", ".pth", ".pt", ".bin", ".npz"]
+
+
+def model_summary(lm: LoadedModel) -> str:
+    """One line a presenter can read out."""
+    cfg = lm.model.cfg
+    gh, gw = cfg.grid_size
+    prefix = ", ".join(lm.model.layout((gh, gw)).names()) or "no prefix tokens"
+    head = f"{cfg.num_classes} classes" if cfg.num_classes else "no classifier (features only)"
+    warn = "  **Random weights**: the machinery is real, the predictions are noise." if lm.random_weights else ""
+    source = f"`{Path(lm.source[5:]).name}`" if lm.source.startswith("file ") else lm.source
+    return (f"**{lm.name}**: {cfg.depth} layers × {cfg.num_heads} heads, width {cfg.embed_dim}, "
+            f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches, tokens: {prefix}; "
+            f"{head}. Weights: {source}.{warn}")
+
+
+def no_checkpoint_message() -> str:
+    return (f"**No checkpoint found** (looked in `{weights_dir()}` and `$VIT_DEMO_WEIGHTS`), so predictions "
+            "need one: see `weights/README.md` (port one with `python -m vit_demo port --model "
+            "deit_tiny_patch16_224` when online, or start with `python app.py --weights FILE`), or load a "
+            "file under *Use your own checkpoint*. Meanwhile the model below has **random weights**: "
+            "every step is real, the predictions are noise.")
+
+
+class ModelPicker(Section):
+    """The model menu, the checkpoint loader and the status line."""
+
+    def layout(self, ctx: Context) -> None:
+        reg, cfg = ctx.reg, ctx.cfg
+        self.no_weights = gr.Markdown("> " + no_checkpoint_message(), elem_id="no-weights",
+                                      visible=not reg.has_checkpoint)
+        with gr.Row(equal_height=True):
+            ctx.model_dd = gr.Dropdown(reg.choices(), value=ctx.default_key, label="Model", scale=2, elem_id="model")
+            ctx.model_md = gr.Markdown("*The model is loading; its description appears here.*", elem_id="model-info")
+        with gr.Accordion("Use your own checkpoint", open=False, elem_id="checkpoint"):
+            gr.Markdown("A timm `state_dict` (`.safetensors`, `.pth`/`.bin`, `.npz`) or a file saved by "
+                        "`python -m vit_demo port`. Files are read as weights only (safetensors, or "
+                        "`torch.load(weights_only=True)`): a pickle that would run code is refused.")
+            with gr.Row():
+                self.ckpt_path = gr.Textbox(label="Path on this computer", visible=not cfg.exposed, scale=3,
+                                            placeholder="weights/deit_small_patch16_224.safetensors")
+                self.ckpt_file = gr.File(label="…or upload (up to 1 GB)", file_types=CHECKPOINT_TYPES,
+                                         type="filepath", height=110, scale=2)
+                self.ckpt_arch = gr.Textbox(label="Architecture (timm name), if the file name does not say it",
+                                            placeholder="deit_small_patch16_224", scale=2)
+            self.ckpt_btn = gr.Button("Load checkpoint", variant="secondary")
+        ctx.status = gr.Markdown("", elem_id="status")
+
+    def wire(self, ctx: Context) -> None:
+        reg, state, model_dd, model_md, status = ctx.reg, ctx.state, ctx.model_dd, ctx.model_md, ctx.status
+        no_weights = self.no_weights
+
+        @friendly
+        def on_model(key: str, sess: Session | None):
+            sess = ctx.session(sess)
+            now = time.monotonic()
+            if sess.last_pick and sess.last_pick[0] == key and now - sess.last_pick[1] < 2.0:
+                return gr.skip()  # the menu reports one pick twice
+            sess.last_pick = (key, now)
+            try:
+                lm = reg.get(key)
+            except ModelError as e:
+                gr.Warning(str(e), duration=15)
+                back = sess.model_key if sess.model_key and reg.is_loaded(sess.model_key) else ctx.default_key
+                return {state: sess, model_dd: gr.update(value=back),
+                        status: note("Could not load that model.", str(e))}
+            sess.model_key = key
+            return {state: sess, model_md: model_summary(lm), status: ""}
+
+        @friendly
+        def on_checkpoint(path_text, upload, arch, sess):
+            """The button: the typed path when there is one, else the uploaded file."""
+            sess = ctx.session(sess)
+            if path_text and str(path_text).strip():
+                spec = reg.add_checkpoint(path_text, arch)
+            elif upload:
+                spec = reg.add_checkpoint(upload, arch, uploaded=True)
+            else:
+                raise gr.Error("Give a checkpoint path or upload a file first.", print_exception=False)
+            return _use_checkpoint(sess, spec)
+
+        @friendly
+        def on_checkpoint_upload(upload, arch, sess):
+            sess = ctx.session(sess)
+            if not upload:
+                return gr.skip()
+            return _use_checkpoint(sess, reg.add_checkpoint(upload, arch, uploaded=True))
+
+        def _use_checkpoint(sess: Session, spec: ModelSpec) -> dict:
+            if spec.key not in sess.extra_models and reg.is_private(spec.key):
+                sess.extra_models.append(spec.key)
+            sess.model_key = spec.key
+            lm = reg.get(spec.key)
+            gr.Info(f"Loaded {lm.name}")
+            return {state: sess, model_dd: gr.update(choices=reg.choices(sess.extra_models), value=spec.key),
+                    model_md: model_summary(lm), status: "", no_weights: gr.update(visible=False)}
+
+        ctx.reanalyze(model_dd.input(on_model, [model_dd, state], [state, model_dd, model_md, status],
+                                     api_visibility="private", **ctx.heavy).then)
+        ckpt_outputs = [state, model_dd, model_md, status, no_weights]
+        for dep in (self.ckpt_btn.click(on_checkpoint, [self.ckpt_path, self.ckpt_file, self.ckpt_arch, state],
+                                        ckpt_outputs, api_visibility="private", **ctx.heavy),
+                    self.ckpt_file.upload(on_checkpoint_upload, [self.ckpt_file, self.ckpt_arch, state],  # at once
+                                          ckpt_outputs, api_visibility="private", **ctx.heavy)):
+            ctx.reanalyze(dep.success)
+
+        def on_page_load():  # describe the model at once when the warm-up has loaded it (never waits)
+            return model_summary(reg.get(ctx.default_key)) if reg.is_loaded(ctx.default_key) else gr.skip()
+
+        ctx.demo.load(on_page_load, None, [model_md], api_visibility="private", show_progress="hidden", queue=False)

@@ -1,0 +1,73 @@
+"""Pictures of what a ViT looks at: pure renderers, no model calls.
+
+Everything here takes numbers (numpy arrays or torch tensors, already computed by
+:mod:`vit_demo.explain`) and pictures (the model-input picture from
+:func:`vit_demo.preprocess.preprocess`), and returns either
+
+- a ``PIL.Image`` from the *fast* renderers in :mod:`~vit_demo.viz.previews`
+  (:func:`overlay_image`, :func:`heads_image`, :func:`patch_grid_image`, :func:`tiles_image`):
+  numpy + PIL only, meant for the interactive app where a slider re-renders on every move; or
+- a ``matplotlib.figure.Figure`` from the *figure* functions in :mod:`~vit_demo.viz.figures`
+  (``*_figure``), for slides and papers, saved with :func:`save_figure` (PNG at a chosen
+  pixel width, SVG or PDF).
+
+:mod:`~vit_demo.viz.style` (sizes, colours, colormaps, fonts) and :mod:`~vit_demo.viz.arrays`
+(scaling, resampling, patch geometry) are shared by both. Every name is re-exported here, so
+``from vit_demo.viz import overlay_image`` works whichever module holds it.
+
+Conventions:
+
+- a *map* is a ``[gh, gw]`` array over the patch grid (row-major patch ``i`` sits at row
+  ``i // gw``, column ``i % gw``); stacks of maps are ``[H, gh, gw]`` (heads of one layer)
+  or ``[L, H, gh, gw]`` (every layer's heads). A leading batch axis of size 1 is dropped.
+- Layers, heads and patches are numbered from 0, as on the command line and in the JSON.
+- Unless ``vmin`` / ``vmax`` are given, every map is shown scaled to *its own* min..max
+  (each head panel separately), so the colours show where a map is high, not how high it is
+  compared with another map.
+- Sizes of PIL pictures are ``(width, height)``, as PIL has them.
+"""
+
+from .arrays import Picture, as_array, normalize, patch_index_at, picture_array, upsample
+from .figures import (
+    FIGURE_FORMATS,
+    compare_figure,
+    distance_figure,
+    figure_to_image,
+    heads_figure,
+    heatmap_figure,
+    patch_grid_figure,
+    pos_embed_figure,
+    save_figure,
+    topk_figure,
+    uniform_attention_distance,
+)
+from .previews import heads_image, overlay_image, patch_grid_image, tiles_image
+from .style import (
+    _HIGHLIGHT_RGB as _HIGHLIGHT_RGB,  # the query-outline colour, for tests
+)
+from .style import (
+    ACCENT,
+    HIGHLIGHT,
+    LABEL_SIZE,
+    MUTED_COLOR,
+    PANEL_TITLE_SIZE,
+    TEXT_COLOR,
+    TICK_SIZE,
+    TITLE_SIZE,
+    TOKEN_COLORS,
+    check_cmap,
+    colorize,
+    colormap_lut,
+    text_font,
+    text_width,
+    token_color,
+)
+
+__all__ = [
+    "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE", "TEXT_COLOR",
+    "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "Picture", "as_array", "check_cmap", "colorize", "colormap_lut",
+    "compare_figure", "distance_figure", "figure_to_image", "heads_figure", "heads_image", "heatmap_figure",
+    "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image", "patch_index_at", "picture_array",
+    "pos_embed_figure", "save_figure", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
+    "uniform_attention_distance", "upsample",
+]

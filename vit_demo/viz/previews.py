@@ -1,0 +1,243 @@
+"""Fast renderers for the interactive app: numpy + PIL only, a few milliseconds each, so a
+slider can re-render on every move. Each returns an RGB ``PIL.Image``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from .arrays import Picture, _blend, _maps, _patch_box, _resized_picture, _target_size, normalize, picture_array, upsample
+from .style import _HIGHLIGHT_RGB, colorize, text_font, text_width
+
+
+def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], width: int) -> None:
+    """A cyan box with a thin dark rim, visible on any background."""
+    x0, y0, x1, y1 = (round(v) for v in box)
+    draw.rectangle((x0, y0, x1 - 1, y1 - 1), outline=(0, 0, 0), width=width + 2)
+    draw.rectangle((x0 + 1, y0 + 1, x1 - 2, y1 - 2), outline=_HIGHLIGHT_RGB, width=width)
+
+
+def overlay_image(
+    picture: Picture | None,
+    heat: Any,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    size: int | tuple[int, int] | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    mark: int | None = None,
+) -> Image.Image:
+    """A ``[gh, gw]`` map over the picture, as one RGB PIL image (fast: numpy + PIL).
+
+    The map is scaled to its own min..max (unless ``vmin`` / ``vmax``), coloured with the
+    matplotlib colormap ``cmap``, upsampled bilinearly (``smooth``) or as flat squares, and
+    alpha-blended: ``(1 - alpha) * picture + alpha * colour``. ``size``: output (width,
+    height), or an int for the longer side; default the picture's size (16 px per patch when
+    ``picture`` is None, which shows the map alone). ``mark``: a patch index to outline
+    (e.g. the query patch).
+    """
+    m = _maps(heat, (2,), "heat")
+    gh, gw = m.shape
+    if picture is None:
+        w, h = _target_size(gw * 16, gh * 16, size)
+        pic = None
+    else:
+        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
+        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
+        w, h = _target_size(w0, h0, size)
+        pic = _resized_picture(pic0, (w, h))
+    colours = colorize(upsample(normalize(m, vmin, vmax), (h, w), smooth), cmap)
+    img = Image.fromarray(_blend(pic, colours, alpha))
+    if mark is not None:
+        _outline(ImageDraw.Draw(img), _patch_box(mark, (gh, gw), (w, h)), max(2, round(min(w, h) / 150)))
+    return img
+
+
+def heads_image(
+    picture: Picture | None,
+    maps: Any,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    titles: bool = True,
+    tile: int | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    layer: int | None = None,
+    mark: int | None = None,
+) -> Image.Image:
+    """Every head's map as a tiled mosaic (fast: numpy + PIL).
+
+    ``maps``: ``[H, gh, gw]`` (one layer: tiles wrap into rows of at most 6, each labelled
+    "H3", or "L11 H3" when ``layer`` is given) or ``[L, H, gh, gw]`` (the whole model: one
+    row per layer labelled "L0".., one column per head labelled "H0"..). Each tile is scaled
+    to its own min..max unless ``vmin`` / ``vmax``. ``tile``: longer side of a tile in pixels
+    (default 160 for one layer, 96 for the whole model). ``mark``: a patch to outline.
+    """
+    a = _maps(maps, (3, 4), "maps")
+    whole = a.ndim == 4
+    L, H = (a.shape[0], a.shape[1]) if whole else (1, a.shape[0])
+    gh, gw = a.shape[-2:]
+    tile = int(tile or (96 if whole else 160))
+    if picture is None:
+        tw, th = _target_size(gw, gh, tile)
+        pic = None
+    else:
+        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
+        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
+        tw, th = _target_size(w0, h0, tile)
+        pic = _resized_picture(pic0, (tw, th))
+    tiles = _blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
+    tiles = tiles.reshape(L * H, th, tw, 3)
+
+    gap = max(2, tile // 40)
+    fsize = max(10, min(15, tile // 8))
+    font = text_font(fsize, bold=True)
+    label_h = fsize + 6 if titles else 0
+    if whole:
+        rows, cols = L, H
+        left = (text_width("L00", font) + 10) if titles else 0
+        top = label_h
+    else:
+        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
+        rows = math.ceil(H / cols)
+        left, top = 0, 0
+    step_y = th + gap + (0 if whole else label_h)
+    width = left + cols * (tw + gap) - gap
+    height = top + rows * step_y - gap
+    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
+    origins = []
+    for i in range(L * H):
+        r, c = divmod(i, cols)
+        x = left + c * (tw + gap)
+        y = top + r * step_y + (0 if whole else label_h)
+        canvas[y : y + th, x : x + tw] = tiles[i]
+        origins.append((x, y))
+    img = Image.fromarray(canvas)
+    draw = ImageDraw.Draw(img)
+    if mark is not None:
+        for x, y in origins:
+            x0, y0, x1, y1 = _patch_box(mark, (gh, gw), (tw, th))
+            _outline(draw, (x + x0, y + y0, x + x1, y + y1), 2)
+    if titles:
+        ink = (40, 40, 40)
+        if whole:
+            for h in range(H):
+                draw.text((left + h * (tw + gap) + tw / 2, top / 2), f"H{h}", font=font, fill=ink, anchor="mm")
+            for r in range(L):
+                draw.text((left - 6, top + r * step_y + th / 2), f"L{r}", font=font, fill=ink, anchor="rm")
+        else:
+            for i, (x, y) in enumerate(origins):
+                name = f"H{i}" if layer is None else f"L{layer} H{i}"
+                draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=ink, anchor="mm")
+    return img
+
+
+def patch_grid_image(
+    picture: Picture,
+    patch_size: int,
+    numbers: bool = True,
+    highlight: int | None = None,
+    scale: int | None = None,
+) -> Image.Image:
+    """The picture cut into its patches: grid lines, each patch numbered 0..gh*gw-1 in
+    row-major order (the order the transformer reads them), ``highlight`` (e.g. the selected
+    query patch) outlined. Fast: PIL only (the grid and number masks are cached per size).
+
+    ``scale``: integer upscaling so the numbers are readable (default: patch cells of at
+    least 32 px, e.g. 2x for 16-px patches: 224 -> 448 px). Use :func:`patch_index_at` with
+    the returned image's size to map a click back to a patch.
+    """
+    img = picture if isinstance(picture, Image.Image) else Image.fromarray(picture_array(picture))
+    img = img.convert("RGB")
+    p = int(patch_size)
+    gw, gh = img.width // p, img.height // p
+    if gw < 1 or gh < 1:
+        raise ValueError(f"a {img.width}x{img.height} picture holds no {p}-px patch")
+    if scale is None:
+        scale = max(1, math.ceil(32 / p)) if numbers else 1
+    cell = p * int(scale)
+    img = img.crop((0, 0, gw * p, gh * p)).resize((gw * cell, gh * cell), Image.Resampling.BICUBIC)
+    box = None
+    if highlight is not None:
+        box = tuple(round(v) for v in _patch_box(highlight, (gh, gw), img.size))
+        region = img.crop(box)
+        img.paste(Image.blend(region, Image.new("RGB", region.size, _HIGHLIGHT_RGB), 0.35), box[:2])
+    lines, outline, glyphs = _grid_masks(gh, gw, cell, bool(numbers))
+    img.paste((255, 255, 255), (0, 0, *img.size), lines)
+    if numbers:
+        img.paste((0, 0, 0), (0, 0, *img.size), outline)
+        img.paste((255, 255, 255), (0, 0, *img.size), glyphs)
+    if box is not None:
+        _outline(ImageDraw.Draw(img), box, max(2, cell // 12))
+    return img
+
+
+@lru_cache(maxsize=8)
+def _grid_masks(gh: int, gw: int, cell: int, numbers: bool) -> tuple[Image.Image, Image.Image, Image.Image]:
+    """Picture-independent "L" masks: grid lines, the numbers' dark outline, the numbers."""
+    size = (gw * cell, gh * cell)
+    lines = Image.new("L", size, 0)
+    draw = ImageDraw.Draw(lines)
+    width = max(1, cell // 24)
+    for c in range(1, gw):
+        draw.line([(c * cell, 0), (c * cell, size[1])], fill=150, width=width)
+    for r in range(1, gh):
+        draw.line([(0, r * cell), (size[0], r * cell)], fill=150, width=width)
+    outline, glyphs = Image.new("L", size, 0), Image.new("L", size, 0)
+    if numbers:
+        digits = len(str(gh * gw - 1))
+        fsize = max(7, min(int(cell * 0.36), int(cell * 0.8 / (0.62 * digits + 0.1))))
+        font = text_font(fsize, bold=True)
+        d_out, d_txt = ImageDraw.Draw(outline), ImageDraw.Draw(glyphs)
+        stroke = max(1, round(fsize / 7))
+        for i in range(gh * gw):
+            xy = ((i % gw + 0.5) * cell, (i // gw + 0.5) * cell)
+            d_out.text(xy, str(i), font=font, fill=255, anchor="mm", stroke_width=stroke, stroke_fill=255)
+            d_txt.text(xy, str(i), font=font, fill=255, anchor="mm")
+    return lines, outline, glyphs
+
+
+def tiles_image(
+    picture: Picture,
+    maps: Mapping[str, Any],
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    tile: int = 260,
+    pending: Sequence[str] = (),
+) -> Image.Image:
+    """Labelled overlays side by side (fast: PIL). A title's first line is bold, a second line
+    (after "\\n") smaller. ``pending``: titles of maps still being computed, drawn as grey
+    placeholders so the layout does not jump when they arrive."""
+    titles = list(maps) + list(pending)
+    bold, small = text_font(16, bold=True), text_font(14)
+    gap, label_h = 12, 46
+    n = len(titles)
+    canvas = Image.new("RGB", (n * tile + (n - 1) * gap, tile + label_h), "white")
+    draw = ImageDraw.Draw(canvas)
+
+    def fit(text: str, font) -> str:
+        while text_width(text, font) > tile and len(text) > 4:
+            text = text[:-2].rstrip() + "…"
+        return text
+
+    for i, title in enumerate(titles):
+        x = i * (tile + gap)
+        if title in maps:
+            canvas.paste(overlay_image(picture, maps[title], cmap, alpha, smooth, size=(tile, tile)), (x, label_h))
+        else:
+            draw.rectangle((x, label_h, x + tile - 1, label_h + tile - 1), fill=(236, 236, 236))
+            draw.text((x + tile / 2, label_h + tile / 2), "computing…", font=bold, fill=(120, 120, 120), anchor="mm")
+        first, _, second = title.partition("\n")
+        draw.text((x + tile / 2, 12), fit(first, bold), font=bold, fill=(34, 34, 34), anchor="mm")
+        if second:
+            draw.text((x + tile / 2, 33), fit(second, small), font=small, fill=(102, 102, 102), anchor="mm")
+    return canvas
