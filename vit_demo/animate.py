@@ -285,15 +285,21 @@ def render(
     if any(c.maps.shape[0] != layers for c in clips):
         raise ValueError("every clip must have the same number of layers")
     painter = _Painter(picture, clips, caption, cmap, alpha, width, show_input)
-    frames, durations = [], []
+    positions, durations = schedule(layers, tween, step_s, tween_s, hold_s)
+    return Animation([painter.frame(p) for p in positions], durations, layers, [c.name for c in clips])
+
+
+def schedule(layers: int, tween: int = 3, step_s: float = 0.7, tween_s: float = 0.08, hold_s: float = 2.0
+             ) -> tuple[list[float], list[float]]:
+    """Every frame's layer position (0-based, fractions blend) and how long it shows (seconds)."""
+    positions, durations = [], []
     for layer in range(layers):
-        frames.append(painter.frame(layer))
+        positions.append(float(layer))
         durations.append(hold_s if layer in (0, layers - 1) else step_s)
         if layer < layers - 1:
-            for k in range(1, tween + 1):
-                frames.append(painter.frame(layer + k / (tween + 1)))
-                durations.append(tween_s)
-    return Animation(frames, durations, layers, [c.name for c in clips])
+            positions += [layer + k / (tween + 1) for k in range(1, tween + 1)]
+            durations += [tween_s] * tween
+    return positions, durations
 
 
 # ----------------------------------------------------------------------------- files
