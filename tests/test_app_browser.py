@@ -219,7 +219,7 @@ def test_presentation_downloads(page, app, quick_images: list[Path], tmp_path: P
     from vit_demo import animate, deck
 
     pg = page
-    assert pg.locator("#upload button[aria-label*='ebcam'], #upload [title*='ebcam']").count() > 0, "no webcam source"
+    assert pg.locator("#upload button[aria-label='Capture from camera']").count() == 1, "no webcam source"
     upload(pg, quick_images[0])
     pg.wait_for_selector("#predictions h2:has-text('tench')")
 

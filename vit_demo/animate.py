@@ -132,7 +132,7 @@ def layer_clips(
     out_clips = []
     for name in clips:
         if name == "attention":
-            who = "all heads" if head is None else f"head {head}"
+            who = "mean of heads" if head is None else f"head {head}"
             out_clips.append(Clip(name, f"Attention ({who})", attention_layers(attentions, layout, head)))
         elif name == "rollout":
             out_clips.append(Clip(name, "Rollout so far", rollout_layers(attentions, layout)))

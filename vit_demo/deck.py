@@ -245,7 +245,8 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         [_big_picture(a.picture, width_px), _render(viz.topk_figure(top, title=None), width_px // 2)],
         f"This is the picture the model actually sees: resized and centre-cropped to {a.picture.width}x{a.picture.height}. "
         f"{lm.name} predicts '{top[0]['label']}' with {_pct(top[0]['prob'])}; the bars show its top five classes. "
-        f"The model is a Vision Transformer ({PAPERS['vit']}), here trained as in {PAPERS['deit']}.",
+        f"The model is a Vision Transformer ({PAPERS['vit']})"
+        + (f", here trained as in {PAPERS['deit']}." if _is_deit(lm) else "."),
         section, f"Predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
         {"predictions": top, "x": a.x, "panel": None}, columns=[0.45, 0.55],
     )]
@@ -315,7 +316,7 @@ def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: in
         f"The same method for every image{more}: class-specific relevance ({PAPERS['chefer2']}), on one colour scale, "
         "so a brighter spot means more relevance, not a different scale. Under each map is the model's prediction. "
         "Compare where the evidence sits: on the object, on context, or spread out.",
-        "Comparison", "Relevance for each image's top-1 class, one colour scale",
+        "Comparison", "Relevance for the class explained in each section, one colour scale",
     )
 
 
@@ -356,11 +357,16 @@ def closing_slide(lm, width_px: int) -> Slide:
     return Slide(
         "The model", [_render(model_card_figure(rows), width_px)],
         f"{lm.name} has {params / 1e6:.1f} million parameters in {cfg.depth} transformer blocks of {cfg.num_heads} heads. "
-        f"The code follows {PAPERS['vit']} line by line and loads the published weights ({lm.source}). "
-        f"The DeiT recipe ({PAPERS['deit']}) is what lets a model this small learn from ImageNet alone.",
+        f"The code follows {PAPERS['vit']} line by line; the weights come from {lm.source}. "
+        + (f"The DeiT recipe ({PAPERS['deit']}) is what lets a model this small learn from ImageNet alone." if _is_deit(lm)
+           else f"Its {cfg.num_classes:,}-way classifier reads the final state of the [class] token."),
         "The model", f"{params / 1e6:.1f} M parameters  ·  {cfg.depth} layers x {cfg.num_heads} heads",
         {"rows": rows},
     )
+
+
+def _is_deit(lm) -> bool:
+    return "deit" in f"{lm.timm_name or ''} {lm.name}".lower()
 
 
 def _weights_file(lm, weights: str | None) -> str | None:

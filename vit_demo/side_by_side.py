@@ -12,6 +12,7 @@ prediction.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +113,7 @@ def _grid_figure(
         top, bottom = axes[0, i], axes[-1, i]
         if show_inputs:
             top.imshow(p.picture.convert("RGB").resize((tile, tile), Image.Resampling.BICUBIC))
-        top.set_title(heads[i], fontsize=viz.PANEL_TITLE_SIZE + 1, color=viz.TEXT_COLOR, fontweight="bold")
+        top.set_title(textwrap.fill(heads[i], 30), fontsize=viz.PANEL_TITLE_SIZE + 1, color=viz.TEXT_COLOR, fontweight="bold")
         bottom.imshow(viz.overlay_image(p.picture, p.map, cmap, alpha, size=(tile, tile), vmin=lo, vmax=hi))
         bottom.set_xlabel(captions[i], fontsize=viz.LABEL_SIZE, color=viz.TEXT_COLOR, labelpad=6)
         for ax in (top, bottom):
@@ -178,7 +179,7 @@ def compare_images(
     if not 1 <= len(images) <= MAX_IMAGES:
         raise ValueError(f"compare 1 to {MAX_IMAGES} images, not {len(images)}")
     panels = [method_map(lm, img, method, layer, head) for img in images]
-    title = f"{_title(method, layer, head, lm.model.cfg.depth)}  ·  {lm.name}"
+    title = f"{_title(method, layer, head, lm.model.cfg.depth)}\n{lm.name}"
     return images_figure(panels, names, title, _label(method), cmap, alpha, shared_scale, show_inputs)
 
 

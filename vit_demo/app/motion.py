@@ -60,7 +60,7 @@ class AnimationRow:
             self.btn = gr.Button(ANIMATE, size="sm", scale=0, min_width=300, elem_id=f"{prefix}-animate")
         self.gif = gr.Image(visible=False, show_label=False, interactive=False, elem_id=f"{prefix}-animation",
                             buttons=["fullscreen"])
-        self.files = gr.File(visible=False, show_label=False, file_count="multiple", height=80,
+        self.files = gr.File(visible=False, show_label=False, file_count="multiple",
                              elem_id=f"{prefix}-animation-files")
 
     def wire(self, ctx: Context, inputs: list[Any], make: Callable[..., tuple[Path, Path]]) -> None:

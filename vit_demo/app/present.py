@@ -56,8 +56,7 @@ class PresentTab(Section):
                     "speaker notes on every slide. PowerPoint (editable) and PDF.", elem_classes="caption")
         self.deck_btn = gr.Button("⬇ Slide deck for this image (PowerPoint + PDF)", variant="primary",
                                   elem_id="make-deck")
-        self.deck_files = gr.File(visible=False, show_label=False, file_count="multiple", height=80,
-                                  elem_id="deck-files")
+        self.deck_files = gr.File(visible=False, show_label=False, file_count="multiple", elem_id="deck-files")
         gr.Markdown("### Side by side: up to four images\nThe current image first, then up to three more; the same "
                     "method and ONE colour scale for all, each with its prediction.")
         with gr.Row(equal_height=True):
@@ -66,7 +65,7 @@ class PresentTab(Section):
             self.method = gr.Dropdown(METHOD_CHOICES, value="chefer", label="Method", elem_id="sbs-method", scale=2)
             self.sbs_btn = gr.Button("Compare the images", elem_id="compare-images", scale=1)
         self.sbs_img = gr.Image(show_label=False, interactive=False, format="png", elem_id="side-by-side",
-                                buttons=["download", "fullscreen"])
+                                height=560, buttons=["download", "fullscreen"])
         gr.Markdown("### Two models, one image\nThe current image under the model above and a second one, "
                     "same method and colour scale.")
         with gr.Row(equal_height=True):
@@ -74,7 +73,7 @@ class PresentTab(Section):
                                      scale=3)
             self.mm_btn = gr.Button("Compare the models", elem_id="compare-models", scale=1)
         self.mm_img = gr.Image(show_label=False, interactive=False, format="png", elem_id="two-models",
-                               buttons=["download", "fullscreen"])
+                               height=560, buttons=["download", "fullscreen"])
         self.views = []  # drawn on demand, cleared by this tab itself (see wire)
 
     def wire(self, ctx: Context) -> None:
