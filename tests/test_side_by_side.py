@@ -63,7 +63,7 @@ def test_compare_images_and_two_models(deit_tiny, photos, tmp_path):
     assert "Attention rollout" in fig.get_suptitle()
     other = load_model("deit_tiny_patch16_224", random_init=True, device="cpu")
     fig2 = side_by_side.compare_models([deit_tiny, other], photos[0], "attention", layer=11)
-    titles = [ax.get_title() for ax in fig2.axes[:2]]
+    titles = [ax.get_title().replace("\n", " ") for ax in fig2.axes[:2]]
     assert titles == [deit_tiny.name, other.name]
     captions = [ax.get_xlabel() for ax in fig2.axes[2:4]]
     trained = side_by_side.method_map(deit_tiny, photos[0], "attention", layer=11)

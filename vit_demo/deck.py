@@ -214,6 +214,12 @@ def _render(fig: Figure, width_px: int, pad: float = 0.12) -> Image.Image:
     return img
 
 
+def _narrow(fig: Figure, width_in: float) -> Figure:
+    """The same figure laid out narrower, so its text reads larger on a slide."""
+    fig.set_size_inches(width_in, fig.get_figheight())
+    return fig
+
+
 def _big_picture(picture: Image.Image, width_px: int) -> Image.Image:
     """The model-input picture enlarged for a slide (it is only 224 px)."""
     s = max(1, width_px // (2 * picture.width))
@@ -242,7 +248,7 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
     explained = f"'{cls_name}' ({_pct(float(a.probs[cls]))})"
     slides = [Slide(
         f"What the model sees: {name}",
-        [_big_picture(a.picture, width_px), _render(viz.topk_figure(top, title=None), width_px // 2)],
+        [_big_picture(a.picture, width_px), _render(_narrow(viz.topk_figure(top, title=None), 6.0), width_px // 2)],
         f"This is the picture the model actually sees: resized and centre-cropped to {a.picture.width}x{a.picture.height}. "
         f"{lm.name} predicts '{top[0]['label']}' with {_pct(top[0]['prob'])}; the bars show its top five classes. "
         f"The model is a Vision Transformer ({PAPERS['vit']})"
