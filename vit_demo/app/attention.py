@@ -206,7 +206,7 @@ class AttentionTab(Section):
         self.show_inputs = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
         self.views = [self.query_img, self.att_img, self.att_md]
         self.controls = [self.layer, self.head, self.qmode, self.qpatch]
-        self.files = [self.file]
+        self.files = [self.file, *self.motion.outputs]
         self.redisplay_inputs = self.show_inputs
         self.redisplay_outputs = [self.att_img, self.att_md, self.query_img]
         ctx.click_targets.append((self.query_img, lambda a, _head: query_picture_size(a)))

@@ -131,7 +131,7 @@ class MethodsTab(Section):
         self.show_inputs = [ctx.k, self.fusion, self.discard, self.start, ctx.cmap, ctx.alpha, ctx.smooth]
         self.views = [self.methods_img, self.methods_md]
         self.controls = [self.start, self.cls_dd]
-        self.files = [self.file]
+        self.files = [self.file, *self.motion.outputs]
         self.redisplay_inputs = self.inputs
         self.redisplay_outputs = [self.methods_img, self.methods_md]
         self._reg = ctx.reg

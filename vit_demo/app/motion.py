@@ -53,7 +53,8 @@ def animation_files(a: Analysis, lm: LoadedModel, name: str, clips: Sequence[str
 
 
 class AnimationRow:
-    """The button, the GIF in the page and the two files, hidden until the button is used."""
+    """The button, the GIF in the page and the two files, hidden until the button is used (the
+    tab puts :attr:`outputs` in its ``files``, which every new analysis hides)."""
 
     def layout(self, prefix: str) -> None:
         with gr.Row(elem_classes="export-row"):
@@ -79,10 +80,10 @@ class AnimationRow:
         self.btn.click(on_animate, [*inputs, ctx.state], [self.gif, self.files], api_visibility="private",
                        show_progress="minimal", preprocess=False, **ctx.heavy)
 
-        def hide():
-            return {self.gif: gr.update(value=None, visible=False), self.files: gr.update(value=None, visible=False)}
-
-        ctx.image.change(hide, None, [self.gif, self.files], api_visibility="private", show_progress="hidden")
+    @property
+    def outputs(self) -> list[Any]:
+        """What the owning tab lists in its ``files``: hidden again for every new analysis."""
+        return [self.gif, self.files]
 
 
 def session_name(sess: Session) -> str:

@@ -65,7 +65,7 @@ class PresentTab(Section):
             self.method = gr.Dropdown(METHOD_CHOICES, value="chefer", label="Method", elem_id="sbs-method", scale=2)
             self.sbs_btn = gr.Button("Compare the images", elem_id="compare-images", scale=1)
         self.sbs_img = gr.Image(show_label=False, interactive=False, format="png", elem_id="side-by-side",
-                                height=560, buttons=["download", "fullscreen"])
+                                height=560, buttons=["download", "fullscreen"], visible=False)
         gr.Markdown("### Two models, one image\nThe current image under the model above and a second one, "
                     "same method and colour scale.")
         with gr.Row(equal_height=True):
@@ -73,8 +73,8 @@ class PresentTab(Section):
                                      scale=3)
             self.mm_btn = gr.Button("Compare the models", elem_id="compare-models", scale=1)
         self.mm_img = gr.Image(show_label=False, interactive=False, format="png", elem_id="two-models",
-                               height=560, buttons=["download", "fullscreen"])
-        self.views = []  # drawn on demand, cleared by this tab itself (see wire)
+                               height=560, buttons=["download", "fullscreen"], visible=False)
+        self.files = [self.deck_files, self.sbs_img, self.mm_img]  # made on demand; hidden for a new analysis
 
     def wire(self, ctx: Context) -> None:
         def ready(sess: Session | None) -> Session:
@@ -98,7 +98,7 @@ class PresentTab(Section):
             names = [deck.display_name(Path(sess.upload.name).stem)] + [n for n, _ in more]
             fig = compare_images(ctx.model(sess), [sess.upload.picture] + [p for _, p in more], names, method,
                                  cmap=cmap, alpha=alpha)
-            return png(viz.figure_to_image(fig, PREVIEW_WIDTH))
+            return gr.update(value=png(viz.figure_to_image(fig, PREVIEW_WIDTH)), visible=True)
 
         @friendly
         def on_models(key, method, cmap, alpha, sess):
@@ -110,7 +110,7 @@ class PresentTab(Section):
             except ModelError as e:
                 raise gr.Error(str(e), print_exception=False) from None
             fig = compare_models([ctx.model(sess), other], sess.upload.picture, method, cmap=cmap, alpha=alpha)
-            return png(viz.figure_to_image(fig, PREVIEW_WIDTH))
+            return gr.update(value=png(viz.figure_to_image(fig, PREVIEW_WIDTH)), visible=True)
 
         self.deck_btn.click(on_deck, [ctx.state], [self.deck_files], api_visibility="private",
                             show_progress="minimal", **ctx.heavy)
@@ -118,9 +118,3 @@ class PresentTab(Section):
                            api_visibility="private", show_progress="minimal", **ctx.heavy)
         self.mm_btn.click(on_models, [self.other, self.method, ctx.cmap, ctx.alpha, ctx.state], [self.mm_img],
                           api_visibility="private", show_progress="minimal", **ctx.heavy)
-
-        def clear():
-            return {self.deck_files: gr.update(value=None, visible=False), self.sbs_img: None, self.mm_img: None}
-
-        ctx.image.change(clear, None, [self.deck_files, self.sbs_img, self.mm_img], api_visibility="private",
-                         show_progress="hidden")
