@@ -194,3 +194,70 @@ def test_example_gallery(page, app) -> None:
     pg.wait_for_function("document.querySelector('#predictions h2').innerText.includes('cat')", timeout=TIMEOUT_MS)
     shot(pg, "00_example")
     assert not pg.outside
+
+
+def download(pg, selector: str, index: int, dest: Path) -> Path:
+    """Click the ``index``-th download link of a gr.File and save what the browser gets."""
+    link = pg.locator(f"{selector} a[download]").nth(index)
+    link.wait_for()
+    with pg.expect_download() as dl:
+        link.click()
+    out = dest / dl.value.suggested_filename
+    dl.value.save_as(out)
+    return out
+
+
+def test_presentation_downloads(page, app, quick_images: list[Path], tmp_path: Path) -> None:
+    """Issue 12: the animation plays in the page and downloads as GIF and MP4; the slide deck
+    downloads as PowerPoint and PDF; images and models side by side; the webcam is offered."""
+    import imageio.v2 as iio2
+    import imageio.v3 as iio
+    from pptx import Presentation
+
+    from vit_demo import animate, deck
+
+    pg = page
+    assert pg.locator("#upload button[aria-label='Capture from camera']").count() == 1, "no webcam source"
+    upload(pg, quick_images[0])
+    pg.wait_for_selector("#predictions h2:has-text('tench')")
+
+    # the attention through the layers: the GIF in the page, GIF + MP4 to download
+    pg.get_by_role("tab", name="Attention").click()
+    pg.click("#attention-animate")
+    pg.wait_for_selector("#attention-animation img", timeout=180_000)
+    shot(pg, "08_attention_animation")
+    positions, durations = animate.schedule(12)
+    gif = download(pg, "#attention-animation-files", 0, tmp_path)
+    mp4 = download(pg, "#attention-animation-files", 1, tmp_path)
+    assert gif.suffix == ".gif" and mp4.suffix == ".mp4"
+    assert iio.imread(gif, index=None).shape[:3] == (len(positions), 540, 960)
+    r = iio2.get_reader(mp4, "ffmpeg")
+    try:
+        assert r.get_meta_data()["size"] == (1280, 720)
+        assert r.count_frames() == animate.Animation([], durations, 12).mp4_frame_count()
+    finally:
+        r.close()
+
+    # the deck of this image
+    pg.get_by_role("tab", name="For presentations").click()
+    pg.click("#make-deck")
+    pptx = download(pg, "#deck-files", 0, tmp_path)
+    pdf = download(pg, "#deck-files", 1, tmp_path)
+    prs = Presentation(str(pptx))
+    assert len(prs.slides) == deck.slide_count(1)
+    assert prs.slides[0].shapes.title.text == "What the model sees: tench"
+    assert all(s.notes_slide.notes_text_frame.text for s in prs.slides)
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+
+    # side by side: this image and one more; then the same image under random weights
+    pg.set_input_files("#more-images input[type=file]", str(quick_images[3]))
+    pg.click("#compare-images")
+    pg.wait_for_selector("#side-by-side img", timeout=120_000)
+    pg.click("#second-model input")
+    pg.keyboard.type("RANDOM")
+    pg.keyboard.press("Enter")
+    pg.click("#compare-models")
+    pg.wait_for_selector("#two-models img", timeout=120_000)
+    shot(pg, "09_present_tab")
+    assert not pg.outside, f"the page fetched from outside this machine: {pg.outside[:5]}"
+    assert "Traceback" not in app.log(20_000), app.log()

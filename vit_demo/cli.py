@@ -15,7 +15,7 @@ from pathlib import Path
 
 # modules with register(subparsers)
 PLUGINS = ("vit_demo.explain_cli", "vit_demo.faithfulness", "vit_demo.sanity", "vit_demo.data", "vit_demo.train",
-           "vit_demo.pointing")
+           "vit_demo.pointing", "vit_demo.deck")
 
 
 class UserError(Exception):

@@ -22,7 +22,9 @@ import torch
 from tqdm import tqdm
 
 MAP_METHODS = ("lrp", "attnlrp", "gradcam", "rise", "lrp-gated")  # one call of explain.METHODS[name] each
-METHODS = ("attention", "rollout", "grad-rollout", "chefer", *MAP_METHODS, "patch-grid", "heads", "distance", "pos-embed")
+METHODS = ("attention", "rollout", "grad-rollout", "chefer", *MAP_METHODS, "patch-grid", "heads", "distance", "pos-embed",
+           "animation")
+ANIMATION_FORMATS = ("gif", "mp4")  # --method animation (vit_demo.animate); the others write figures
 CLASS_SPECIFIC = ("grad-rollout", "chefer", *MAP_METHODS)  # the other methods do not depend on the class
 TITLES = {
     "attention": "Raw attention",
@@ -62,8 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cmap", default="inferno", help="any matplotlib colormap (default inferno)")
     p.add_argument("--alpha", type=float, default=0.6, help="heat map opacity over the picture, 0..1")
     p.add_argument("--blocky", action="store_true", help="one flat square per patch instead of smooth upsampling")
-    p.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
-    p.add_argument("--width", type=int, default=2400, help="PNG width in pixels (default 2400)")
+    p.add_argument("--format", choices=["png", "svg", "pdf", *ANIMATION_FORMATS],
+                   help="png (default), svg or pdf; gif (default) or mp4 for --method animation")
+    p.add_argument("--width", type=int, help="PNG width in pixels (default 2400; animations 960 GIF, 1280 MP4)")
+    p.add_argument("--separate", action="store_true", help="animation: one file per clip instead of side by side")
     p.add_argument("--topk", type=int, default=5, help="predictions listed in the JSON")
     p.add_argument("--out", required=True, help="output folder (created if missing)")
     p.set_defaults(func=cmd_explain)
@@ -108,8 +112,14 @@ def _resolve_settings(args: argparse.Namespace, lm) -> dict[str, Any]:
         raise UserError(f"--start-layer {args.start_layer} is outside 0..{depth - 1}")
     if not 0 <= args.alpha <= 1:
         raise UserError(f"--alpha must be in [0, 1], got {args.alpha}")
-    if args.width < 200:
-        raise UserError(f"--width {args.width} is too small (at least 200 px; 2000+ for slides)")
+    animation = method == "animation"
+    fmt = args.format or ("gif" if animation else "png")
+    if animation != (fmt in ANIMATION_FORMATS):
+        raise UserError(f"--format {fmt} is for {'figures' if animation else '--method animation'}; "
+                        f"use {' or '.join(ANIMATION_FORMATS) if animation else 'png, svg or pdf'}")
+    width = args.width or (None if animation else 2400)
+    if width is not None and width < 200:
+        raise UserError(f"--width {width} is too small (at least 200 px; 2000+ for slides)")
     try:
         viz.check_cmap(args.cmap)
     except ValueError as e:
@@ -124,11 +134,11 @@ def _resolve_settings(args: argparse.Namespace, lm) -> dict[str, Any]:
         raise UserError(f"--method {method} needs class scores; {lm.name} is headless (no classifier)")
 
     ignored = []
-    if args.target is not None and method not in CLASS_SPECIFIC:
+    if args.target is not None and method not in (*CLASS_SPECIFIC, "animation"):
         ignored.append("--class")
     if args.query_patch is not None and method not in ("attention", "heads", "patch-grid"):
         ignored.append("--query-patch")
-    if args.head is not None and method != "attention":
+    if args.head is not None and method not in ("attention", "animation"):
         ignored.append("--head")
     if args.layer is not None and method not in ("attention", "heads"):
         ignored.append("--layer")
@@ -140,7 +150,7 @@ def _resolve_settings(args: argparse.Namespace, lm) -> dict[str, Any]:
     return {
         "method": method,
         "layer": layer if method in ("attention", "heads") else None,
-        "head": args.head if method == "attention" else None,
+        "head": args.head if method in ("attention", "animation") else None,
         "query_patch": args.query_patch if method in ("attention", "heads", "patch-grid") else None,
         "class": target,
         "fusion": args.fusion if method == "rollout" else None,
@@ -149,8 +159,9 @@ def _resolve_settings(args: argparse.Namespace, lm) -> dict[str, Any]:
         "cmap": args.cmap,
         "alpha": args.alpha,
         "smooth": not args.blocky,
-        "format": args.format,
-        "width": args.width,
+        "format": fmt,
+        "width": width,
+        "separate": args.separate if animation else None,
         "topk": args.topk,
         "patch_size": p,
         "grid": (gh, gw),
@@ -336,6 +347,21 @@ def explain_one(lm, path: Path, s: dict[str, Any], out_dir: Path, stem: str) -> 
     return record
 
 
+def animate_one(lm, path: Path, s: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Any]:
+    """The attention-through-the-layers animation of one image (vit_demo.animate) + its JSON."""
+    from .animate import animate_image
+    from .images import load_image
+
+    out = out_dir / f"{stem}_animation.{s['format']}"
+    rec = animate_image(lm, load_image(path), out, s["format"], separate=s["separate"], head=s["head"],
+                        target=s["class"], cmap=s["cmap"], alpha=s["alpha"], width=s["width"])
+    rec = {"image": str(path), "model": lm.name, "method": "animation",
+           "settings": {k: v for k, v in s.items() if k not in ("patch_size", "grid", "depth", "method") and v is not None},
+           **rec, "files": [Path(f).name for f in rec["files"]]}
+    _write_json(out_dir / f"{stem}_animation.json", rec)
+    return rec
+
+
 def explain_pos_embed(lm, s: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """The image-independent position-embedding similarity figure, once per model."""
     from . import explain, viz
@@ -419,18 +445,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"wrote {out_dir / rec['figure']}")
         return 0
 
+    one = animate_one if args.method == "animation" else explain_one
     failed = 0
     bar = tqdm(list(zip(paths, _stems(paths))), desc="explain", unit="image", disable=len(paths) <= 1, file=sys.stderr)
     for path, stem in bar:
         try:
-            rec = explain_one(lm, path, s, out_dir, stem)
+            rec = one(lm, path, s, out_dir, stem)
         except (ImageError, ValueError) as e:
             failed += 1
             msg = str(e).split("\n")[0]
             msg = msg[len(path.name) + 2 :] if msg.startswith(f"{path.name}: ") else msg
             tqdm.write(f"error: {path}: {msg}", file=sys.stderr)
             continue
-        tqdm.write(f"wrote {out_dir / rec['figure']}", file=sys.stdout)
+        for name in rec.get("files", [rec.get("figure")]):
+            tqdm.write(f"wrote {out_dir / Path(name).name}", file=sys.stdout)
     if failed:
         print(f"{failed} of {len(paths)} images failed", file=sys.stderr)
     return 1 if failed else 0

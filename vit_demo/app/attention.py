@@ -19,6 +19,7 @@ from ..weights import LoadedModel
 from .common import VIEW_SIZE, friendly, jpeg, png
 from .context import Context, Section
 from .exports import export_row, save, slug, wire_export
+from .motion import AnimationRow, animation_files
 from .session import Session, Upload
 
 CLASS_TOKEN = "[class] token"
@@ -199,11 +200,13 @@ class AttentionTab(Section):
                                         elem_id="attention", buttons=["fullscreen"])
                 self.att_md = gr.Markdown(elem_classes="caption", elem_id="attention-caption")
                 self.btn, self.file = export_row("attention-file")
+                self.motion = AnimationRow()
+                self.motion.layout("attention")
         # the explorer's settings, in the order of the /attention endpoint's parameters
         self.show_inputs = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
         self.views = [self.query_img, self.att_img, self.att_md]
         self.controls = [self.layer, self.head, self.qmode, self.qpatch]
-        self.files = [self.file]
+        self.files = [self.file, *self.motion.outputs]
         self.redisplay_inputs = self.show_inputs
         self.redisplay_outputs = [self.att_img, self.att_md, self.query_img]
         ctx.click_targets.append((self.query_img, lambda a, _head: query_picture_size(a)))
@@ -281,6 +284,9 @@ class AttentionTab(Section):
         for target, size_of in ctx.click_targets:
             target.select(click_handler(size_of), click_inputs, click_outputs, api_visibility="private",
                           trigger_mode="always_last", show_progress="hidden", preprocess=False)
+        self.motion.wire(ctx, [self.head, ctx.cmap, ctx.alpha], lambda s, lm, hd, cm, al: animation_files(
+            s.analysis, lm, s.upload.name, ("attention",), _head(hd) if isinstance(_head(hd), int) else None, None, cm,
+            al))
         wire_export(ctx, self.btn, self.file, [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth],
                     lambda s, ly, hd, cm, al, sm: export_attention(s.analysis, s.upload, ly, hd, s.query, cm, al, sm))
 

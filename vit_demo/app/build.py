@@ -19,6 +19,7 @@ from .methods import MethodsTab
 from .models import ModelPicker
 from .page import INTRO, launch_kwargs
 from .patches import PatchesTab
+from .present import PresentTab
 from .registry import ModelRegistry
 
 __all__ = ["AppConfig", "build", "launch_kwargs"]
@@ -33,7 +34,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     ctx = Context(cfg, reg, reg.default_key(), all_examples(cfg.examples),
                   heavy={"concurrency_id": "model", "concurrency_limit": cfg.concurrency})
     picker, inputs, display = ModelPicker(), InputSection(), DisplayControls()
-    tabs: list[Section] = [PatchesTab(), AttentionTab(), MethodsTab(), DiagnosticsTab(), CompareTab()]
+    tabs: list[Section] = [PatchesTab(), AttentionTab(), MethodsTab(), DiagnosticsTab(), CompareTab(), PresentTab()]
     ctx.sections = [inputs, *tabs]  # the order of /analyze's outputs
 
     with gr.Blocks(title="vit_demo · how a Vision Transformer sees", analytics_enabled=False,

@@ -79,7 +79,7 @@ class InputSection(Section):
         examples = ctx.examples
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=300):
-                ctx.image = gr.Image(label="Your image", type="filepath", sources=["upload", "clipboard"], height=340,
+                ctx.image = gr.Image(label="Your image", type="filepath", sources=["upload", "webcam", "clipboard"], height=340,
                                      elem_id="upload", placeholder="Drop a photo here, or click an example below")
                 self.gallery = gr.Gallery([(str(e.path), e.caption) for e in examples], label="Examples (click one)",
                                           columns=3, rows=2, height=250, allow_preview=False, object_fit="cover",

@@ -21,6 +21,7 @@ from ..weights import LoadedModel
 from .common import friendly, jpeg
 from .context import Context, Section
 from .exports import export_row, save, slug, wire_export
+from .motion import AnimationRow, animation_files
 from .session import Session, Upload
 
 FUSIONS = ("mean", "max", "min")
@@ -161,12 +162,14 @@ class MethodsTab(Section):
         self.rise_btn = gr.Button(f"Run RISE ({RiseSettings().masks} forward passes)", size="sm", elem_id="run-rise")
         self.methods_md = gr.Markdown(elem_classes="caption")
         self.btn, self.file = export_row()
+        self.motion = AnimationRow()
+        self.motion.layout("methods")
         # what a redraw reads, in order: the method's settings, then the display controls
         self.inputs = [self.fusion, self.discard, self.start, self.cls_dd, ctx.cmap, ctx.alpha, ctx.smooth]
         self.show_inputs = [ctx.k, self.fusion, self.discard, self.start, ctx.cmap, ctx.alpha, ctx.smooth]
         self.views = [self.methods_img, self.relevance_img, self.methods_md]
         self.controls = [self.start, self.cls_dd]
-        self.files = [self.file]
+        self.files = [self.file, *self.motion.outputs]
         self.redisplay_inputs = self.inputs
         self.redisplay_outputs = [self.methods_img, self.relevance_img, self.methods_md]
         self._reg = ctx.reg
@@ -242,6 +245,9 @@ class MethodsTab(Section):
         gr.on([self.fusion.input, self.discard.input, self.start.input, self.cls_dd.input], on_methods,
               [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private", trigger_mode="always_last",
               show_progress="minimal", preprocess=False, **ctx.heavy)
+        self.motion.wire(ctx, [self.cls_dd, ctx.cmap, ctx.alpha], lambda s, lm, cl, cm, al: animation_files(
+            s.analysis, lm, s.upload.name, ("rollout", "relevance") if s.analysis.logits.numel() else ("rollout",),
+            None, chosen_class(s.analysis, cl), cm, al))
         wire_export(ctx, self.btn, self.file, self.inputs,
                     lambda s, fu, di, st, cl, cm, al, sm: export_methods(s.analysis, ctx.model(s), s.upload, fu, di, st,
                                                                          chosen_class(s.analysis, cl), cm, al, sm))

@@ -1,0 +1,113 @@
+"""The slide deck (vit_demo.deck): structure of the PowerPoint file (slides, pictures, notes,
+sections), the numbers it quotes, and the PDF rendered page by page with pdftoppm.
+
+One two-image deck is built once (figures at 900 px to keep it quick) and written both ways.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+from PIL import Image
+from skimage import data
+
+from vit_demo import deck
+from vit_demo.cli import main
+
+PAPER = re.compile("|".join(re.escape(v.split(",")[0]) for v in deck.PAPERS.values()))
+
+
+@pytest.fixture(scope="module")
+def photos() -> list[Image.Image]:
+    return [Image.fromarray(data.chelsea()), Image.fromarray(data.coffee())]
+
+
+@pytest.fixture(scope="module")
+def slides(deit_tiny, photos):
+    return deck.build_slides(deit_tiny, photos, ["cat", "coffee"], width_px=900)
+
+
+def test_talk_order_titles_pictures_and_notes(slides):
+    assert len(slides) == deck.slide_count(2) == 15
+    titles = [s.title for s in slides]
+    assert titles[0] == "What the model sees: cat" and titles[6] == "What the model sees: coffee"
+    assert titles[1:5] == ["From pixels to tokens", "The 3 heads of the last layer", "Attention across the layers",
+                           "Attention rollout"]
+    assert titles[5].endswith("Class-specific relevance")
+    assert titles[-3:] == ["The images side by side", "Checked against timm: identical", "The model"]
+    for s in slides:
+        assert s.title and s.pictures and all(p.width >= 400 for p in s.pictures)
+        sentences = [t for t in re.split(r"(?<=[.!?])\s+(?=[A-Z(])", s.notes) if t.strip()]
+        assert 2 <= len(sentences) <= 4, (s.title, sentences)
+        assert PAPER.search(s.notes), s.title
+
+
+def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_path):
+    from vit_demo.faithfulness import evaluate
+
+    rel = slides[5]
+    scores, target = rel.meta["faithfulness"], rel.meta["target"]
+    assert set(scores) == {"attention", "rollout", "grad-rollout", "chefer", "random"}
+    assert f"{scores['chefer']['deletion_auc']:.3f}" in rel.notes and f"{scores['chefer']['insertion_auc']:.3f}" in rel.notes
+    # the same protocol as the faithfulness command, on the same picture
+    path = tmp_path / "cat.png"
+    photos[0].save(path)
+    r = evaluate(deit_tiny, [path], ["chefer"], progress=False)
+    assert r["methods"]["chefer"]["deletion_auc"] == pytest.approx(scores["chefer"]["deletion_auc"], abs=1e-6)
+    assert r["methods"]["chefer"]["insertion_auc"] == pytest.approx(scores["chefer"]["insertion_auc"], abs=1e-6)
+    assert slides[0].meta["predictions"][0]["index"] == target  # explains the top-1 class by default
+    check = slides[-2]
+    assert check.meta["passed"] and check.subtitle.startswith("Identical to")
+    assert all(c["max_abs_logit_diff"] < 1e-4 for c in check.meta["checks"])
+    assert f"{deit_tiny.model.num_params:,}" in dict(slides[-1].meta["rows"])["parameters"]
+
+
+def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
+    from pptx import Presentation
+    from pptx.enum.shapes import MSO_SHAPE_TYPE
+
+    path = deck.write_pptx(slides, tmp_path / "talk.pptx")
+    prs = Presentation(str(path))
+    assert prs.slide_width * 9 == prs.slide_height * 16
+    assert len(prs.slides) == len(slides)
+    for s, sl in zip(slides, prs.slides):
+        assert sl.shapes.title.text == s.title
+        pics = [sh for sh in sl.shapes if sh.shape_type == MSO_SHAPE_TYPE.PICTURE]
+        assert len(pics) == len(s.pictures)
+        for sh, img in zip(pics, s.pictures):
+            assert sh.image.size == img.size  # the full-resolution render, not a thumbnail
+            assert 0 <= sh.left and sh.left + sh.width <= prs.slide_width
+            assert 0 <= sh.top and sh.top + sh.height <= prs.slide_height
+        assert sl.notes_slide.notes_text_frame.text == s.notes
+    assert deck.pptx_sections(path) == [("Image: cat", 6), ("Image: coffee", 6), ("Comparison", 1), ("The model", 2)]
+
+
+def test_pdf_pages_render(slides, tmp_path):
+    path = deck.write_pdf(slides, tmp_path / "talk.pdf")
+    if shutil.which("pdftoppm") is None:
+        pytest.skip("needs pdftoppm (Debian poppler-utils; .ci/pdf-deps installs it in CI)")
+    subprocess.run(["pdftoppm", "-r", "30", "-png", str(path), str(tmp_path / "page")], check=True)
+    pages = sorted(tmp_path.glob("page-*.png"))
+    assert len(pages) == len(slides)
+    for page in pages:
+        im = Image.open(page).convert("L")
+        assert abs(im.width / im.height - 16 / 9) < 0.02
+        lo, hi = im.getextrema()
+        assert hi - lo > 100  # a title and a picture on white, not a blank page
+
+
+def test_deck_command(deit_tiny_path, tmp_path, capsys):
+    img = tmp_path / "n02123045_tabby.png"
+    Image.fromarray(data.chelsea()).save(img)
+    out = tmp_path / "talk.pptx"
+    assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--width", "600"]) == 0
+    assert f"wrote {out} ({deck.slide_count(1)} slides)" in capsys.readouterr().out
+    from pptx import Presentation
+
+    prs = Presentation(str(out))
+    assert len(prs.slides) == 8 and prs.slides[0].shapes.title.text == "What the model sees: tabby"
+    assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--class", "no such class"]) == 2
+    assert "no class has that label" in capsys.readouterr().err

@@ -1,0 +1,595 @@
+"""A ready-made slide deck: from photos to a talk on how a ViT sees (PowerPoint or PDF).
+
+One idea a slide, in the order a talk takes, for every image:
+
+1. the image and the prediction;            4. [class] attention across the layers;
+2. patches and the token sequence;          5. attention rollout;
+3. the heads of the last layer;             6. class-specific relevance, with each method's
+                                               deletion / insertion scores on this image;
+
+then, once per deck: a comparison of the images (several images only), the check against timm
+(verdict and numbers) and a closing slide on the model (config, parameters, source of the
+weights). Every slide has a title, a full-resolution rendered figure and speaker notes of two
+to four sentences that name the paper the figure comes from.
+
+:func:`build_slides` computes everything and returns plain :class:`Slide` records;
+:func:`write_pptx` (python-pptx, 16:9, editable, one PowerPoint section per image) and
+:func:`write_pdf` (matplotlib, the same layout, for people without PowerPoint) only lay them out.
+The ``deck`` command is :func:`register`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from PIL import Image
+
+from . import explain, viz
+from .side_by_side import MAX_IMAGES, Panel, images_figure
+
+FORMATS = ("pptx", "pdf")
+SLIDE_W, SLIDE_H = 40 / 3, 7.5  # inches, 16:9 (PowerPoint's own widescreen size)
+MARGIN = 0.45
+TITLE_TOP, TITLE_H = 0.28, 0.75
+SUBTITLE_TOP, SUBTITLE_H = 0.98, 0.42
+BODY_TOP = 1.5  # pictures go between here and the bottom margin
+GAP = 0.3
+PER_IMAGE = 6  # slides in each image's section
+
+PAPERS = {
+    "vit": "Dosovitskiy et al., 'An Image is Worth 16x16 Words' (ICLR 2021)",
+    "deit": "Touvron et al., 'Training data-efficient image transformers' (ICML 2021)",
+    "rollout": "Abnar & Zuidema, 'Quantifying Attention Flow in Transformers' (ACL 2020)",
+    "chefer": "Chefer, Gur & Wolf, 'Transformer Interpretability Beyond Attention Visualization' (CVPR 2021)",
+    "chefer2": "Chefer, Gur & Wolf, 'Generic Attention-model Explainability' (ICCV 2021)",
+    "rise": "Petsiuk et al., 'RISE' (BMVC 2018)",
+}
+
+
+@dataclass
+class Slide:
+    """One slide: what it says and shows, independent of the file format."""
+
+    title: str
+    pictures: list[Image.Image]  # rendered figures, side by side
+    notes: str  # speaker notes
+    section: str
+    subtitle: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    columns: list[float] | None = None  # share of the width for each picture (default: by aspect)
+
+
+# ----------------------------------------------------------------------------- numbers for one image
+
+
+def faithfulness_scores(model, x: torch.Tensor, target: int, maps: dict[str, Any] | None = None,
+                        seeds: Sequence[int] = (0, 1, 2)) -> dict[str, dict[str, Any]]:
+    """Deletion / insertion AUC (Petsiuk et al. 2018) of each method on ONE input ``x`` [1, 3, h, w],
+    tracking the probability of ``target``, with the protocol of :mod:`vit_demo.faithfulness`.
+
+    ``maps``: ``{method: [gh, gw] map}`` already computed (default: every method in
+    :data:`vit_demo.explain.METHODS`, computed here); ``random``: the mean over random patch
+    orders, one per seed. All orders go through the model in one batch.
+    """
+    from .faithfulness import deletion_insertion
+
+    if maps is None:
+        maps = {name: fn(model, x, target)[0] for name, fn in explain.METHODS.items()}
+    gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
+    noise = [torch.rand(gh, gw, generator=torch.Generator().manual_seed(s)) for s in seeds]
+    saliency = torch.stack([torch.as_tensor(np.asarray(m), dtype=torch.float32) for m in maps.values()] + noise)
+    d, i = deletion_insertion(model, x.expand(len(saliency), -1, -1, -1), saliency.to(x.device), target)
+    d, i = d.double().cpu(), i.double().cpu()
+    k = len(maps)
+    rows = [*zip(maps, d[:k], i[:k]), ("random", d[k:].mean(0), i[k:].mean(0))]
+    return {name: {"deletion_auc": float(dc.mean()), "insertion_auc": float(ic.mean()),
+                   "deletion_curve": dc.tolist(), "insertion_curve": ic.tolist()} for name, dc, ic in rows}
+
+
+# ----------------------------------------------------------------------------- figures made here
+
+
+def _plain_figure(w: float, h: float) -> Figure:
+    return Figure(figsize=(w, h), layout="constrained", facecolor="white")
+
+
+def faithfulness_figure(scores: dict[str, dict[str, Any]]) -> Figure:
+    """Deletion and insertion curves of every method (and random), AUCs in the legend."""
+    fig = _plain_figure(9.0, 4.6)
+    axes = fig.subplots(1, 2, sharey=True)
+    colours = {"attention": "#9467bd", "rollout": "#ff7f0e", "grad-rollout": "#2ca02c", "chefer": "#d62728",
+               "random": "#888888"}
+    for ax, kind, better in zip(axes, ("deletion", "insertion"), ("lower", "higher")):
+        for name, s in scores.items():
+            c = s[f"{kind}_curve"]
+            ax.plot(np.linspace(0, 100, len(c)), np.asarray(c) * 100, color=colours.get(name, None),
+                    linestyle="--" if name == "random" else "-", linewidth=2.2 if name == "chefer" else 1.6,
+                    label=f"{name}  {s[f'{kind}_auc']:.3f}")
+        ax.set_title(f"{kind.capitalize()}: AUC {better} is better", fontsize=viz.LABEL_SIZE + 1, color=viz.TEXT_COLOR)
+        ax.set_xlabel(f"patches {'removed' if kind == 'deletion' else 'shown'}, most relevant first (%)",
+                      fontsize=viz.LABEL_SIZE - 1, color=viz.TEXT_COLOR)
+        ax.legend(fontsize=viz.TICK_SIZE, frameon=False, title="method  AUC", title_fontsize=viz.TICK_SIZE)
+        ax.grid(True, color="#e6e6e6", linewidth=0.8)
+        ax.set_xlim(0, 100)
+        ax.tick_params(labelsize=viz.TICK_SIZE, colors=viz.TEXT_COLOR)
+        for s in ("top", "right"):
+            ax.spines[s].set_visible(False)
+    axes[0].set_ylabel("probability of the class (%)", fontsize=viz.LABEL_SIZE - 1, color=viz.TEXT_COLOR)
+    axes[0].set_ylim(0, None)
+    return fig
+
+
+def timm_check_figure(checks: Sequence[dict[str, Any]], names: Sequence[str], tol: float) -> Figure:
+    """Per layer, the largest |attention difference| between our model and timm's over the
+    images (log scale, tolerance dashed), and per image the largest |logit difference|."""
+    fig = _plain_figure(11.0, 4.6)
+    left, right = fig.subplots(1, 2, width_ratios=[1.5, 1])
+    layers = np.max(np.asarray([c["layer_attn_max_diff"] for c in checks]), axis=0)
+    floor = 1e-10  # a log axis cannot show 0: exact zeros sit on the floor, labelled "0"
+    left.bar(np.arange(len(layers)), np.maximum(layers, floor), color=viz.ACCENT)
+    left.set_yscale("log")
+    left.set_ylim(floor / 3, max(tol, float(layers.max())) * 30)
+    for i, v in enumerate(layers):
+        if v == 0:
+            left.text(i, floor * 1.5, "0", ha="center", va="bottom", fontsize=viz.TICK_SIZE, color=viz.TEXT_COLOR)
+    left.axhline(tol, color="#c0392b", linestyle="--", linewidth=1.4, label=f"tolerance {tol:g}")
+    left.set_xticks(np.arange(len(layers)), [str(i) for i in range(len(layers))])
+    left.set_xlabel("layer", fontsize=viz.LABEL_SIZE, color=viz.TEXT_COLOR)
+    left.set_ylabel("max |attention difference|", fontsize=viz.LABEL_SIZE, color=viz.TEXT_COLOR)
+    left.set_title("Attention probabilities, every layer", fontsize=viz.LABEL_SIZE + 1, color=viz.TEXT_COLOR)
+    left.legend(frameon=False, fontsize=viz.TICK_SIZE, loc="upper left")
+    logit = [max(c["max_abs_logit_diff"], floor) for c in checks]
+    y = np.arange(len(checks))[::-1]
+    right.barh(y, logit, color=["#2ca02c" if c["topk_agree"] else "#c0392b" for c in checks], height=0.6)
+    right.set_xscale("log")
+    right.set_xlim(floor / 3, max(tol, max(logit)) * 30)
+    for yi, c in zip(y, checks):
+        if c["max_abs_logit_diff"] == 0:
+            right.text(floor * 1.5, yi, " 0 (bit-identical)", va="center", fontsize=viz.TICK_SIZE, color=viz.TEXT_COLOR)
+    right.axvline(tol, color="#c0392b", linestyle="--", linewidth=1.4)
+    right.set_yticks(y, [_short(n, 18) for n in names])
+    right.set_xlabel("max |logit difference|", fontsize=viz.LABEL_SIZE, color=viz.TEXT_COLOR)
+    right.set_title("Logits per image (green: same top-5)", fontsize=viz.LABEL_SIZE + 1, color=viz.TEXT_COLOR)
+    for ax in (left, right):
+        ax.tick_params(labelsize=viz.TICK_SIZE, colors=viz.TEXT_COLOR)
+        for s in ("top", "right"):
+            ax.spines[s].set_visible(False)
+    return fig
+
+
+def model_card_figure(rows: Sequence[tuple[str, str]]) -> Figure:
+    """The model's facts as a two-column table."""
+    fig = Figure(figsize=(9.0, 0.42 * len(rows) + 0.3), facecolor="white")
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.axis("off")
+    n = len(rows)
+    for k, (key, value) in enumerate(rows):
+        y = 1 - (k + 0.5) / n
+        if k % 2 == 0:
+            ax.axhspan(1 - (k + 1) / n, 1 - k / n, color="#f2f5f9", zorder=0)
+        ax.text(0.02, y, key, fontsize=14, color=viz.MUTED_COLOR, va="center")
+        ax.text(0.36, y, value, fontsize=14, color=viz.TEXT_COLOR, va="center", fontweight="bold")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    return fig
+
+
+def display_name(stem: str) -> str:
+    """A file stem as a speaker would say it: ``n02123045_tabby`` -> ``tabby``, ``my_cat`` -> ``my cat``."""
+    parts = stem.split("_", 1)
+    if len(parts) == 2 and len(parts[0]) == 9 and parts[0][0] == "n" and parts[0][1:].isdigit():
+        stem = parts[1]
+    return stem.replace("_", " ").strip() or "image"
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _render(fig: Figure, width_px: int, pad: float = 0.12) -> Image.Image:
+    """``fig`` as a picture ``width_px`` wide, its white margin trimmed. The PNG bytes stay in
+    ``info["png"]`` so that the PowerPoint file reuses them instead of encoding again (fast
+    zlib: decks hold many large pictures)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    box = fig.get_tightbbox(canvas.get_renderer()).padded(pad)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=(int(width_px) + 0.25) / box.width, bbox_inches=box, facecolor="white",
+                pil_kwargs={"compress_level": 2})
+    img = Image.open(io.BytesIO(buf.getvalue()))
+    img.load()
+    img.info["png"] = buf.getvalue()
+    return img
+
+
+def _narrow(fig: Figure, width_in: float) -> Figure:
+    """The same figure laid out narrower, so its text reads larger on a slide."""
+    fig.set_size_inches(width_in, fig.get_figheight())
+    return fig
+
+
+def _big_picture(picture: Image.Image, width_px: int) -> Image.Image:
+    """The model-input picture enlarged for a slide (it is only 224 px)."""
+    s = max(1, width_px // (2 * picture.width))
+    return picture.convert("RGB").resize((picture.width * s, picture.height * s), Image.Resampling.LANCZOS)
+
+
+# ----------------------------------------------------------------------------- slides
+
+
+def _pct(p: float) -> str:
+    return f"{p * 100:.1f}%"
+
+
+def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
+                 cmap: str = "inferno") -> list[Slide]:
+    """The six slides of one image's section."""
+    from .analysis import analyze, class_maps
+
+    a = analyze(lm, image)
+    L, H, p = a.depth, a.num_heads, a.patch_size
+    gh, gw = a.layout.grid
+    section = f"Image: {name}"
+    top = a.topk(5)
+    cls = a.top1 if target is None else int(target)
+    cls_name = lm.labels[cls]
+    explained = f"'{cls_name}' ({_pct(float(a.probs[cls]))})"
+    slides = [Slide(
+        f"What the model sees: {name}",
+        [_big_picture(a.picture, width_px), _render(_narrow(viz.topk_figure(top, title=None), 6.0), width_px // 2)],
+        f"This is the picture the model actually sees: resized and centre-cropped to {a.picture.width}x{a.picture.height}. "
+        f"{lm.name} predicts '{top[0]['label']}' with {_pct(top[0]['prob'])}; the bars show its top five classes. "
+        f"The model is a Vision Transformer ({PAPERS['vit']})"
+        + (f", here trained as in {PAPERS['deit']}." if _is_deit(lm) else "."),
+        section, f"Predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
+        {"predictions": top, "x": a.x, "panel": None}, columns=[0.45, 0.55],
+    )]
+    slides.append(Slide(
+        "From pixels to tokens",
+        [_render(viz.patch_grid_figure(a.picture, p, a.layout.names(), title=" "), width_px)],
+        f"The image is cut into {p}x{p}-pixel patches, a {gh}x{gw} grid of {gh * gw} patches, read left to right and "
+        f"top to bottom. Each patch becomes one token; a learned [class] token goes first, and its final state is what "
+        f"the classifier reads. This is the core idea of {PAPERS['vit']}: an image is a sequence of words.",
+        section, f"{gh * gw} patches + {a.layout.num_prefix} prefix token(s) = {gh * gw + a.layout.num_prefix} tokens",
+    ))
+    heads = explain.head_maps(a.attentions, a.layout, L - 1)[0]
+    slides.append(Slide(
+        f"The {H} heads of the last layer",
+        [_render(viz.heads_figure(a.picture, heads, cmap=cmap, layer=L - 1), width_px)],
+        f"Each attention head of layer {L - 1} (counted from 0) looks at the image its own way: here is where the "
+        f"[class] token looks, one panel per head, each scaled to its own range. Heads specialise, some on the object, "
+        f"some on the background, as observed in {PAPERS['vit']}.",
+        section, f"[class] attention per head, layer {L - 1}",
+    ))
+    per_layer = {f"layer {i}": explain.cls_attention(a.attentions, a.layout, i)[0] for i in range(L)}
+    slides.append(Slide(
+        "Attention across the layers",
+        [_render(viz.compare_figure(a.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
+        "The [class] token's attention, averaged over heads, in every layer from the first to the last. Early layers "
+        "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
+        f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
+        section, "[class] attention, mean of heads, each layer on its own scale",
+    ))
+    roll = explain.rollout(a.attentions, a.layout)[0]
+    slides.append(Slide(
+        "Attention rollout",
+        [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label="rollout", show_input=True), width_px)],
+        f"Rollout multiplies the attention of all {L} layers, with the skip connection added as an identity, to "
+        f"follow how much each input patch flows into the [class] token ({PAPERS['rollout']}). It is class-agnostic: "
+        "it shows where the model looks, not why it chose this class.",
+        section, "All layers multiplied, residual included (class-agnostic)",
+    ))
+    maps = class_maps(a, lm, cls)
+    last = explain.cls_attention(a.attentions, a.layout, L - 1)[0]
+    scores = faithfulness_scores(lm.model, a.x, cls, {"attention": last, "rollout": roll, **maps})
+    ch, rnd = scores["chefer"], scores["random"]
+    compare = viz.compare_figure(a.picture, {"gradient-weighted rollout": maps["grad-rollout"],
+                                             "relevance (Chefer et al.)": maps["chefer"]}, cmap=cmap, show_input=False)
+    slides.append(Slide(
+        f"Why '{_short(cls_name, 28)}'? Class-specific relevance",
+        [_render(compare, width_px // 2), _render(faithfulness_figure(scores), width_px)],
+        f"Relevance weights each head's attention by the gradient of the class score and accumulates it block by block "
+        f"({PAPERS['chefer2']}; {PAPERS['chefer']}), so it explains {explained}. "
+        f"Faithfulness on this image ({PAPERS['rise']}): deleting patches in the relevance order gives a deletion AUC of "
+        f"{ch['deletion_auc']:.3f} (random order {rnd['deletion_auc']:.3f}; lower is better) and revealing them an "
+        f"insertion AUC of {ch['insertion_auc']:.3f} (random {rnd['insertion_auc']:.3f}; higher is better).",
+        section, f"For {explained}.  Relevance: deletion AUC {ch['deletion_auc']:.3f} (random "
+                 f"{rnd['deletion_auc']:.3f}), insertion AUC {ch['insertion_auc']:.3f} (random {rnd['insertion_auc']:.3f})",
+        {"faithfulness": scores, "target": cls}, columns=[0.42, 0.58],
+    ))
+    slides[0].meta["panel"] = Panel(a.picture, maps["chefer"], a.topk(1), lm.name, cls)
+    return slides
+
+
+def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str) -> Slide:
+    """Relevance of up to four images side by side, on one colour scale."""
+    fig = images_figure(panels[:MAX_IMAGES], names[:MAX_IMAGES], None, "relevance", cmap, show_inputs=False)
+    more = f" (the first {MAX_IMAGES} of {len(panels)})" if len(panels) > MAX_IMAGES else ""
+    return Slide(
+        "The images side by side", [_render(fig, width_px)],
+        f"The same method for every image{more}: class-specific relevance ({PAPERS['chefer2']}), on one colour scale, "
+        "so a brighter spot means more relevance, not a different scale. Under each map is the model's prediction. "
+        "Compare where the evidence sits: on the object, on context, or spread out.",
+        "Comparison", "Relevance for the class explained in each section, one colour scale",
+    )
+
+
+def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: str | None, width_px: int) -> Slide:
+    from .verify import DEFAULT_TOL, compare_one, timm_twin, verdict
+
+    tm = timm_twin(lm, weights)
+    checks = [compare_one(lm.model, tm, x, repeats=1) for x in xs]
+    worst = max(checks, key=lambda c: c["max_abs_logit_diff"])
+    sentence = verdict(worst, DEFAULT_TOL)
+    ok = sentence.startswith("Identical")
+    attn = max(max(c["layer_attn_max_diff"]) for c in checks)
+    return Slide(
+        "Checked against timm: " + ("identical" if ok else "MISMATCH"),
+        [_render(timm_check_figure(checks, names, DEFAULT_TOL), width_px)],
+        f"Everything in this talk comes from a Vision Transformer written from scratch. To trust it, we run timm's "
+        f"reference {lm.timm_name} on the same weights and the same {len(xs)} image(s): the largest logit difference is "
+        f"{worst['max_abs_logit_diff']:.1e} and the largest attention difference {attn:.1e}, against a tolerance of "
+        f"{DEFAULT_TOL:g}. {sentence} (architecture: {PAPERS['vit']})",
+        "The model", sentence, {"checks": checks, "passed": ok},
+    )
+
+
+def closing_slide(lm, width_px: int) -> Slide:
+    cfg = lm.model.cfg
+    params = lm.model.num_params
+    rows = [
+        ("model", lm.name),
+        ("architecture", f"ViT: {cfg.depth} layers, {cfg.num_heads} heads, width {cfg.embed_dim}"),
+        ("patches", f"{cfg.patch_size}x{cfg.patch_size} px on a {cfg.img_size[0]}x{cfg.img_size[1]} input"),
+        ("tokens", f"{cfg.grid_size[0] * cfg.grid_size[1]} patches + {cfg.num_prefix_tokens} prefix"),
+        ("MLP width", f"{int(cfg.embed_dim * cfg.mlp_ratio)}"),
+        ("parameters", f"{params:,} ({params / 1e6:.1f} M)"),
+        ("classes", f"{cfg.num_classes:,}"),
+        ("weights", _short(lm.source, 60)),
+        ("reference", f"timm {lm.timm_name}" if lm.timm_name else "none"),
+    ]
+    return Slide(
+        "The model", [_render(model_card_figure(rows), width_px)],
+        f"{lm.name} has {params / 1e6:.1f} million parameters in {cfg.depth} transformer blocks of {cfg.num_heads} heads. "
+        f"The code follows {PAPERS['vit']} line by line; the weights come from {lm.source}. "
+        + (f"The DeiT recipe ({PAPERS['deit']}) is what lets a model this small learn from ImageNet alone." if _is_deit(lm)
+           else f"Its {cfg.num_classes:,}-way classifier reads the final state of the [class] token."),
+        "The model", f"{params / 1e6:.1f} M parameters  ·  {cfg.depth} layers x {cfg.num_heads} heads",
+        {"rows": rows},
+    )
+
+
+def _is_deit(lm) -> bool:
+    return "deit" in f"{lm.timm_name or ''} {lm.name}".lower()
+
+
+def _weights_file(lm, weights: str | None) -> str | None:
+    if weights:
+        return str(weights)
+    return lm.source[5:] if lm.source.startswith("file ") else None
+
+
+def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target: int | None = None,
+                 weights: str | None = None, width_px: int = 2400, cmap: str = "inferno") -> list[Slide]:
+    """Every slide of the deck, in talk order (see the module docstring)."""
+    if not images:
+        raise ValueError("a deck needs at least one image")
+    viz.check_cmap(cmap)
+    slides: list[Slide] = []
+    for img, name in zip(images, names):
+        slides += image_slides(lm, img, name, target, width_px, cmap)
+    panels = [s.meta.pop("panel") for s in slides if "panel" in s.meta]  # each image's relevance
+    if len(images) > 1:
+        slides.append(comparison_slide(panels, list(names), width_px, cmap))
+    xs = [s.meta.pop("x") for s in slides if "x" in s.meta]  # each image's model input
+    slides.append(timm_slide(lm, xs, names, _weights_file(lm, weights), width_px))
+    slides.append(closing_slide(lm, width_px))
+    return slides
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+def picture_boxes(sizes: Sequence[tuple[int, int]], columns: Sequence[float] | None = None
+                  ) -> list[tuple[float, float, float, float]]:
+    """(left, top, width, height) in inches for pictures of ``sizes`` (w, h) side by side,
+    as large as the body of the slide allows, centred, aspect kept. ``columns``: each
+    picture's share of the width instead (each then fits its own column)."""
+    area_w, area_h = SLIDE_W - 2 * MARGIN, SLIDE_H - BODY_TOP - MARGIN
+    if columns is not None:
+        shares = np.asarray(columns, dtype=float) / sum(columns)
+        out, x = [], MARGIN
+        for (w, h), share in zip(sizes, shares):
+            cw = share * area_w - GAP * (len(sizes) - 1) / len(sizes)
+            bh = min(area_h, cw * h / w)
+            bw = bh * w / h
+            out.append((x + (cw - bw) / 2, BODY_TOP + (area_h - bh) / 2, bw, bh))
+            x += cw + GAP
+        return out
+    aspects = [w / h for w, h in sizes]
+    h = min(area_h, (area_w - GAP * (len(sizes) - 1)) / sum(aspects))
+    total = sum(a * h for a in aspects) + GAP * (len(sizes) - 1)
+    x = MARGIN + (area_w - total) / 2
+    y = BODY_TOP + (area_h - h) / 2
+    boxes = []
+    for a in aspects:
+        boxes.append((x, y, a * h, h))
+        x += a * h + GAP
+    return boxes
+
+
+def _png(img: Image.Image) -> io.BytesIO:
+    if "png" in img.info:
+        return io.BytesIO(img.info["png"])
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", compress_level=2)
+    buf.seek(0)
+    return buf
+
+
+def write_pptx(slides: Sequence[Slide], path: str | Path) -> Path:
+    """An editable 16:9 PowerPoint file: title, subtitle, picture(s) and notes per slide, one
+    section per image."""
+    from pptx import Presentation
+    from pptx.dml.color import RGBColor
+    from pptx.util import Emu, Inches, Pt
+
+    prs = Presentation()
+    prs.slide_width, prs.slide_height = Emu(12192000), Emu(6858000)  # = SLIDE_W x SLIDE_H inches
+    layout = prs.slide_layouts[5]  # "Title Only"
+    for s in slides:
+        sl = prs.slides.add_slide(layout)
+        title = sl.shapes.title
+        title.left, title.top, title.width, title.height = (Inches(MARGIN), Inches(TITLE_TOP),
+                                                            Inches(SLIDE_W - 2 * MARGIN), Inches(TITLE_H))
+        title.text = s.title
+        para = title.text_frame.paragraphs[0]
+        para.font.size, para.font.bold = Pt(30), True
+        para.font.color.rgb = RGBColor(0x22, 0x22, 0x22)
+        para.alignment = 1  # left
+        if s.subtitle:
+            box = sl.shapes.add_textbox(Inches(MARGIN), Inches(SUBTITLE_TOP), Inches(SLIDE_W - 2 * MARGIN),
+                                        Inches(SUBTITLE_H))
+            box.text_frame.word_wrap = True
+            box.text_frame.text = s.subtitle
+            f = box.text_frame.paragraphs[0].font
+            f.size, f.color.rgb = Pt(15), RGBColor(0x66, 0x66, 0x66)
+        for img, (x, y, w, h) in zip(s.pictures, picture_boxes([p.size for p in s.pictures], s.columns)):
+            sl.shapes.add_picture(_png(img), Inches(x), Inches(y), Inches(w), Inches(h))
+        sl.notes_slide.notes_text_frame.text = s.notes
+    _add_sections(prs, [s.section for s in slides])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prs.save(path)
+    return path
+
+
+def _add_sections(prs, sections: Sequence[str]) -> None:
+    """PowerPoint sections (the p14 extension python-pptx does not model): consecutive slides
+    with the same section name form one section."""
+    from lxml import etree
+    from pptx.oxml.ns import qn
+
+    p14 = "http://schemas.microsoft.com/office/powerpoint/2010/main"
+    ids = [sld.get("id") for sld in prs.slides._sldIdLst]
+    ext_lst = prs.part._element.find(qn("p:extLst"))
+    if ext_lst is None:
+        ext_lst = etree.SubElement(prs.part._element, qn("p:extLst"))
+    ext = etree.SubElement(ext_lst, qn("p:ext"), uri="{521415D9-36F7-43E2-AB2F-B90AF26B5E84}")
+    lst = etree.SubElement(ext, f"{{{p14}}}sectionLst", nsmap={"p14": p14})
+    current, ids_el = None, None
+    for name, sid in zip(sections, ids):
+        if name != current:
+            sec = etree.SubElement(lst, f"{{{p14}}}section", name=name, id="{" + str(uuid.uuid4()).upper() + "}")
+            ids_el = etree.SubElement(sec, f"{{{p14}}}sldIdLst")
+            current = name
+        etree.SubElement(ids_el, f"{{{p14}}}sldId", id=sid)
+
+
+def pptx_sections(path: str | Path) -> list[tuple[str, int]]:
+    """(section name, number of slides) of a deck written by :func:`write_pptx`."""
+    from pptx import Presentation
+
+    prs = Presentation(str(path))
+    p14 = "{http://schemas.microsoft.com/office/powerpoint/2010/main}"
+    return [(s.get("name"), len(s.findall(f"{p14}sldIdLst/{p14}sldId"))) for s in prs.part._element.iter(f"{p14}section")]
+
+
+def write_pdf(slides: Sequence[Slide], path: str | Path, dpi: int = 200) -> Path:
+    """The same slides as a PDF (one 16:9 page per slide, text as vector, pictures at ``dpi``)."""
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with PdfPages(path, metadata={"Title": slides[0].title if slides else "", "CreationDate": None}) as pdf:
+        for k, s in enumerate(slides):
+            fig = Figure(figsize=(SLIDE_W, SLIDE_H), facecolor="white")
+            fig.text(MARGIN / SLIDE_W, 1 - (TITLE_TOP + 0.08) / SLIDE_H, s.title, fontsize=28, fontweight="bold",
+                     color=viz.TEXT_COLOR, va="top", ha="left")
+            if s.subtitle:
+                fig.text(MARGIN / SLIDE_W, 1 - (SUBTITLE_TOP + 0.05) / SLIDE_H, s.subtitle, fontsize=14,
+                         color=viz.MUTED_COLOR, va="top", ha="left", wrap=True)
+            for img, (x, y, w, h) in zip(s.pictures, picture_boxes([p.size for p in s.pictures], s.columns)):
+                ax = fig.add_axes((x / SLIDE_W, 1 - (y + h) / SLIDE_H, w / SLIDE_W, h / SLIDE_H))
+                scale = min(1.0, w * dpi / img.width)
+                shown = img if scale >= 1 else img.resize((math.ceil(img.width * scale), math.ceil(img.height * scale)),
+                                                          Image.Resampling.LANCZOS)
+                ax.imshow(np.asarray(shown.convert("RGB")), interpolation="none")
+                ax.axis("off")
+            fig.text(1 - MARGIN / SLIDE_W, 0.25 / SLIDE_H, f"{k + 1} / {len(slides)}", fontsize=10,
+                     color=viz.MUTED_COLOR, ha="right", va="bottom")
+            pdf.savefig(fig)
+    return path
+
+
+def write(slides: Sequence[Slide], path: str | Path, fmt: str | None = None) -> Path:
+    fmt = (fmt or Path(path).suffix.lstrip(".")).lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"{Path(path).name}: decks are .pptx or .pdf, not {fmt!r}")
+    return write_pptx(slides, path) if fmt == "pptx" else write_pdf(slides, path)
+
+
+def slide_count(images: int) -> int:
+    """Slides in a deck of ``images`` images: six per image, a comparison when there are
+    several, the timm check and the closing slide."""
+    return PER_IMAGE * images + (1 if images > 1 else 0) + 2
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def cmd_deck(args: argparse.Namespace) -> int:
+    from .cli import UserError, load_from_args
+    from .explain_cli import _parse_class
+    from .images import find_images, load_image
+
+    paths = find_images(args.images)
+    if not paths:
+        raise UserError("no images found in " + ", ".join(args.images))
+    out = Path(args.out)
+    fmt = args.format or (out.suffix.lstrip(".").lower() if out.suffix.lower() in (".pptx", ".pdf") else "pptx")
+    if out.suffix.lower() != f".{fmt}":
+        out = out.with_suffix(f".{fmt}")
+    lm = load_from_args(args)
+    target = None
+    if args.target is not None:
+        if lm.model.cfg.num_classes == 0:
+            raise UserError(f"--class: {lm.name} is headless (no classifier)")
+        target = _parse_class(args.target, lm.labels)
+    if lm.model.cfg.num_classes == 0:
+        raise UserError(f"{lm.name} is headless: a deck needs a classifier (predictions, relevance)")
+    images = [load_image(p) for p in paths]
+    names = [display_name(p.stem) for p in paths]
+    slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap)
+    write(slides, out, fmt)
+    print(f"wrote {out} ({len(slides)} slides)")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``deck`` sub-command to the CLI."""
+    from .cli import add_model_args
+
+    p = subparsers.add_parser("deck", help="a ready-made slide deck (PowerPoint or PDF) about one or more images",
+                              description="Write a 16:9 slide deck: one section per image, then the check against "
+                                          "timm and the model. Speaker notes on every slide.")
+    p.add_argument("images", nargs="+", help="image files or folders")
+    add_model_args(p)
+    p.add_argument("--class", dest="target", help="class to explain: index or label (default each image's top-1)")
+    p.add_argument("--out", required=True, help="output file, e.g. talk.pptx")
+    p.add_argument("--format", choices=FORMATS, help="pptx (default) or pdf; default from the --out suffix")
+    p.add_argument("--width", type=int, default=2400, help="pixel width of the rendered figures (default 2400)")
+    p.add_argument("--cmap", default="inferno", help="any matplotlib colormap (default inferno)")
+    p.set_defaults(func=cmd_deck)
