@@ -27,7 +27,8 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
     With a file, timm reads the file itself (not our port of it), so a porting bug shows up.
     """
     if not lm.timm_name:
-        raise ValueError(f"{lm.name}: no timm architecture name is known; pass --model NAME")
+        raise ValueError(f"{lm.name}: no timm architecture is known for it (a timm-layout file: pass --model NAME; "
+                         f"a transformers port: use `verify --weights FILE --reference DIR` instead)")
     cfg = lm.model.cfg
     tm = timm_model(lm.timm_name, num_classes=cfg.num_classes, **kwargs)
     if weights is not None:
