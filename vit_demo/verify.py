@@ -32,7 +32,8 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
     elif lm.class_names is not None:  # trained here (vit_demo train): no timm name, a plain config
         tm = timm_from_config(cfg, **kwargs)
     else:
-        raise ValueError(f"{lm.name}: no timm architecture name is known; pass --model NAME")
+        raise ValueError(f"{lm.name}: no timm architecture is known for it (a timm-layout file: pass --model NAME; "
+                         f"a transformers port: use `verify --weights FILE --reference DIR` instead)")
     if weights is not None:
         sd, _ = read_checkpoint(weights)
         if is_timm_layout(sd):
