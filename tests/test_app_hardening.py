@@ -169,8 +169,8 @@ def test_full_queue_answers_with_a_message(deit_tiny_path: Path, package_photos:
     with running_app(["--weights", str(deit_tiny_path), "--max-queue", "1", "--concurrency", "1"]) as app:
         client = Client(app.url, verbose=False)
         client.predict(handle_file(str(photos[0])), api_name="/predict")  # model loaded
-        jobs = [Client(app.url, verbose=False).submit(handle_file(str(photos[i % 5])), api_name="/analyze")
-                for i in range(12)]
+        clients = [Client(app.url, verbose=False) for _ in range(12)]  # connected first: then a real burst
+        jobs = [c.submit(handle_file(str(photos[i % 5])), api_name="/analyze") for i, c in enumerate(clients)]
         ok, full, other = 0, [], []
         for job in jobs:
             try:

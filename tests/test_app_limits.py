@@ -166,3 +166,25 @@ def test_flood_is_turned_away_while_others_are_served(exposed_app, photos: list[
     assert not refused and served == [True] * 3, (refused, served)
     assert full >= 10 and ok >= 1 and not other_errors, (full, ok, other_errors[:3])
     assert exposed_app.alive()
+
+
+def test_flags_to_limits() -> None:
+    """app.py's flags: exposure switches checkpoint upload off unless allowed; the upload cap is
+    what Gradio enforces when no checkpoint may be uploaded; one client never gets the whole queue."""
+    import app
+
+    def lim(*argv):
+        return app.limits(app.parse_args(list(argv)))
+
+    local, lan, shared = lim(), lim("--host", "0.0.0.0"), lim("--share")
+    assert not local.exposed and local.allow_checkpoint_upload and local.per_host_queue is None
+    assert lan.exposed and shared.exposed and not lan.allow_checkpoint_upload and not shared.allow_checkpoint_upload
+    assert lim("--host", "0.0.0.0", "--allow-checkpoint-upload").allow_checkpoint_upload
+    assert lim("--exposed").exposed and not lim("--host", "::1").exposed
+    assert lan.max_file_size == 25 * 2**20 and local.max_file_size == 2**30  # a checkpoint may be 1 GB
+    assert lim("--exposed", "--max-upload-mb", "5").max_file_size == 5 * 2**20
+    custom = lim("--cache-mb", "256", "--models-mb", "512", "--max-queue", "8")
+    assert (custom.cache_bytes, custom.models_bytes) == (256 * 2**20, 512 * 2**20)
+    assert custom.per_client_queue == 2 < 8 and lan.per_host_queue == 16 < 32
+    with pytest.raises(SystemExit):
+        lim("--cache-mb", "-1")

@@ -9,6 +9,8 @@ floods the API is told "queue is full" while other clients still get in.
 
 from __future__ import annotations
 
+import asyncio
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,19 +87,28 @@ def fair_queue(demo: Any, per_client: int, per_host: int | None = None) -> None:
     """Refuse a request ("queue is full") when its session already has ``per_client`` requests
     waiting, or its address ``per_host`` (None: no per-address cap). Call after ``demo.queue()``;
     wraps Gradio's ``Queue.push`` (the one place every queued request, UI or API, comes in)."""
-    queue = demo._queue
+    queue = getattr(demo, "_queue", None)
+    if queue is None or not hasattr(queue, "push") or not hasattr(queue, "event_queue_per_concurrency_id"):
+        warnings.warn("this Gradio's queue has another shape: no per-client cap (the global one still holds)",
+                      stacklevel=2)
+        return
     push = queue.push
+    lock = asyncio.Lock()  # count and enqueue as one step: concurrent joins must not all pass the count
 
     async def fair_push(body: Any, request: Any, username: str | None):
-        waiting = _waiting(queue)
-        session = getattr(body, "session_hash", None)
-        if session and sum(e.session_hash == session for e in waiting) >= per_client:
-            return False, (f"Queue is full for this client: it already has {per_client} requests waiting. "
-                           "Wait for them to finish."), "queue_full"
-        host = getattr(getattr(request, "client", None), "host", None)
-        if per_host is not None and host and sum(_host(e) == host for e in waiting) >= per_host:
-            return False, (f"Queue is full for this address: it already has {per_host} requests waiting. "
-                           "Wait for them to finish."), "queue_full"
-        return await push(body, request, username)
+        async with lock:
+            try:
+                waiting = _waiting(queue)
+            except AttributeError:  # a Gradio whose queued events look different: the global cap only
+                return await push(body, request, username)
+            session = getattr(body, "session_hash", None)
+            if session and sum(e.session_hash == session for e in waiting) >= per_client:
+                return False, (f"Queue is full for this client: it already has {per_client} requests waiting. "
+                               "Wait for them to finish."), "queue_full"
+            host = getattr(getattr(request, "client", None), "host", None)
+            if per_host is not None and host and sum(_host(e) == host for e in waiting) >= per_host:
+                return False, (f"Queue is full for this address: it already has {per_host} requests waiting. "
+                               "Wait for them to finish."), "queue_full"
+            return await push(body, request, username)
 
     queue.push = fair_push
