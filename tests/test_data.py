@@ -86,3 +86,19 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
                         "--size", "16"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and "wrote 8 pictures" in r.stdout
     assert len(json.loads((tmp_path / "s" / "boxes.json").read_text())["boxes"]) == 8
+
+
+def test_cifar10_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from vit_demo.data import load_cifar10
+
+    def no_network(*args, **kwargs):
+        raise OSError("network unreachable (blocked in this test)")
+
+    monkeypatch.setenv("VIT_DEMO_DATA", str(tmp_path))  # an empty cache: it would have to download
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    with pytest.raises(DataError, match="cannot download CIFAR-10"):  # one connection attempt, no retries
+        load_cifar10(scratch_data_config(32))
+    assert not any(tmp_path.iterdir())  # nothing half-downloaded

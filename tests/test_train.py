@@ -152,3 +152,23 @@ def test_finetune_groups_and_schedule(deit_tiny) -> None:
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
     f = warmup_cosine(100, 10)
     assert f(0) == pytest.approx(0.1) and f(9) == 1.0 and f(55) == pytest.approx(0.5) and f(100) == pytest.approx(0.0)
+
+
+def test_timm_twin_of_a_trained_checkpoint(tmp_path: Path) -> None:
+    """A checkpoint trained here has no timm model name: timm's VisionTransformer is built from
+    its config and must give the same logits (the app's "Compare with timm" tab)."""
+    from vit_demo.model import VisionTransformer
+    from vit_demo.port import save
+    from vit_demo.train import scratch_config, scratch_data_config
+    from vit_demo.verify import timm_twin
+    from vit_demo.weights import load_model
+
+    torch.manual_seed(0)
+    model = VisionTransformer(scratch_config(32, 4)).init_weights()
+    torch.nn.init.normal_(model.head.weight, std=0.1)
+    path = save(model, scratch_data_config(32), tmp_path / "t.safetensors", name="", class_names=list("abcd"))
+    lm = load_model(weights=path, device="cpu")
+    assert lm.timm_name is None and lm.labels == tuple("abcd")
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(lm.model(x).logits, timm_twin(lm, path)(x), atol=1e-5)
