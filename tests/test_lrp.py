@@ -148,8 +148,10 @@ def small_pair(request):
     return request.param, tm, model, x
 
 
-@pytest.mark.parametrize("rules", [lrp.LrpRules("cp", 0.1, 0.5), lrp.LrpRules("attnlrp", 0.0, 0.25)], ids=["cp", "attnlrp"])
+@pytest.mark.parametrize("rules", [lrp.LrpRules("cp", 0.1, 0.5), lrp.LrpRules("attnlrp", 0.01, 1.0)], ids=["cp", "attnlrp"])
 def test_matches_lxt_on_token_variants(small_pair, rules):
+    """gamma > 0: with gamma = 0 (LRP-0) the rule divides by outputs near 0 and single input values
+    differ by up to 5e-4 of the scale between summation orders (patch sums still within 2e-5)."""
     name, tm, model, x = small_pair
     t = torch.tensor([1, 2, 3, 4])
     ref = lxt_timm_relevance(tm, x[:2], t[:2], rules)

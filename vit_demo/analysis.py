@@ -119,15 +119,16 @@ def analysis_nbytes(a: Analysis) -> int:
     return pic + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
 
 
-def rise_map(a: Analysis, lm: LoadedModel, cls: int | None = None, progress=None) -> np.ndarray:
+def rise_map(a: Analysis, lm: LoadedModel, cls: int | None = None, progress=None, settings=None) -> np.ndarray:
     """RISE for class ``cls`` (hundreds of forward passes: on request only), cached on the
-    record next to :func:`class_maps`; ``progress(fraction)`` follows the passes."""
+    record next to :func:`class_maps`; ``progress(fraction)`` follows the passes; ``settings``
+    a :class:`~vit_demo.perturb.RiseSettings` (default: the registry's)."""
     from .perturb import rise
 
     cls = a.top1 if cls is None else int(cls)
     maps = class_maps(a, lm, cls)
     if "rise" not in maps:
-        maps["rise"] = rise(lm.model, a.x, cls, progress=progress)[0].detach().cpu().numpy()
+        maps["rise"] = rise(lm.model, a.x, cls, settings, progress=progress)[0].detach().cpu().numpy()
     return maps["rise"]
 
 
