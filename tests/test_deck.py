@@ -16,6 +16,7 @@ from skimage import data
 
 from vit_demo import deck
 from vit_demo.cli import main
+from vit_demo.viz import slides as slides_io
 
 PAPER = re.compile("|".join(re.escape(v.split(",")[0]) for v in deck.PAPERS.values()))
 
@@ -69,7 +70,7 @@ def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
     from pptx import Presentation
     from pptx.enum.shapes import MSO_SHAPE_TYPE
 
-    path = deck.write_pptx(slides, tmp_path / "talk.pptx")
+    path = slides_io.write_pptx(slides, tmp_path / "talk.pptx")
     prs = Presentation(str(path))
     assert prs.slide_width * 9 == prs.slide_height * 16
     assert len(prs.slides) == len(slides)
@@ -82,11 +83,11 @@ def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
             assert 0 <= sh.left and sh.left + sh.width <= prs.slide_width
             assert 0 <= sh.top and sh.top + sh.height <= prs.slide_height
         assert sl.notes_slide.notes_text_frame.text == s.notes
-    assert deck.pptx_sections(path) == [("Image: cat", 6), ("Image: coffee", 6), ("Comparison", 1), ("The model", 2)]
+    assert slides_io.pptx_sections(path) == [("Image: cat", 6), ("Image: coffee", 6), ("Comparison", 1), ("The model", 2)]
 
 
 def test_pdf_pages_render(slides, tmp_path):
-    path = deck.write_pdf(slides, tmp_path / "talk.pdf")
+    path = slides_io.write_pdf(slides, tmp_path / "talk.pdf")
     if shutil.which("pdftoppm") is None:
         pytest.skip("needs pdftoppm (Debian poppler-utils; .ci/pdf-deps installs it in CI)")
     subprocess.run(["pdftoppm", "-r", "30", "-png", str(path), str(tmp_path / "page")], check=True)

@@ -12,6 +12,7 @@ import gradio as gr
 from .. import deck, viz
 from ..images import ImageError
 from ..side_by_side import MAP_METHODS, MAX_IMAGES, METHOD_TITLES, compare_images, compare_models
+from ..viz.slides import write_pdf, write_pptx
 from .common import friendly, png
 from .context import Context, Section
 from .exports import slug
@@ -34,7 +35,7 @@ def deck_files(sess: Session, ctx: Context) -> tuple[Path, Path]:
     slides = deck.build_slides(lm, [sess.upload.picture], [name], weights=str(spec.path) if spec.path else None,
                                width_px=DECK_WIDTH)
     stem = present_dir() / slug(f"{Path(sess.upload.name).stem}-deck-{a.key[:8]}")
-    return deck.write_pptx(slides, stem.with_suffix(".pptx")), deck.write_pdf(slides, stem.with_suffix(".pdf"))
+    return write_pptx(slides, stem.with_suffix(".pptx")), write_pdf(slides, stem.with_suffix(".pdf"))
 
 
 def extra_images(files: Any) -> list[tuple[str, Any]]:
