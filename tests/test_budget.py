@@ -48,7 +48,7 @@ def test_analysis_bytes(deit_tiny, photos):
     assert cache.nbytes == analysis_nbytes(a)
     maps = class_maps(cache.get(deit_tiny, photos[0]), deit_tiny)  # the maps grow the record ...
     cache.get(deit_tiny, photos[0])  # ... and the next visit weighs it again
-    assert cache.nbytes == analysis_nbytes(a) + sum(m.nbytes for m in maps.values()) == 6_345_136 + 2 * 14 * 14 * 4
+    assert cache.nbytes == analysis_nbytes(a) + sum(m.nbytes for m in maps.values()) == 6_345_136 + 6 * 14 * 14 * 4  # 6 maps
 
 
 def test_eviction_least_recently_used(deit_tiny, photos, reference):
