@@ -449,9 +449,9 @@ def test_pos_embed_similarity_matches_naive(deit_tiny):
 
 
 def test_methods(deit_tiny, photos, ag):
-    assert list(METHODS) == ["attention", "rollout", "grad-rollout", "chefer"]
+    assert list(METHODS)[:4] == ["attention", "rollout", "grad-rollout", "chefer"]  # the rest: test_lrp, test_gradcam_rise
     model = deit_tiny.model
-    maps = {name: fn(model, photos, None) for name, fn in METHODS.items()}
+    maps = {name: METHODS[name](model, photos, None) for name in ("attention", "rollout", "grad-rollout", "chefer")}
     for name, m in maps.items():
         assert m.shape == (3, 14, 14) and bool(torch.isfinite(m).all()), name
     torch.testing.assert_close(maps["attention"], cls_attention(ag.attentions, ag.layout, 11))
