@@ -14,7 +14,8 @@ Protocol, at patch granularity on the model's input:
 - the score ("AUC") is the mean of the target-class probabilities over the points;
 - target: the model's top-1 class on the clean image ("predicted") or the true class read
   from the file name ("label"); gradient-based maps explain that same class;
-- the random baseline averages 3 seeds.
+- the random baseline averages one random patch order per seed (3 seeds by default,
+  :data:`RANDOM_SEEDS`).
 
 All perturbed inputs of a batch of images (every method, every step) go through the model
 together, in chunks.
@@ -145,12 +146,14 @@ def evaluate(
     target: str = "predicted",
     batch_size: int = 8,
     progress: bool = True,
+    seeds: Sequence[int] = RANDOM_SEEDS,
 ) -> dict[str, Any]:
     """Mean deletion and insertion AUC of each method and of random orders over ``paths``.
 
     ``lm`` is a :class:`~vit_demo.weights.LoadedModel`; ``target`` is "predicted" (top-1 on
     the clean image) or "label" (from ``<wnid>_...`` file names). Images that cannot be read
-    are left out and listed under "errors". Returns ``{"images": N, "target": ..., "points":
+    are left out and listed under "errors"; ``seeds``: one random patch order per seed, averaged
+    into the "random" baseline. Returns ``{"images": N, "target": ..., "points":
     S + 1, "methods": {name: {"deletion_auc", "insertion_auc", "deletion_curve",
     "insertion_curve"}, ..., "random": {...}}, "errors": [...]}``; the curves are the mean
     probability at each point, and each AUC is the mean of its curve.
@@ -162,11 +165,13 @@ def evaluate(
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    if not seeds:
+        raise ValueError("the random baseline needs at least one seed")
     model, dev = lm.model, lm.device
     gh, gw = (s // model.cfg.patch_size for s in lm.data_config.input_size)
     n, points = gh * gw, _num_steps(gh * gw, gw) + 1
-    generators = [torch.Generator().manual_seed(s) for s in RANDOM_SEEDS]
-    curves = torch.zeros(2, len(methods) + len(RANDOM_SEEDS), points, dtype=torch.float64)  # summed over images
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    curves = torch.zeros(2, len(methods) + len(seeds), points, dtype=torch.float64)  # summed over images
     count, errors = 0, []
     for chunk in batches(list(paths), batch_size, "faithfulness", progress):
         tensors, errs = load_inputs(chunk, lm.data_config)
