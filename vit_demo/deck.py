@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from . import explain, viz
+from .faithfulness import RANDOM_SEEDS
 from .side_by_side import MAX_IMAGES, Panel, images_figure
 from .viz.slides import FORMATS, Slide, write
 
@@ -51,23 +52,28 @@ PAPERS = {
 
 
 def faithfulness_scores(model, x: torch.Tensor, target: int, maps: dict[str, Any] | None = None,
-                        seeds: Sequence[int] = (0, 1, 2)) -> dict[str, dict[str, Any]]:
+                        seeds: Sequence[int] = RANDOM_SEEDS) -> dict[str, dict[str, Any]]:
     """Deletion / insertion AUC (Petsiuk et al. 2018) of each method on ONE input ``x`` [1, 3, h, w],
     tracking the probability of ``target``, with the protocol of :mod:`vit_demo.faithfulness`.
 
     ``maps``: ``{method: [gh, gw] map}`` already computed (default: every method in
     :data:`vit_demo.explain.METHODS`, computed here); ``random``: the mean over random patch
-    orders, one per seed. All orders go through the model in one batch.
+    orders, one per seed, drawn as :func:`vit_demo.faithfulness.evaluate` draws them. All orders
+    go through the model in one batch, the clean and the blank input (the curves' ends) once.
     """
-    from .faithfulness import deletion_insertion
+    from .faithfulness import _curves, _random_orders, patch_order
 
+    if not seeds:
+        raise ValueError("the random baseline needs at least one seed")
     if maps is None:
         maps = {name: fn(model, x, target)[0] for name, fn in explain.METHODS.items()}
     gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
-    noise = [torch.rand(gh, gw, generator=torch.Generator().manual_seed(s)) for s in seeds]
-    saliency = torch.stack([torch.as_tensor(np.asarray(m), dtype=torch.float32) for m in maps.values()] + noise)
-    d, i = deletion_insertion(model, x.expand(len(saliency), -1, -1, -1), saliency.to(x.device), target)
-    d, i = d.double().cpu(), i.double().cpu()
+    saliency = torch.stack([torch.as_tensor(np.asarray(m), dtype=torch.float32) for m in maps.values()])
+    random = _random_orders(gh * gw, [torch.Generator().manual_seed(s) for s in seeds])
+    orders = torch.cat([patch_order(saliency), random]).to(x.device)  # [methods + seeds, n]
+    t = torch.tensor([int(target)], device=x.device)
+    d, i = _curves(model, x, orders[None], t, per_step=gw)
+    d, i = d[0].double().cpu(), i[0].double().cpu()
     k = len(maps)
     rows = [*zip(maps, d[:k], i[:k]), ("random", d[k:].mean(0), i[k:].mean(0))]
     return {name: {"deletion_auc": float(dc.mean()), "insertion_auc": float(ic.mean()),
@@ -212,8 +218,8 @@ def _pct(p: float) -> str:
 
 
 def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
-                 cmap: str = "inferno") -> list[Slide]:
-    """The six slides of one image's section."""
+                 cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
+    """The six slides of one image's section (``seeds``: the random baseline's patch orders)."""
     from .analysis import analyze, class_maps
 
     a = analyze(lm, image)
@@ -271,7 +277,7 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
     ))
     maps = class_maps(a, lm, cls)
     last = explain.cls_attention(a.attentions, a.layout, L - 1)[0]
-    scores = faithfulness_scores(lm.model, a.x, cls, {"attention": last, "rollout": roll, **maps})
+    scores = faithfulness_scores(lm.model, a.x, cls, {"attention": last, "rollout": roll, **maps}, seeds)
     ch, rnd = scores["chefer"], scores["random"]
     compare = viz.compare_figure(a.picture, {"gradient-weighted rollout": maps["grad-rollout"],
                                              "relevance (Chefer et al.)": maps["chefer"]}, cmap=cmap, show_input=False)
@@ -360,14 +366,16 @@ def _weights_file(lm, weights: str | None) -> str | None:
 
 
 def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target: int | None = None,
-                 weights: str | None = None, width_px: int = 2400, cmap: str = "inferno") -> list[Slide]:
-    """Every slide of the deck, in talk order (see the module docstring)."""
+                 weights: str | None = None, width_px: int = 2400, cmap: str = "inferno",
+                 seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
+    """Every slide of the deck, in talk order (see the module docstring). ``width_px``: width of
+    the rendered figures; ``seeds``: one random patch order per seed for the faithfulness baseline."""
     if not images:
         raise ValueError("a deck needs at least one image")
     viz.check_cmap(cmap)
     slides: list[Slide] = []
     for img, name in zip(images, names):
-        slides += image_slides(lm, img, name, target, width_px, cmap)
+        slides += image_slides(lm, img, name, target, width_px, cmap, seeds)
     panels = [s.meta.pop("panel") for s in slides if "panel" in s.meta]  # each image's relevance
     if len(images) > 1:
         slides.append(comparison_slide(panels, list(names), width_px, cmap))
@@ -394,6 +402,8 @@ def cmd_deck(args: argparse.Namespace) -> int:
     paths = find_images(args.images)
     if not paths:
         raise UserError("no images found in " + ", ".join(args.images))
+    if args.random_orders < 1:
+        raise UserError("--random-orders: the random baseline needs at least 1 order")
     out = Path(args.out)
     fmt = args.format or (out.suffix.lstrip(".").lower() if out.suffix.lower() in (".pptx", ".pdf") else "pptx")
     if out.suffix.lower() != f".{fmt}":
@@ -408,7 +418,8 @@ def cmd_deck(args: argparse.Namespace) -> int:
         raise UserError(f"{lm.name} is headless: a deck needs a classifier (predictions, relevance)")
     images = [load_image(p) for p in paths]
     names = [display_name(p.stem) for p in paths]
-    slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap)
+    slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap,
+                          tuple(range(args.random_orders)))
     write(slides, out, fmt)
     print(f"wrote {out} ({len(slides)} slides)")
     return 0
@@ -428,4 +439,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", choices=FORMATS, help="pptx (default) or pdf; default from the --out suffix")
     p.add_argument("--width", type=int, default=2400, help="pixel width of the rendered figures (default 2400)")
     p.add_argument("--cmap", default="inferno", help="any matplotlib colormap (default inferno)")
+    p.add_argument("--random-orders", type=int, default=len(RANDOM_SEEDS),
+                   help=f"random patch orders averaged for the faithfulness baseline (default {len(RANDOM_SEEDS)})")
     p.set_defaults(func=cmd_deck)

@@ -14,7 +14,8 @@ Protocol, at patch granularity on the model's input:
 - the score ("AUC") is the mean of the target-class probabilities over the points;
 - target: the model's top-1 class on the clean image ("predicted") or the true class read
   from the file name ("label"); gradient-based maps explain that same class;
-- the random baseline averages 3 seeds.
+- the random baseline averages one random patch order per seed (3 seeds by default,
+  :data:`RANDOM_SEEDS`).
 
 All perturbed inputs of a batch of images (every method, every step) go through the model
 together, in chunks.
@@ -151,7 +152,8 @@ def evaluate(
 
     ``lm`` is a :class:`~vit_demo.weights.LoadedModel`; ``target`` is "predicted" (top-1 on
     the clean image) or "label" (from ``<wnid>_...`` file names). Images that cannot be read
-    are left out and listed under "errors". Returns ``{"images": N, "target": ..., "points":
+    are left out and listed under "errors"; ``random_seeds``: one random patch order per seed,
+    averaged into the "random" baseline (none: no baseline). Returns ``{"images": N, "target": ..., "points":
     S + 1, "methods": {name: {"deletion_auc", "insertion_auc", "deletion_curve",
     "insertion_curve"}, ..., "random": {...}}, "errors": [...]}``; the curves are the mean
     probability at each point, and each AUC is the mean of its curve.
