@@ -207,7 +207,7 @@ def download(pg, selector: str, index: int, dest: Path) -> Path:
     return out
 
 
-def test_presentation_downloads(page, app, quick_images: list[Path], tmp_path: Path) -> None:
+def test_presentation_downloads(page, app, package_photos: dict[str, Path], tmp_path: Path) -> None:
     """Issue 12: the animation plays in the page and downloads as GIF and MP4; the slide deck
     downloads as PowerPoint and PDF; images and models side by side; the webcam is offered."""
     import imageio.v2 as iio2
@@ -218,8 +218,8 @@ def test_presentation_downloads(page, app, quick_images: list[Path], tmp_path: P
 
     pg = page
     assert pg.locator("#upload button[aria-label='Capture from camera']").count() == 1, "no webcam source"
-    upload(pg, quick_images[0])
-    pg.wait_for_selector("#predictions h2:has-text('tench')")
+    upload(pg, package_photos["coffee"])
+    pg.wait_for_selector("#predictions h2:has-text('espresso')")
 
     # the attention through the layers: the GIF in the page, GIF + MP4 to download
     pg.get_by_role("tab", name="Attention").click()
@@ -245,12 +245,12 @@ def test_presentation_downloads(page, app, quick_images: list[Path], tmp_path: P
     pdf = download(pg, "#deck-files", 1, tmp_path)
     prs = Presentation(str(pptx))
     assert len(prs.slides) == deck.slide_count(1)
-    assert prs.slides[0].shapes.title.text == "What the model sees: tench"
+    assert prs.slides[0].shapes.title.text == "What the model sees: espresso"
     assert all(s.notes_slide.notes_text_frame.text for s in prs.slides)
     assert pdf.read_bytes()[:5] == b"%PDF-"
 
     # side by side: this image and one more; then the same image under random weights
-    pg.set_input_files("#more-images input[type=file]", str(quick_images[3]))
+    pg.set_input_files("#more-images input[type=file]", str(package_photos["chelsea"]))
     pg.click("#compare-images")
     pg.wait_for_selector("#side-by-side img", timeout=120_000)
     pg.click("#second-model input")

@@ -13,10 +13,10 @@ from vit_demo.analysis import analyze, class_maps, rise_map
 from vit_demo.perturb import RiseSettings, rise
 
 
-def test_relevance_row(deit_tiny, quick_images):
+def test_relevance_row(deit_tiny, package_photos):
     from vit_demo.app.methods import RELEVANCE_TITLES, relevance_maps, relevance_pending
 
-    a = analyze(deit_tiny, Image.open(quick_images[0]).convert("RGB"))
+    a = analyze(deit_tiny, Image.open(package_photos["coffee"]).convert("RGB"))
     assert relevance_maps(a, None, None) == {}
     assert len(relevance_pending(a, None)) == 4  # placeholders before the backward passes
     rel = relevance_maps(a, deit_tiny, 7)

@@ -59,11 +59,11 @@ def scaled(m):
     return m / m.amax(dim=(1, 2), keepdim=True)
 
 
-def test_gradcam_matches_pytorch_grad_cam_on_deit_tiny(deit_tiny, deit_tiny_timm, quick_images):
+def test_gradcam_matches_pytorch_grad_cam_on_deit_tiny(deit_tiny, deit_tiny_timm, package_photos):
     from vit_demo.images import load_image
     from vit_demo.preprocess import preprocess
 
-    x = torch.stack([preprocess(load_image(quick_images[i]), deit_tiny.data_config)[0] for i in (0, 37)])
+    x = torch.stack([preprocess(load_image(package_photos[n]), deit_tiny.data_config)[0] for n in ("coffee", "chelsea")])
     t = torch.tensor([0, 370])
     ours = gradcam(deit_tiny.model, x, t)
     assert ours.shape == (2, 14, 14) and bool((ours >= 0).all()) and float(ours.max()) > 0

@@ -95,12 +95,12 @@ def assert_maps_close(ours, ref, tol):
 
 
 @pytest.fixture(scope="module")
-def two_photos(deit_tiny, quick_images):
+def two_photos(deit_tiny, package_photos):
     from vit_demo.images import load_image
     from vit_demo.preprocess import preprocess
 
-    x = torch.stack([preprocess(load_image(quick_images[i]), deit_tiny.data_config)[0] for i in (0, 37)])
-    return x, torch.tensor([0, 370])  # their true classes (the quick subset has class 10 i at position i)
+    x = torch.stack([preprocess(load_image(package_photos[n]), deit_tiny.data_config)[0] for n in ("coffee", "chelsea")])
+    return x, torch.tensor([967, 281])  # their classes: espresso, tabby
 
 
 @pytest.fixture(scope="module")

@@ -101,11 +101,11 @@ def test_sanity_cli(tiny, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("method", ["gradcam", "lrp-gated"])
-def test_explain_cli_new_methods(deit_tiny, deit_tiny_path, quick_images, tmp_path, method):
+def test_explain_cli_new_methods(deit_tiny, deit_tiny_path, package_photos, tmp_path, method):
     from vit_demo.images import load_image
     from vit_demo.preprocess import preprocess
 
-    img = quick_images[0]
+    img = package_photos["coffee"]
     assert main(["explain", str(img), "--weights", str(deit_tiny_path), "--method", method, "--class", "7",
                  "--out", str(tmp_path), "--width", "400"]) == 0
     rec = json.loads((tmp_path / f"{img.stem}_{method}_c7.json").read_text())

@@ -178,7 +178,7 @@ def figure(r: dict[str, Any], title: str | None = None) -> Figure:
         ax.fill_between(xs, mean - se, mean + se, alpha=0.2)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(list(xs), [s.replace("block ", "b") for s in r["stages"]], rotation=45)
-    ax.set_ylim(-0.3, 1.05)
+    ax.set_ylim(-0.5, 1.05)
     ax.set_xlabel("re-initialised from the top down to (cumulative)")
     ax.set_ylabel("Spearman rank correlation\nwith the trained model's map")
     ax.set_title(title or f"Model-randomisation sanity check ({r['images']} images)")
