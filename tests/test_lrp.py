@@ -191,3 +191,36 @@ def test_mode_leaves_plain_gradients_alone(deit_tiny, two_photos):
         plain = model(x).logits
     with torch.no_grad(), lrp.explanation_mode(model, lrp.CP_LRP):
         torch.testing.assert_close(model(x).logits, plain, atol=1e-5, rtol=0)
+
+
+def test_gradient_passes_on_other_threads_keep_their_own_rules():
+    """The app runs two events at once on one model: while one thread is in explanation mode
+    (instance hooks on), a plain gradient pass on another thread must keep plain gradients,
+    and GradCAM must see only its own forward. lrp.gradient_lock serialises gradient passes."""
+    import threading
+
+    from vit_demo.model import VisionTransformer, ViTConfig
+
+    torch.manual_seed(0)
+    model = VisionTransformer(ViTConfig(img_size=(64, 64), patch_size=8, embed_dim=64, depth=4, num_heads=2,
+                                        num_classes=5)).eval()
+    for p in model.parameters():  # a zero head (or tiny weights) would make every map trivial
+        p.data.normal_(0, 0.3)
+    x = torch.randn(8, 3, 64, 64)  # big enough that the threads overlap inside the passes
+    want = {m: METHODS[m](model, x, 1) for m in ("lrp", "grad-rollout", "chefer", "gradcam")}
+    bad: list[str] = []
+
+    def loop(method: str) -> None:
+        for _ in range(15):
+            try:  # in the rules' window a plain pass fails outright (attention held constant) or differs
+                if not torch.allclose(METHODS[method](model, x, 1), want[method], atol=1e-6, rtol=1e-5):
+                    bad.append(f"{method}: a different map")
+            except RuntimeError as e:
+                bad.append(f"{method}: {e}")
+
+    threads = [threading.Thread(target=loop, args=(m,)) for m in want]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .gradcam import gradcam_map
-from .lrp import attn_lrp_map, cp_lrp_map
+from .lrp import attn_lrp_map, cp_lrp_map, gradient_lock
 from .model import TokenLayout, VisionTransformer
 from .perturb import rise_map
 
@@ -261,9 +261,9 @@ def attention_gradients(model: VisionTransformer, x: Tensor, target: int | Tenso
     Images in a batch do not interact, so the gradient of the sum gives each image the
     gradient of its own score. ``torch.autograd.grad`` returns the gradients without touching
     the parameters' ``.grad``; the pass runs with gradients on even when called under
-    ``torch.no_grad`` or ``torch.inference_mode``.
+    ``torch.no_grad`` or ``torch.inference_mode``. Holds the model's :func:`~vit_demo.lrp.gradient_lock`.
     """
-    with torch.inference_mode(False), torch.enable_grad():
+    with gradient_lock(model), torch.inference_mode(False), torch.enable_grad():
         x = x.detach().clone().requires_grad_(True)  # a normal tensor, in the graph
         out = model(x, capture=True)
         t = _targets(target, out.logits)

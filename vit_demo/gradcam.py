@@ -9,9 +9,12 @@ the class logit, and the map is ReLU(sum_c w_c A_c). Default layer: the last blo
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import Tensor, nn
 
+from .lrp import gradient_lock
 from .model import VisionTransformer
 
 
@@ -26,9 +29,10 @@ def gradcam(model: VisionTransformer, x: Tensor, target: int | Tensor | None = N
 
     layer = default_layer(model) if layer is None else layer
     seen: list[Tensor] = []
-    handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out))
+    me = threading.get_ident()  # another thread's forward through the same layer is not ours
+    handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out) if threading.get_ident() == me else None)
     try:
-        with torch.inference_mode(False), torch.enable_grad():
+        with gradient_lock(model), torch.inference_mode(False), torch.enable_grad():
             x = x.detach().clone().requires_grad_(True)
             out = model(x)
             t = _targets(target, out.logits)

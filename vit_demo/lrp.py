@@ -27,6 +27,8 @@ that instance with a concurrent plain forward (the app runs one analysis at a ti
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,6 +147,23 @@ def attnlrp_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, 
 # ----------------------------------------------------------------------------- the mode
 
 
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def gradient_lock(model: nn.Module) -> threading.RLock:
+    """One re-entrant lock per model instance, held by every gradient pass on it (plain or LRP).
+
+    The LRP rules are hooks on the instance: a plain gradient pass (grad-rollout, Chefer,
+    GradCAM) running on another thread while they are on would pick up rule-shaped gradients.
+    Forward values are the same either way, so plain forwards need no lock."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock
+
+
 @contextmanager
 def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iterator[VisionTransformer]:
     """Within the block, ``model``'s backward pass propagates LRP relevance by ``rules``.
@@ -158,6 +177,8 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
     attn_rule = cp_attention if rules.attention == "cp" else attnlrp_attention
     handles = []
     attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    lock = gradient_lock(model)
+    lock.acquire()  # no plain gradient pass on this instance while the rules are on
     try:
         for m in model.modules():
             if isinstance(m, nn.LayerNorm):
@@ -178,6 +199,7 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
             h.remove()
         for a in attentions:
             a.relevance_rule = None
+        lock.release()
 
 
 def input_relevance(model: VisionTransformer, x: Tensor, target: int | Tensor | None, rules: LrpRules) -> Tensor:
