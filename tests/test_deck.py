@@ -54,7 +54,8 @@ def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_pat
 
     rel = slides[5]
     scores, target = rel.meta["faithfulness"], rel.meta["target"]
-    assert set(scores) == {"attention", "rollout", "grad-rollout", "chefer", "random"}
+    assert set(scores) == {"attention", "rollout", "grad-rollout", "chefer", "lrp", "attnlrp", "gradcam", "lrp-gated",
+                           "random"}  # every map the app's relevance tab has (analysis.class_maps)
     assert f"{scores['chefer']['deletion_auc']:.3f}" in rel.notes and f"{scores['chefer']['insertion_auc']:.3f}" in rel.notes
     # the same protocol as the faithfulness command, on the same picture
     path = tmp_path / "cat.png"
