@@ -245,7 +245,7 @@ def test_presentation_downloads(page, app, package_photos: dict[str, Path], tmp_
     pdf = download(pg, "#deck-files", 1, tmp_path)
     prs = Presentation(str(pptx))
     assert len(prs.slides) == deck.slide_count(1)
-    assert prs.slides[0].shapes.title.text == "What the model sees: espresso"
+    assert prs.slides[0].shapes.title.text == "What the model sees: coffee"  # the deck names the image after its file
     assert all(s.notes_slide.notes_text_frame.text for s in prs.slides)
     assert pdf.read_bytes()[:5] == b"%PDF-"
 
