@@ -115,7 +115,9 @@ def test_hub_pick_downloads_with_progress(tmp_path: Path, package_photos: dict[s
                 from test_app_browser import SHOTS
                 SHOTS.mkdir(parents=True, exist_ok=True)
                 shutil.copy(tmp_path / "progress.png", SHOTS / "hub_download_progress.png")
-                pg.wait_for_selector(f"#model-info:has-text('{NAME}')")
+                # the progress text over #model-info names the model too: wait for the summary itself
+                pg.wait_for_function("n => { const t = document.querySelector('#model-info')?.innerText || '';"
+                                     " return t.includes(n) && !/Downloading|%/.test(t); }", arg=NAME)
                 assert "Random weights" not in pg.inner_text("#model-info")
             finally:
                 b.close()
