@@ -92,7 +92,7 @@ class ModelRegistry:
         # ("model", key) -> LoadedModel and ("twin", key) -> timm's nn.Module, one budget
         self._models: ByteLRU[tuple[str, str], Any] = ByteLRU(models_bytes, _weight, on_evict=self._evicted)
         self._pictures: dict[tuple[str, str], Image.Image] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: add_checkpoint holds it while _forget takes it
         self._key_locks: dict[str, threading.Lock] = {}
         given = [Path(w) for w in weights]
         for p in given:
