@@ -225,8 +225,10 @@ def spread(paths: Sequence[Path], limit: int) -> list[Path]:
     return [paths[i * len(paths) // limit] for i in range(limit)]
 
 
-def cmd_faithfulness(args: argparse.Namespace) -> int:
-    from .cli import UserError, load_from_args
+def images_and_methods(args: argparse.Namespace) -> tuple[list, list[str]]:
+    """--images (spread over --limit) and --methods (names or ``all``), checked: shared by the
+    ``faithfulness`` and ``sanity`` commands."""
+    from .cli import UserError
     from .images import find_images
 
     paths = find_images([args.images])
@@ -238,6 +240,13 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}, all")
+    return paths, methods
+
+
+def cmd_faithfulness(args: argparse.Namespace) -> int:
+    from .cli import UserError, load_from_args
+
+    paths, methods = images_and_methods(args)
     if args.seeds < 0:
         raise UserError(f"--seeds must be 0 or more, got {args.seeds}")
     lm = load_from_args(args)

@@ -189,19 +189,10 @@ def figure(r: dict[str, Any], title: str | None = None) -> Figure:
 
 def cmd_sanity(args: argparse.Namespace) -> int:
     from .cli import UserError, load_from_args
-    from .faithfulness import spread
-    from .images import find_images
+    from .faithfulness import images_and_methods
     from .viz import save_figure
 
-    paths = find_images([args.images])
-    if not paths:
-        raise UserError(f"no images found in {args.images}")
-    if args.limit is not None:
-        paths = spread(paths, args.limit)
-    methods = list(METHODS) if args.methods.strip() == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}, all")
+    paths, methods = images_and_methods(args)
     lm = load_from_args(args)
     if lm.model.cfg.num_classes == 0:
         raise UserError(f"{lm.name} is headless (no classifier): the class-specific maps need class scores")
