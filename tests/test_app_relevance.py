@@ -1,6 +1,6 @@
 """The relevance row of the "Rollout & relevance" tab: the new maps are the library's maps for
-the chosen class, they arrive with the other class-specific maps, and RISE appears only after it
-has been asked for (its progress callback sees every forward pass)."""
+the chosen class, they arrive with the other class-specific maps, and RISE and causal LRP appear
+only after they have been asked for (their progress callbacks see every forward pass)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 
 from vit_demo import explain
-from vit_demo.analysis import analyze, class_maps, rise_map
-from vit_demo.perturb import RiseSettings, rise
+from vit_demo.analysis import analyze, class_maps, on_demand_map
+from vit_demo.perturb import CausalSettings, RiseSettings, causal_lrp, rise
 
 
 def test_relevance_row(deit_tiny, package_photos):
@@ -28,8 +28,14 @@ def test_relevance_row(deit_tiny, package_photos):
     assert relevance_pending(a, 7) == []
     seen = []
     few = RiseSettings(masks=32, chunk=8)  # the app runs the default 256; fewer keep the test fast
-    m = rise_map(a, deit_tiny, 7, progress=seen.append, settings=few)
+    m = on_demand_map(a, deit_tiny, "rise", 7, progress=seen.append, settings=few)
     assert seen == [0.25, 0.5, 0.75, 1.0]  # one call per forward pass
     assert m.shape == (14, 14)
     torch.testing.assert_close(torch.from_numpy(m), rise(deit_tiny.model, a.x, 7, few)[0])
     assert list(relevance_maps(a, deit_tiny, 7))[-1].startswith("RISE")
+    seen.clear()
+    few = CausalSettings(masks=32, chunk=16)
+    m = on_demand_map(a, deit_tiny, "lrp-causal", 7, progress=seen.append, settings=few)
+    assert seen == [0.5, 1.0]
+    torch.testing.assert_close(torch.from_numpy(m), causal_lrp(deit_tiny.model, a.x, 7, few)[0], atol=1e-6, rtol=1e-4)
+    assert list(relevance_maps(a, deit_tiny, 7))[-1].startswith("Causal LRP")

@@ -1,8 +1,10 @@
-"""GradCAM against pytorch-grad-cam 1.5.7, RISE against a mask-by-mask reference, and the
-gated LRP map against its definition. Each on the real DeiT-Tiny and on small random models
+"""GradCAM against pytorch-grad-cam 1.5.7, RISE and causal LRP against mask-by-mask references,
+and the gated LRP map against its definition. Each on the real DeiT-Tiny and on small random models
 with register tokens, a distillation token and no [class] token, batch-safe."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import torch
 from vit_demo.explain import METHODS, attention_gradients, grad_rollout
 from vit_demo.gradcam import gradcam
 from vit_demo.lrp import cp_lrp_map
-from vit_demo.perturb import RiseSettings, rise, rise_masks
+from vit_demo.perturb import CausalSettings, RiseSettings, causal_lrp, rise, rise_masks, seeded_masks
 
 NARROW = {"depth": 2, "embed_dim": 96, "num_heads": 3, "num_classes": 10}
 SMALL = {
@@ -87,9 +89,9 @@ def test_gradcam_token_variants_and_batches(small_pair):
 # ----------------------------------------------------------------------------- RISE
 
 
-def naive_rise(model, x, target, masks):
-    """One image, one mask at a time, pixel by pixel blending toward 0; the contrast estimator
-    written as explicit sums, float64."""
+def naive_scores(model, x, target, masks):
+    """One image, one mask at a time, pixel by pixel blending toward 0: the target's probability
+    under each mask."""
     p = model.cfg.patch_size
     M, gh, gw = masks.shape
     scores = []
@@ -100,6 +102,13 @@ def naive_rise(model, x, target, masks):
                 xm[:, r * p : (r + 1) * p, c * p : (c + 1) * p] *= float(masks[m, r, c])
         with torch.no_grad():
             scores.append(float(model(xm[None]).logits.softmax(-1)[0, target]))
+    return scores
+
+
+def naive_rise(model, x, target, masks):
+    """RISE's contrast estimator written as explicit sums, float64."""
+    M, gh, gw = masks.shape
+    scores = naive_scores(model, x, target, masks)
     out = np.zeros((gh, gw))
     for r in range(gh):
         for c in range(gw):
@@ -147,4 +156,81 @@ def test_gated_lrp_is_its_definition(small_pair):
 
 
 def test_registry_has_the_new_methods():
-    assert list(METHODS)[4:] == ["lrp", "attnlrp", "gradcam", "rise", "lrp-gated"]
+    assert list(METHODS)[4:] == ["lrp", "attnlrp", "gradcam", "rise", "lrp-gated", "lrp-causal"]
+
+
+# ----------------------------------------------------------------------------- causal LRP
+
+
+def test_seeded_masks_follow_the_seed():
+    seed = torch.arange(196, dtype=torch.float32).flip(0).reshape(1, 14, 14)  # patch 0 the most salient
+    s = CausalSettings(masks=16, jitter=0.0, levels=4)
+    shown, stratum = seeded_masks(seed, s)
+    assert shown.shape == (1, 16, 14, 14) and shown.dtype == torch.bool
+    flat = shown.reshape(16, 196)
+    for j in range(8):  # no jitter: reveal exactly the top (j + 0.5) / 8 of the patches, then hide them
+        k = int(np.ceil((j + 0.5) / 8 * 196))
+        want = torch.arange(196) < k
+        assert torch.equal(flat[j], want) and torch.equal(flat[8 + j], ~want), j
+    assert stratum.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+    jittered = CausalSettings(masks=64, jitter=0.2, seed=2)
+    a, _ = seeded_masks(seed, jittered)
+    assert torch.equal(a, seeded_masks(seed, jittered)[0])  # seeded
+    assert not torch.equal(a, seeded_masks(seed, CausalSettings(masks=64, jitter=0.2, seed=3))[0])
+    shown_rate = a[0, :32].float().reshape(32, 196).mean(0)
+    assert shown_rate[:20].mean() > 0.8 > 0.2 > shown_rate[-20:].mean()  # the seed's top is revealed most
+
+
+def naive_causal(model, x, target, seed_map, s):
+    """Causal LRP for one image from its definition: the masks from explicit per-patch rank
+    comparisons, scores from :func:`naive_scores`, and per patch a least-squares slope of the
+    score on the patch's presence with a separate intercept per stratum, float64."""
+    gh, gw = seed_map.shape
+    n, half = gh * gw, s.masks // 2
+    order = sorted(range(n), key=lambda i: (-float(seed_map.flatten()[i]), i))
+    rank = np.empty(n)
+    for r, i in enumerate(order):
+        rank[i] = r / n
+    noise = (torch.randn(2, half, n, generator=torch.Generator().manual_seed(s.seed)) * s.jitter).double().numpy()
+    masks, strata = [], []
+    for fam in range(2):
+        for j in range(half):
+            level = (j + 0.5) / half
+            top = rank + noise[fam, j] < level
+            masks.append(top if fam == 0 else ~top)
+            strata.append(min(int(level * s.levels), s.levels - 1) + fam * s.levels)
+    masks = np.array(masks, dtype=np.float64)  # [M, n]
+    scores = np.array(naive_scores(model, x, target, torch.from_numpy(masks.reshape(-1, gh, gw))))
+    effect = np.zeros(n)
+    strata = np.array(strata)
+    for p in range(n):
+        num = den = 0.0
+        for k in set(strata.tolist()):
+            sel = strata == k
+            ds, dm = scores[sel] - scores[sel].mean(), masks[sel, p] - masks[sel, p].mean()
+            num, den = num + (ds * dm).sum(), den + (dm * dm).sum()
+        effect[p] = num / max(den, 1e-6)
+
+    def unit(v):
+        v = v - v.min()
+        return v / max(v.max(), 1e-12)
+
+    return torch.from_numpy((unit(np.clip(seed_map.double().numpy().ravel(), 0, None)) * unit(effect)).reshape(gh, gw))
+
+
+def test_causal_lrp_matches_naive_and_batches(small_pair):
+    name, _, model, x = small_pair
+    model = copy.deepcopy(model)
+    with torch.no_grad():  # a decisive head: a random narrow model's probabilities differ by ~1e-6 between
+        for head in (model.head, model.head_dist):  # masks, below float32's resolution of the scores
+            if head is not None:
+                head.weight.mul_(300)
+    s = CausalSettings(masks=16, jitter=0.2, levels=2, seed=1, chunk=7)
+    t = torch.tensor([1, 2, 3, 4])
+    grid = (224 // model.cfg.patch_size,) * 2
+    got = causal_lrp(model, x, t, s)
+    assert got.shape == (4, *grid) and 0.0 <= float(got.min()) <= float(got.max()) <= 1.0
+    seed_map = METHODS["lrp-gated"](model, x[:1], t[:1])[0].detach()
+    torch.testing.assert_close(got[0].double(), naive_causal(model, x[0], 1, seed_map, s), atol=1e-5, rtol=0)
+    for b in range(4):
+        torch.testing.assert_close(causal_lrp(model, x[b : b + 1], t[b : b + 1], s), got[b : b + 1], atol=1e-6, rtol=1e-4)

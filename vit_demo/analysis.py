@@ -119,17 +119,30 @@ def analysis_nbytes(a: Analysis) -> int:
     return pic + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
 
 
-def rise_map(a: Analysis, lm: LoadedModel, cls: int | None = None, progress=None, settings=None) -> np.ndarray:
-    """RISE for class ``cls`` (hundreds of forward passes: on request only), cached on the
-    record next to :func:`class_maps`; ``progress(fraction)`` follows the passes; ``settings``
-    a :class:`~vit_demo.perturb.RiseSettings` (default: the registry's)."""
-    from .perturb import rise
+ON_DEMAND = ("rise", "lrp-causal")  # hundreds of forward passes each: computed when asked for, never on a redraw
 
+
+def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = None, progress=None,
+                  settings=None) -> np.ndarray:
+    """A perturbation method's map for class ``cls`` (default top-1): ``rise`` (RISE) or
+    ``lrp-causal`` (causal LRP, seeded by the cached gated LRP map), cached on the record next to
+    :func:`class_maps`; ``progress(fraction)`` follows the forward passes; ``settings``: a
+    :class:`~vit_demo.perturb.RiseSettings` or :class:`~vit_demo.perturb.CausalSettings`
+    (default: the registry's)."""
+    from .perturb import causal_lrp, rise
+
+    if name not in ON_DEMAND:
+        raise ValueError(f"unknown on-demand method {name!r}; known: {', '.join(ON_DEMAND)}")
     cls = a.top1 if cls is None else int(cls)
     maps = class_maps(a, lm, cls)
-    if "rise" not in maps:
-        maps["rise"] = rise(lm.model, a.x, cls, settings, progress=progress)[0].detach().cpu().numpy()
-    return maps["rise"]
+    if name not in maps:
+        if name == "rise":
+            m = rise(lm.model, a.x, cls, settings, progress=progress)
+        else:
+            seed = torch.from_numpy(maps["lrp-gated"])[None].to(a.x.device)
+            m = causal_lrp(lm.model, a.x, cls, settings, progress=progress, seed_map=seed)
+        maps[name] = m[0].detach().cpu().numpy()
+    return maps[name]
 
 
 class AnalysisCache:

@@ -36,7 +36,7 @@ from torch import Tensor
 from .gradcam import gradcam_map
 from .lrp import attn_lrp_map, cp_lrp_map, gradient_lock
 from .model import TokenLayout, VisionTransformer
-from .perturb import rise_map
+from .perturb import causal_lrp_map, rise_map
 
 Fusion = Literal["mean", "max", "min"]
 
@@ -412,8 +412,9 @@ METHODS: dict[str, MapFn] = {
     "gradcam": gradcam_map,  # gradcam.py
     "rise": rise_map,  # perturb.py
     "lrp-gated": _gated_lrp_map,
+    "lrp-causal": causal_lrp_map,  # perturb.py: lrp-gated x the effect of its patches under perturbation
 }
 """Explanation methods by name: ``fn(model, x [B, 3, h, w], target) -> [B, gh, gw]`` map."""
 
-SLOW_METHODS = ("rise",)  # hundreds of forward passes per image: run only when asked for by name (or "all")
+SLOW_METHODS = ("rise", "lrp-causal")  # hundreds of forward passes per image: run only when asked for by name (or "all")
 DEFAULT_METHODS = tuple(m for m in METHODS if m not in SLOW_METHODS)

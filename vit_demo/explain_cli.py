@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-MAP_METHODS = ("lrp", "attnlrp", "gradcam", "rise", "lrp-gated")  # one call of explain.METHODS[name] each
+MAP_METHODS = ("lrp", "attnlrp", "gradcam", "rise", "lrp-gated", "lrp-causal")  # one call of explain.METHODS[name] each
 METHODS = ("attention", "rollout", "grad-rollout", "chefer", *MAP_METHODS, "patch-grid", "heads", "distance", "pos-embed",
            "animation")
 ANIMATION_FORMATS = ("gif", "mp4")  # --method animation (vit_demo.animate); the others write figures
@@ -36,6 +36,7 @@ TITLES = {
     "gradcam": "GradCAM, last block's norm1",
     "rise": "RISE, 256 masks (Petsiuk et al. 2018)",
     "lrp-gated": "CP-LRP gated by gradient-weighted rollout",
+    "lrp-causal": "Causal LRP: gated CP-LRP x perturbation effect, 256 masks",
 }
 
 

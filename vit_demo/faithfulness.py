@@ -36,6 +36,7 @@ from torch import Tensor
 
 from .explain import DEFAULT_METHODS, METHODS, SLOW_METHODS
 from .model import VisionTransformer
+from .perturb import masked_scores
 
 if TYPE_CHECKING:
     from .weights import LoadedModel
@@ -53,28 +54,6 @@ def patch_order(saliency: Tensor) -> Tensor:
 
 def _num_steps(num_patches: int, per_step: int) -> int:
     return math.ceil(num_patches / per_step)
-
-
-@torch.inference_mode()
-def _target_probs(
-    model: VisionTransformer, x: Tensor, keep: Tensor, target: Tensor, chunk: int | None = None
-) -> Tensor:
-    """Probability of each image's target class on masked copies of it.
-
-    x [B, 3, h, w], keep [B, M, gh, gw] (True = the patch shows the image, False = 0),
-    target [B] -> [B, M]. The B*M inputs are made and run ``chunk`` at a time.
-    """
-    B, M = keep.shape[:2]
-    p = model.cfg.patch_size
-    chunk = chunk or (CPU_FORWARD_BATCH if x.device.type == "cpu" else GPU_FORWARD_BATCH)
-    out = torch.empty(B * M, device=x.device)
-    for start in range(0, B * M, chunk):
-        idx = torch.arange(start, min(start + chunk, B * M), device=x.device)
-        b, m = idx // M, idx % M
-        pixels = keep[b, m].repeat_interleave(p, dim=-2).repeat_interleave(p, dim=-1)  # [c, h, w]
-        probs = model(x[b] * pixels[:, None].to(x.dtype)).logits.float().softmax(dim=-1)
-        out[start : start + len(idx)] = probs.gather(1, target[b][:, None])[:, 0]
-    return out.reshape(B, M)
 
 
 def _curves(
@@ -100,7 +79,8 @@ def _curves(
         (~first).reshape(B, K * (S - 1), n),  # deletion: the first k removed
         first.reshape(B, K * (S - 1), n),  # insertion: only the first k shown
     ], dim=1)
-    probs = _target_probs(model, x, keep.reshape(B, -1, gh, gw), target, chunk)
+    chunk = chunk or (CPU_FORWARD_BATCH if x.device.type == "cpu" else GPU_FORWARD_BATCH)
+    probs = masked_scores(model, x, keep.reshape(B, -1, gh, gw), target, chunk)  # [B, M]: hidden patches -> 0
     clean = probs[:, 0, None, None].expand(B, K, 1)
     blank = probs[:, 1, None, None].expand(B, K, 1)
     deleting, inserting = probs[:, 2:].reshape(B, 2, K, S - 1).unbind(dim=1)

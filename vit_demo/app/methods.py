@@ -1,10 +1,11 @@
 """The "Rollout & relevance" tab: raw attention, attention rollout (head fusion, discard,
 start layer), and the class-specific maps (gradient rollout, Chefer relevance) for a class
 picked from the top-k, side by side; below them the relevance methods for the same class
-(CP-LRP, AttnLRP, CP-LRP gated by gradient rollout, GradCAM) and, on request only, RISE.
-The class-specific maps need one backward pass each per class: they follow the first render
-(:meth:`MethodsTab.follow_up`). RISE (hundreds of forward passes) runs only when its button is
-pressed, with a progress bar; never on a slider move."""
+(CP-LRP, AttnLRP, CP-LRP gated by gradient rollout, GradCAM) and, on request only, the
+perturbation methods (RISE, causal LRP). The class-specific maps need one backward pass each per
+class: they follow the first render (:meth:`MethodsTab.follow_up`). The perturbation methods
+(hundreds of forward passes) run only when their button is pressed, with a progress bar; never on
+a slider move."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import gradio as gr
 import numpy as np
 
 from .. import explain, viz
-from ..analysis import Analysis, class_maps, rise_map
-from ..perturb import RiseSettings
+from ..analysis import ON_DEMAND, Analysis, class_maps, on_demand_map
+from ..perturb import CausalSettings, RiseSettings
 from ..weights import LoadedModel
 from .common import friendly, jpeg
 from .context import Context, Section
@@ -76,6 +77,12 @@ RELEVANCE_TITLES = {  # key in class_maps -> tile title
     "lrp-gated": "CP-LRP × grad-rollout",
     "gradcam": "GradCAM",
     "rise": f"RISE ({RiseSettings().masks} masks)",
+    "lrp-causal": f"Causal LRP ({CausalSettings().masks} masks)",
+}
+ON_DEMAND_BUTTONS = {  # on-demand method -> (button label, progress text)
+    "rise": (f"Run RISE ({RiseSettings().masks} forward passes)", "RISE: masked forward passes"),
+    "lrp-causal": (f"Run causal LRP ({CausalSettings().masks} forward passes)",
+                   "Causal LRP: testing the gated LRP map's patches"),
 }
 
 
@@ -93,7 +100,7 @@ def relevance_pending(a: Analysis, cls: int | None) -> list[str]:
     if not a.logits.numel() or has_class_maps(a, cls):
         return []
     label = a.labels[a.top1 if cls is None else int(cls)]
-    return [f"{t}\nfor “{label}”" for k, t in RELEVANCE_TITLES.items() if k != "rise"]
+    return [f"{t}\nfor “{label}”" for k, t in RELEVANCE_TITLES.items() if k not in ON_DEMAND]
 
 
 def has_class_maps(a: Analysis, cls: int | None) -> bool:
@@ -113,9 +120,11 @@ def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, 
                      f"*{label}*: heads weighted by how much that class's score depends on them (one backward pass).")
         parts.append("Below, for the same class: **CP-LRP** (Ali et al. 2022) and **AttnLRP** (Achtibat et al. 2024), "
                      "layer-wise relevance propagation in one backward pass; **CP-LRP × grad-rollout**, LRP kept where "
-                     "the class's attention flows (the most faithful map here under deletion and insertion); "
-                     "**GradCAM** on the last block; and, when you press *Run RISE*, **RISE** (Petsiuk et al. 2018): "
-                     "the class probability under random masks, hundreds of forward passes.")
+                     "the class's attention flows (the most faithful single-pass map here); "
+                     "**GradCAM** on the last block. On request (hundreds of forward passes each): **RISE** (Petsiuk et al. "
+                     "2018), the class probability under random masks; and **causal LRP**, the gated LRP map "
+                     "weighted by how much the class probability depends on each of its patches when the map's top "
+                     "is shown alone or hidden (the most faithful map here under deletion and insertion).")
     else:
         parts.append("This model has no classifier, so there are no class-specific maps.")
     return " ".join(parts)
@@ -159,7 +168,9 @@ class MethodsTab(Section):
                                     elem_id="methods", buttons=["fullscreen"])
         self.relevance_img = gr.Image(label="Relevance for the same class", interactive=False, format="png",
                                       height=360, elem_id="relevance", buttons=["fullscreen"])
-        self.rise_btn = gr.Button(f"Run RISE ({RiseSettings().masks} forward passes)", size="sm", elem_id="run-rise")
+        with gr.Row():
+            self.on_demand_btns = {name: gr.Button(label, size="sm", elem_id=f"run-{name}")
+                                   for name, (label, _) in ON_DEMAND_BUTTONS.items()}
         self.methods_md = gr.Markdown(elem_classes="caption")
         self.btn, self.file = export_row()
         self.motion = AnimationRow()
@@ -229,19 +240,23 @@ class MethodsTab(Section):
                 return gr.skip()
             return self.picture(sess, *rest, True)
 
-        @friendly
-        def on_rise(*args, progress=gr.Progress()):  # noqa: B008 - how Gradio hands a handler its progress bar
-            *rest, sess = args
-            sess = ctx.session(sess)
-            if not sess.ready or not sess.analysis.logits.numel():
-                return gr.skip()
-            a = sess.analysis
-            rise_map(a, ctx.model(sess), chosen_class(a, rest[3]),
-                     progress=lambda f: progress(f, desc="RISE: masked forward passes"))
-            return self.picture(sess, *rest, True)
+        def on_demand(name: str):
+            @friendly
+            def run(*args, progress=gr.Progress()):  # noqa: B008 - how Gradio hands a handler its progress bar
+                *rest, sess = args
+                sess = ctx.session(sess)
+                if not sess.ready or not sess.analysis.logits.numel():
+                    return gr.skip()
+                a = sess.analysis
+                desc = ON_DEMAND_BUTTONS[name][1]
+                on_demand_map(a, ctx.model(sess), name, chosen_class(a, rest[3]), progress=lambda f: progress(f, desc=desc))
+                return self.picture(sess, *rest, True)
 
-        self.rise_btn.click(on_rise, [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
-                            preprocess=False, **ctx.heavy)
+            return run
+
+        for name, btn in self.on_demand_btns.items():
+            btn.click(on_demand(name), [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
+                      preprocess=False, **ctx.heavy)
         gr.on([self.fusion.input, self.discard.input, self.start.input, self.cls_dd.input], on_methods,
               [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private", trigger_mode="always_last",
               show_progress="minimal", preprocess=False, **ctx.heavy)
