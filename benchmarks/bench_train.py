@@ -8,8 +8,10 @@
 (c) step     - training step time (forward + backward + AdamW) of the scratch model over timm's
                VisionTransformer with the same config and batch, interleaved in one process: at
                the shapes size and at 224 px DeiT-Tiny. Images per second for both.
+(d) ddp      - the same no-flag shapes run under ``torchrun --standalone --nproc_per_node=2`` (gloo, one
+               thread per process) next to the one-process run: validation accuracy and time.
 
-    python benchmarks/bench_train.py [scratch finetune step] [--json FILE]
+    python benchmarks/bench_train.py [scratch finetune step ddp] [--json FILE]
 
 On a shared machine the wall times are disturbed by whatever else runs; the CPU time and the
 load average are printed next to them, and (c) gives ratios measured side by side.
@@ -42,11 +44,13 @@ def child_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_train(args: list[str]) -> dict:
-    """Run the train command as a user would; wall and CPU seconds with the summary."""
+def run_train(args: list[str], processes: int = 1) -> dict:
+    """Run the train command as a user would (under torchrun for more than one process); wall and
+    CPU seconds with the summary."""
     cpu0, t0, load0 = child_cpu(), time.perf_counter(), os.getloadavg()[0]
-    r = subprocess.run([sys.executable, "-m", "vit_demo", "train", *args, "--json", "--no-progress"], cwd=ROOT,
-                       capture_output=True, text=True)
+    launch = [sys.executable, "-m", "vit_demo"] if processes == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m", "vit_demo"]
+    r = subprocess.run([*launch, "train", *args, "--json", "--no-progress"], cwd=ROOT, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - t0, child_cpu() - cpu0
     if r.returncode:
         raise SystemExit(f"train failed:\n{r.stderr[-3000:]}")
@@ -60,6 +64,18 @@ def bench_scratch(tmp: Path) -> dict:
 
     make_shapes(tmp / "shapes", seed=0, progress=False)  # the defaults: 4 x 1000, 32 px
     return run_train(["--data", str(tmp / "shapes"), "--out", str(tmp / "shapes.safetensors")])
+
+
+def bench_ddp(tmp: Path) -> dict:
+    from vit_demo.data import make_shapes
+
+    make_shapes(tmp / "shapes", seed=0, progress=False)
+    out = {}
+    for processes in (1, 2):
+        r = run_train(["--data", str(tmp / "shapes"), "--out", str(tmp / f"ddp{processes}.safetensors")], processes)
+        out[f"{processes} process{'es' if processes > 1 else ''}"] = {
+            k: r[k] for k in ("val_accuracy", "best_val_accuracy", "epochs", "seconds", "wall_s", "cpu_s")}
+    return out
 
 
 def coarse_folder(dest: Path, per_class: int = 40) -> Path:
@@ -131,11 +147,19 @@ def bench_step() -> dict:
                                         num_classes=cfg.num_classes)
         x = torch.randn(batch, 3, *cfg.img_size)
         y = torch.randint(0, cfg.num_classes, (batch,))
-        ta, tb = step_times(lambda cfg=cfg: VisionTransformer(cfg).init_weights(), timm_model, x, y)
-        a, b = statistics.median(ta), statistics.median(tb)
+        def scratch_model(cfg=cfg):
+            return VisionTransformer(cfg).init_weights()
+        # both creation orders: the model built first gets the first memory, which alone moved
+        # the ratio by a few per cent between runs
+        ta, tb = step_times(scratch_model, timm_model, x, y)
+        tb2, ta2 = step_times(timm_model, scratch_model, x, y)
+        by_order = {"scratch built first": statistics.median(ta) / statistics.median(tb),
+                    "timm built first": statistics.median(ta2) / statistics.median(tb2)}
+        a, b = statistics.median(ta + ta2), statistics.median(tb + tb2)
+        ratio = statistics.geometric_mean(by_order.values())  # each ratio from one interleaved run
         out[name] = {"batch": batch, "scratch_ms": round(a * 1e3, 1), "timm_ms": round(b * 1e3, 1),
-                     "ratio_scratch_over_timm": round(a / b, 3), "scratch_img_s": round(batch / a, 1),
-                     "timm_img_s": round(batch / b, 1)}
+                     "ratio_scratch_over_timm": round(ratio, 3), "scratch_img_s": round(batch / a, 1),
+                     "timm_img_s": round(batch / b, 1), "ratio_by_build_order": {k: round(v, 3) for k, v in by_order.items()}}
         print(name, out[name], file=sys.stderr, flush=True)
     return out
 
@@ -150,7 +174,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for which in args.which:
             fn = {"scratch": lambda: bench_scratch(Path(d)), "finetune": lambda: bench_finetune(Path(d)),
-                  "step": bench_step}[which]
+                  "step": bench_step, "ddp": lambda: bench_ddp(Path(d))}[which]
             results[which] = fn()
             print(json.dumps({which: results[which]}), flush=True)
     if args.json:
