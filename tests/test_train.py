@@ -88,7 +88,11 @@ def test_resume_after_kill_equals_uninterrupted(trained: tuple[dict, Path, str],
     summary, reference, _ = trained
     out = tmp_path / "shapes.safetensors"
     cmd = [sys.executable, "-m", "vit_demo", "train", "--data", str(shapes), "--out", str(out), *FLAGS, "--json"]
-    p = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT back to its default in the child, as in a terminal: a shell that starts the tests in the
+    # background (``cmd &``) ignores SIGINT, the child inherits that, and Python then never raises
+    # KeyboardInterrupt
+    p = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while not state_path(out).exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
