@@ -16,6 +16,10 @@ with probability ``keep``) upsampled bilinearly and shifted by a random offset o
 They come from a seeded generator, so a map is reproducible, and every image of a batch gets the
 same masks, so a batch gives the same maps as single images. Cost: ``masks`` forward passes per
 image, run ``chunk`` inputs at a time.
+
+Causal LRP (:func:`causal_lrp`, the registry's ``lrp-causal``) uses the same masked forward passes
+the other way round: a single-pass map (the gated LRP map) proposes the patches, and masks that
+reveal or hide that map's top measure how much the class probability depends on each of them.
 """
 
 from __future__ import annotations
