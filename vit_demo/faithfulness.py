@@ -223,6 +223,18 @@ def images_and_methods(args: argparse.Namespace) -> tuple[list, list[str]]:
     return paths, methods
 
 
+def add_images_and_methods_args(p: argparse.ArgumentParser, images_help: str) -> None:
+    """--images, the model flags, --methods and --limit: what :func:`images_and_methods` reads,
+    shared by the ``faithfulness`` and ``sanity`` commands."""
+    from .cli import add_model_args
+
+    p.add_argument("--images", required=True, help=images_help)
+    add_model_args(p)
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, from {', '.join(METHODS)}; or 'all' (default: all but {', '.join(SLOW_METHODS)})")
+    p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
+
+
 def cmd_faithfulness(args: argparse.Namespace) -> int:
     from .cli import UserError, load_from_args
 
@@ -237,18 +249,12 @@ def cmd_faithfulness(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``faithfulness`` sub-command to the CLI."""
-    from .cli import add_model_args
-
     p = subparsers.add_parser("faithfulness", help="deletion/insertion scores of the explanation methods")
-    p.add_argument("--images", required=True, help="folder (or image file) of <wnid>_<name>.JPEG photos")
-    add_model_args(p)
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help=f"comma-separated, from {', '.join(METHODS)}; or 'all' (default: all but {', '.join(SLOW_METHODS)})")
+    add_images_and_methods_args(p, "folder (or image file) of <wnid>_<name>.JPEG photos")
     p.add_argument("--seeds", type=int, default=len(RANDOM_SEEDS),
                    help=f"random patch orders averaged into the 'random' baseline (default {len(RANDOM_SEEDS)}; 0: none)")
     p.add_argument("--target", default="predicted", choices=["predicted", "label"],
                    help="class whose probability is tracked: top-1 on the clean image, or the file name's class")
-    p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
     p.add_argument("--batch-size", type=int, default=8, help="images per batch")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_faithfulness)

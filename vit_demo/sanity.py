@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .explain import DEFAULT_METHODS, METHODS, SLOW_METHODS
+from .explain import DEFAULT_METHODS, METHODS
 from .model import VisionTransformer
 
 if TYPE_CHECKING:
@@ -208,16 +208,12 @@ def cmd_sanity(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``sanity`` sub-command to the CLI."""
-    from .cli import add_model_args
+    from .faithfulness import add_images_and_methods_args
 
     p = subparsers.add_parser("sanity", help="model-randomisation sanity check of the explanation methods")
-    p.add_argument("--images", required=True, help="folder (or image file) of photos")
-    add_model_args(p)
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help=f"comma-separated, from {', '.join(METHODS)}; or 'all' (default: all but {', '.join(SLOW_METHODS)})")
+    add_images_and_methods_args(p, "folder (or image file) of photos")
     p.add_argument("--target", default="predicted", choices=["predicted", "label"],
                    help="class explained: top-1 of the trained model, or the file name's class")
-    p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
     p.add_argument("--batch-size", type=int, default=4, help="images per batch")
     p.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation")
     p.add_argument("--out", help="folder for the figure (sanity_randomisation.png) and the JSON")
