@@ -156,3 +156,31 @@ def test_causal_lrp_improves_on_its_seed(deit_tiny, quick_images):
     g, c = r["methods"]["lrp-gated"], r["methods"]["lrp-causal"]
     assert c["insertion_auc"] >= g["insertion_auc"] + 0.02, r["methods"]
     assert c["deletion_auc"] <= g["deletion_auc"] + 0.002, r["methods"]
+
+
+def test_merged_runs_equal_one_run(deit_tiny, package_photos):
+    """benchmarks/merge_faithfulness.py (how the README's 1000-photo table was assembled from
+    three folders): two runs over disjoint photos, merged, give the run over all of them."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "merge_faithfulness.py"
+    spec = importlib.util.spec_from_file_location("merge_faithfulness", script)
+    merge_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(merge_module)
+
+    photos = [package_photos[k] for k in ("chelsea", "coffee", "grace_hopper")]
+    methods = ["attention", "gradcam"]
+    whole = evaluate(deit_tiny, photos, methods, batch_size=3, progress=False, random_seeds=())
+    parts = [evaluate(deit_tiny, ps, methods, batch_size=3, progress=False, random_seeds=())
+             for ps in (photos[:1], photos[1:])]
+    merged = merge_module.merge(parts)
+    assert merged["images"] == 3 and list(merged["methods"]) == methods
+    for name in methods:
+        for key in ("deletion_auc", "insertion_auc"):
+            assert merged["methods"][name][key] == pytest.approx(whole["methods"][name][key], abs=1e-6)
+        for key in ("deletion_curve", "insertion_curve"):
+            assert merged["methods"][name][key] == pytest.approx(whole["methods"][name][key], abs=1e-6)
+    # runs that do not belong together are refused
+    with pytest.raises(SystemExit, match="methods"):
+        merge_module.merge([parts[0], evaluate(deit_tiny, photos[1:], ["attention"], progress=False, random_seeds=())])
