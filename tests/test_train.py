@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--patch-size", "8", "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--val-split", "0.2", "--seed", "3",
          "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "seconds", "out"]
+KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "seconds", "out",
+        "device", "processes"]
 
 
 def vit_demo(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -56,6 +57,7 @@ def trained(shapes: Path, tmp_path_factory) -> tuple[dict, Path, str]:
 def test_scratch_training_learns_and_reports(trained: tuple[dict, Path, str]) -> None:
     summary, out, log = trained
     assert list(summary) == KEYS and summary["out"] == str(out)
+    assert (summary["device"], summary["processes"]) == ("cpu", 1) and "; on cpu" in log
     assert summary["classes"] == ["circle", "square", "star", "triangle"]
     assert (summary["train_images"], summary["val_images"], summary["skipped_files"], summary["epochs"]) == (320, 80, 0, 6)
     lines = [ln for ln in log.splitlines() if ln.startswith("epoch ")]
@@ -123,7 +125,8 @@ def test_torchrun_two_processes(trained: tuple[dict, Path, str], shapes: Path, t
     assert r.returncode == 0, r.stderr[-3000:]
     objects = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert len(objects) == 1 and list(objects[0]) == KEYS, r.stdout  # printed once, by rank 0
-    assert "2 processes" in r.stderr and sum(ln.startswith("epoch ") for ln in r.stderr.splitlines()) == 6
+    assert objects[0]["processes"] == 2 and "on cpu, 2 processes (gloo)" in r.stderr
+    assert sum(ln.startswith("epoch ") for ln in r.stderr.splitlines()) == 6
     with safe_open(str(out), "pt") as f:
         assert json.loads(f.metadata()["training"])["processes"] == 2
     assert objects[0]["best_val_accuracy"] >= 0.3 and abs(objects[0]["best_val_accuracy"] - single["best_val_accuracy"]) <= 0.2

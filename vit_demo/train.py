@@ -353,8 +353,8 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
     say(f"{s.mode}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
         f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
         f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
-        f"patch {model.cfg.patch_size}; {r.epochs} epochs, batch {r.batch_size}, lr {r.lr:g}"
-        + (f", {dist.world} processes" if dist.world > 1 else ""))
+        f"patch {model.cfg.patch_size}; {r.epochs} epochs, batch {r.batch_size}, lr {r.lr:g}; on {device}"
+        + (f", {dist.world} processes ({'nccl' if device.type == 'cuda' else 'gloo'})" if dist.world > 1 else ""))
     ddp = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -397,12 +397,13 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
         "skipped_files": s.data.skipped, "epochs": s.recipe.epochs,
         "val_accuracy": None if val_acc != val_acc else round(val_acc, 6),
         "best_val_accuracy": round(max(accs), 6) if accs else None, "seconds": round(seconds, 2), "out": str(opts.out),
+        "device": str(next(model.parameters()).device), "processes": dist.world,
     }
     if dist.main:
         model.load_state_dict(best["state"])
         meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name, "best_epoch": best["epoch"],
                                         "seed": opts.seed, "val_split": opts.val_split, "data": s.data.source,
-                                        "processes": dist.world, "recipe": asdict(s.recipe), "history": history})}
+                                        "recipe": asdict(s.recipe), "history": history})}
         save(model, s.dc, opts.out, name="", source=f"trained here ({s.mode}) on "
              f"{s.data.source}", class_names=s.data.classes, extra_meta=meta)
         plot_curves(history, curves_path(opts.out), title=f"{Path(opts.out).name} ({s.mode})")
