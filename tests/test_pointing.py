@@ -85,7 +85,7 @@ def test_pointing_cli_covers_every_method(tmp_path: Path) -> None:
     ckpt = save(model, scratch_data_config(32), tmp_path / "random.safetensors", name="random",
                 class_names=["circle", "square", "star", "triangle"])
     r = subprocess.run([sys.executable, "-m", "vit_demo", "pointing", "--data", str(tmp_path / "shapes"), "--weights",
-                        str(ckpt), "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                        str(ckpt), "--methods", "all", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["images"] == 12 and res["grid"] == [8, 8] and list(res["methods"]) == list(METHODS)
@@ -94,4 +94,4 @@ def test_pointing_cli_covers_every_method(tmp_path: Path) -> None:
     assert 0 < res["baseline"]["box_area_share"] < res["baseline"]["hit_patch_share"] + 0.2
     r = subprocess.run([sys.executable, "-m", "vit_demo", "pointing", "--data", str(tmp_path / "shapes"), "--weights",
                         str(ckpt), "--methods", "nonsense"], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert r.returncode == 2 and "unknown method" in r.stderr
+    assert r.returncode == 2 and "unknown method" in r.stderr and "lrp-causal, all" in r.stderr

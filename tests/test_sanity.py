@@ -63,6 +63,22 @@ def test_reinit_changes_only_its_stage(tiny):
             assert not torch.equal(p, q), f"{name} was not re-initialised"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run it on a lent GPU machine)")
+def test_reinit_on_cuda_equals_reinit_on_cpu(tiny):
+    """The CPU generator drives re-initialisation on any device: a CUDA model gets the very
+    numbers the CPU model gets (sanity --device cuda once failed on the generator's device)."""
+    import copy
+
+    model, _ = tiny
+    on_cpu, on_gpu = copy.deepcopy(model), copy.deepcopy(model).cuda()
+    for m in (on_cpu, on_gpu):
+        g = torch.Generator().manual_seed(0)
+        for _, parts in stages(m):
+            reinit_(parts, g)
+    for (name, p), (_, q) in zip(on_cpu.named_parameters(), on_gpu.named_parameters()):
+        assert torch.equal(p, q.cpu()), name
+
+
 def test_cascade_on_a_small_model(tiny):
     model, _ = tiny
     x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))

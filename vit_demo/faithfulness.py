@@ -216,11 +216,19 @@ def images_and_methods(args: argparse.Namespace) -> tuple[list, list[str]]:
         raise UserError(f"no images found in {args.images}")
     if args.limit is not None:
         paths = spread(paths, args.limit)
-    methods = list(METHODS) if args.methods.strip() == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
+    return paths, parse_methods(args.methods)
+
+
+def parse_methods(spec: str) -> list[str]:
+    """A --methods value: comma-separated names from explain.METHODS, or ``all`` (checked; shared
+    by the ``faithfulness``, ``sanity`` and ``pointing`` commands)."""
+    from .cli import UserError
+
+    methods = list(METHODS) if spec.strip() == "all" else [m.strip() for m in spec.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}, all")
-    return paths, methods
+    return methods
 
 
 def add_images_and_methods_args(p: argparse.ArgumentParser, images_help: str) -> None:

@@ -156,13 +156,10 @@ def format_results(r: dict[str, Any]) -> str:
 
 
 def cmd_pointing(args: argparse.Namespace) -> int:
-    from .cli import UserError, load_from_args
-    from .explain import METHODS
+    from .cli import load_from_args
+    from .faithfulness import parse_methods
 
-    methods = [m.strip() for m in (args.methods or ",".join(METHODS)).split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}")
+    methods = parse_methods(args.methods)
     lm = load_from_args(args)
     r = evaluate(lm, args.data, methods, args.target, args.limit, args.batch_size, progress=not args.json)
     print(json.dumps(r, indent=2) if args.json else format_results(r))
@@ -176,7 +173,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("pointing", help="pointing game: do the explanation maps point at the shapes?")
     p.add_argument("--data", required=True, help="a shapes folder with boxes.json (python -m vit_demo data shapes)")
     add_model_args(p)
-    p.add_argument("--methods", help="comma-separated names from vit_demo.explain.METHODS (default: all)")
+    p.add_argument("--methods", default="all", help="comma-separated names from vit_demo.explain.METHODS, or 'all' (the default)")
     p.add_argument("--target", default="label", choices=["label", "predicted"],
                    help="class the class-specific maps explain: the folder's (true) class or the predicted one")
     p.add_argument("--limit", type=int, help="use N pictures spread through the set")

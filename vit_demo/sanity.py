@@ -20,7 +20,7 @@ import argparse
 import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,16 +46,25 @@ def stages(model: VisionTransformer) -> list[tuple[str, list[nn.Module | nn.Para
     return out + [("embedding", embed)]
 
 
+def _drawn_on_cpu(t: Tensor, draw: Callable[[Tensor], object]) -> None:
+    """Fill ``t`` with values that ``draw`` writes into a CPU tensor: the CPU ``generator`` works
+    for a model on any device, and gives the same randomised model on every device."""
+    values = torch.empty(t.shape, dtype=t.dtype)
+    draw(values)
+    t.copy_(values)
+
+
 @torch.no_grad()
 def reinit_(parts: Sequence[nn.Module | nn.Parameter], generator: torch.Generator) -> None:
-    """Re-initialise ``parts`` in place, timm's ViT init (see the module docstring)."""
+    """Re-initialise ``parts`` in place, timm's ViT init (see the module docstring); ``generator``
+    is a CPU generator, whatever the model's device."""
     for part in parts:
         if isinstance(part, nn.Parameter):
-            part.normal_(0.0, 0.02, generator=generator)
+            _drawn_on_cpu(part, lambda v: v.normal_(0.0, 0.02, generator=generator))
             continue
         for m in part.modules():
             if isinstance(m, (nn.Linear, nn.Conv2d)):
-                nn.init.trunc_normal_(m.weight, std=0.02, a=-0.04, b=0.04, generator=generator)
+                _drawn_on_cpu(m.weight, lambda v: nn.init.trunc_normal_(v, std=0.02, a=-0.04, b=0.04, generator=generator))
                 if m.bias is not None:
                     m.bias.zero_()
             elif isinstance(m, nn.LayerNorm) and m.elementwise_affine:
