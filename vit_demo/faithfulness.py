@@ -27,7 +27,7 @@ import argparse
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +119,40 @@ def _labels(paths: Sequence[str | os.PathLike]) -> list[int]:
     return out
 
 
+def check_request(methods: Sequence[str], target: str) -> None:
+    """ValueError unless ``target`` is "predicted" or "label" and every method is known."""
+    if target not in ("predicted", "label"):
+        raise ValueError(f"target must be 'predicted' or 'label', not {target!r}")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+
+
+def target_batches(
+    lm: LoadedModel, paths: Sequence[str | os.PathLike], target: str, batch_size: int, desc: str, progress: bool,
+    errors: list[str],
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """The readable images of ``paths`` in batches, each with its target classes: ``(x [b, 3, H, W],
+    cls [b])`` on the model's device; ``target`` "label" reads the class from the file name,
+    "predicted" takes the model's top-1. Unreadable images are left out, their messages
+    appended to ``errors``."""
+    from .inference import batches, load_inputs
+
+    for chunk in batches(list(paths), batch_size, desc, progress):
+        tensors, errs = load_inputs(chunk, lm.data_config)
+        errors += [e for e in errs if e is not None]
+        ok = [(path, xi) for path, xi in zip(chunk, tensors) if xi is not None]
+        if not ok:
+            continue
+        x = torch.stack([xi for _, xi in ok]).to(lm.device)
+        if target == "label":
+            cls = torch.tensor(_labels([path for path, _ in ok]), device=lm.device)
+        else:
+            with torch.no_grad():
+                cls = lm.model(x).logits.argmax(dim=-1)
+        yield x, cls
+
+
 def evaluate(
     lm: LoadedModel,
     paths: Sequence[str | os.PathLike],
@@ -138,37 +172,20 @@ def evaluate(
     "insertion_curve"}, ..., "random": {...}}, "errors": [...]}``; the curves are the mean
     probability at each point, and each AUC is the mean of its curve.
     """
-    from .inference import batches, load_inputs
-
-    if target not in ("predicted", "label"):
-        raise ValueError(f"target must be 'predicted' or 'label', not {target!r}")
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    check_request(methods, target)
     model, dev = lm.model, lm.device
     gh, gw = (s // model.cfg.patch_size for s in lm.data_config.input_size)
     n, points = gh * gw, _num_steps(gh * gw, gw) + 1
     generators = [torch.Generator().manual_seed(s) for s in random_seeds]
     curves = torch.zeros(2, len(methods) + len(generators), points, dtype=torch.float64)  # summed over images
     count, errors = 0, []
-    for chunk in batches(list(paths), batch_size, "faithfulness", progress):
-        tensors, errs = load_inputs(chunk, lm.data_config)
-        errors += [e for e in errs if e is not None]
-        ok = [(path, xi) for path, xi in zip(chunk, tensors) if xi is not None]
-        if not ok:
-            continue
-        x = torch.stack([xi for _, xi in ok]).to(dev)
-        if target == "label":
-            cls = torch.tensor(_labels([path for path, _ in ok]), device=dev)
-        else:
-            with torch.no_grad():
-                cls = model(x).logits.argmax(dim=-1)
+    for x, cls in target_batches(lm, paths, target, batch_size, "faithfulness", progress, errors):
         orders = [patch_order(METHODS[m](model, x, cls))[:, None] for m in methods]  # each [b, 1, n]
         if generators:
-            orders.append(torch.stack([_random_orders(n, generators) for _ in ok]).to(dev))  # [b, seeds, n]
+            orders.append(torch.stack([_random_orders(n, generators) for _ in range(len(x))]).to(dev))  # [b, seeds, n]
         d, i = _curves(model, x, torch.cat(orders, dim=1), cls, per_step=gw)  # [b, K, S + 1] each
         curves += torch.stack([d, i]).sum(dim=1).double().cpu()
-        count += len(ok)
+        count += len(x)
     if count == 0:
         raise ValueError("no readable images to evaluate: " + "; ".join(errors[:3]))
     curves /= count

@@ -121,30 +121,14 @@ def evaluate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """The cascade over ``paths``: mean (and s.e.) rank correlation per method and stage."""
-    from .faithfulness import _labels
-    from .inference import batches, load_inputs
+    from .faithfulness import check_request, target_batches
 
-    if target not in ("predicted", "label"):
-        raise ValueError(f"target must be 'predicted' or 'label', not {target!r}")
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
-    model, dev = lm.model, lm.device
+    check_request(methods, target)
+    model = lm.model
     names = [name for name, _ in stages(model)]
     per = {m: {"rank": [], "abs_rank": []} for m in methods}
     errors: list[str] = []
-    for chunk in batches(list(paths), batch_size, "sanity", progress):
-        tensors, errs = load_inputs(chunk, lm.data_config)
-        errors += [e for e in errs if e is not None]
-        ok = [(p, xi) for p, xi in zip(chunk, tensors) if xi is not None]
-        if not ok:
-            continue
-        x = torch.stack([xi for _, xi in ok]).to(dev)
-        if target == "label":
-            cls = torch.tensor(_labels([p for p, _ in ok]), device=dev)
-        else:
-            with torch.no_grad():
-                cls = model(x).logits.argmax(dim=-1)
+    for x, cls in target_batches(lm, paths, target, batch_size, "sanity", progress, errors):
         for m, r in cascade(model, x, cls, methods, seed).items():
             per[m]["rank"].append(r["rank"])
             per[m]["abs_rank"].append(r["abs_rank"])
