@@ -71,6 +71,20 @@ def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_pat
     assert f"{deit_tiny.model.num_params:,}" in dict(slides[-1].meta["rows"])["parameters"]
 
 
+def test_faithfulness_scores_default_maps_are_the_single_pass_methods(deit_tiny, slides, photos):
+    """With no maps given, the scores cover explain.DEFAULT_METHODS (never the slow RISE or causal
+    LRP, hundreds of forward passes each) and agree with the deck's own, which passed its maps."""
+    from vit_demo.explain import DEFAULT_METHODS
+    from vit_demo.preprocess import preprocess
+
+    rel = slides[5]  # the first photo's relevance slide
+    x, target = preprocess(photos[0], deit_tiny.data_config)[0][None], rel.meta["target"]
+    scores = deck.faithfulness_scores(deit_tiny.model, x, target, seeds=SEEDS)
+    assert list(scores) == [*DEFAULT_METHODS, "random"]
+    for name in ("chefer", "lrp-gated", "random"):
+        assert scores[name]["deletion_auc"] == pytest.approx(rel.meta["faithfulness"][name]["deletion_auc"], abs=1e-6)
+
+
 def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
     from pptx import Presentation
     from pptx.enum.shapes import MSO_SHAPE_TYPE

@@ -56,17 +56,18 @@ def faithfulness_scores(model, x: torch.Tensor, target: int, maps: dict[str, Any
     """Deletion / insertion AUC (Petsiuk et al. 2018) of each method on ONE input ``x`` [1, 3, h, w],
     tracking the probability of ``target``, with the protocol of :mod:`vit_demo.faithfulness`.
 
-    ``maps``: ``{method: [gh, gw] map}`` already computed (default: every method in
-    :data:`vit_demo.explain.METHODS`, computed here); ``random``: the mean over random patch
-    orders, one per seed, drawn as :func:`vit_demo.faithfulness.evaluate` draws them. All orders
-    go through the model in one batch, the clean and the blank input (the curves' ends) once.
+    ``maps``: ``{method: [gh, gw] map}`` already computed (default: the single-pass methods,
+    :data:`vit_demo.explain.DEFAULT_METHODS`, computed here; the slow ones only when passed in);
+    ``random``: the mean over random patch orders, one per seed, drawn as
+    :func:`vit_demo.faithfulness.evaluate` draws them. All orders go through the model in one
+    batch, the clean and the blank input (the curves' ends) once.
     """
     from .faithfulness import _curves, _random_orders, patch_order
 
     if not seeds:
         raise ValueError("the random baseline needs at least one seed")
     if maps is None:
-        maps = {name: fn(model, x, target)[0] for name, fn in explain.METHODS.items()}
+        maps = {name: explain.METHODS[name](model, x, target)[0] for name in explain.DEFAULT_METHODS}
     gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
     saliency = torch.stack([torch.as_tensor(np.asarray(m), dtype=torch.float32) for m in maps.values()])
     random = _random_orders(gh * gw, [torch.Generator().manual_seed(s) for s in seeds])
