@@ -126,6 +126,7 @@ class Dist:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    backend: str = ""  # the process group's (nccl / gloo); none without torchrun
 
     @property
     def main(self) -> bool:
@@ -141,7 +142,7 @@ def init_distributed(device: torch.device) -> Dist:
 
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_backend())
 
 
 def epoch_order(n: int, epoch: int, seed: int, dist: Dist, drop_last: bool) -> list[int]:
@@ -354,7 +355,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
         f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
         f"patch {model.cfg.patch_size}; {r.epochs} epochs, batch {r.batch_size}, lr {r.lr:g}; on {device}"
-        + (f", {dist.world} processes ({'nccl' if device.type == 'cuda' else 'gloo'})" if dist.world > 1 else ""))
+        + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else ""))
     ddp = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel
