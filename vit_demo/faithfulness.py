@@ -29,7 +29,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -40,6 +40,8 @@ from .perturb import masked_scores
 
 if TYPE_CHECKING:
     from .weights import LoadedModel
+
+T = TypeVar("T")
 
 RANDOM_SEEDS = (0, 1, 2)
 CPU_FORWARD_BATCH = 16  # perturbed inputs per forward pass on a CPU (small batches stay in cache)
@@ -215,8 +217,9 @@ def format_results(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def spread(paths: Sequence[Path], limit: int) -> list[Path]:
-    """``limit`` paths evenly spaced through ``paths`` (1000 sorted files, limit 100: every 10th)."""
+def spread(paths: Sequence[T], limit: int) -> list[T]:
+    """``limit`` items evenly spaced through ``paths`` (1000 sorted files, limit 100: every 10th;
+    a limit of 0 or less, or of at least their number: all of them)."""
     if limit <= 0 or limit >= len(paths):
         return list(paths)
     return [paths[i * len(paths) // limit] for i in range(limit)]

@@ -87,13 +87,14 @@ def evaluate(lm, root: str | Path, methods: Sequence[str], target: str = "label"
              batch_size: int = 32, seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Pointing accuracy and mass in box for every method, a random map and the baselines."""
     from .explain import METHODS
+    from .faithfulness import spread
     from .inference import batches
 
     root = Path(root)
     boxes = read_boxes(root)
     names = sorted(boxes)
     if limit:
-        names = [names[i * len(names) // limit] for i in range(min(limit, len(names)))]
+        names = spread(names, limit)
     classes = {c: i for i, c in enumerate(lm.labels)}
     model, dc, p = lm.model, lm.data_config, lm.model.cfg.patch_size
     g = torch.Generator().manual_seed(seed)
