@@ -119,7 +119,7 @@ def analysis_nbytes(a: Analysis) -> int:
     return pic + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
 
 
-ON_DEMAND = ("rise", "lrp-causal")  # hundreds of forward passes each: computed when asked for, never on a redraw
+ON_DEMAND = explain.SLOW_METHODS  # hundreds of forward passes each: computed when asked for, never on a redraw
 
 
 def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = None, progress=None,
@@ -138,7 +138,7 @@ def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = Non
     if name not in maps:
         if name == "rise":
             m = rise(lm.model, a.x, cls, settings, progress=progress)
-        else:
+        else:  # "lrp-causal"
             seed = torch.from_numpy(maps["lrp-gated"])[None].to(a.x.device)
             m = causal_lrp(lm.model, a.x, cls, settings, progress=progress, seed_map=seed)
         maps[name] = m[0].detach().cpu().numpy()
