@@ -35,11 +35,11 @@ def main() -> None:
     from timm.data import create_transform, resolve_data_config
     from tqdm import tqdm
 
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.checkpoints.verify import timm_twin
     from vit_demo.images import find_images, load_image
     from vit_demo.labels import class_from_filename
     from vit_demo.preprocess import preprocess
-    from vit_demo.verify import timm_twin
-    from vit_demo.weights import load_model
 
     lm = load_model(args.model, args.weights, device="cpu")
     tm = timm_twin(lm, args.weights)

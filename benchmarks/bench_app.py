@@ -48,7 +48,7 @@ def photos(n: int) -> list[Path]:
         return sample[:: max(1, len(sample) // n)][:n]
     from PIL import Image
 
-    from vit_demo.examples import builtin_examples
+    from vit_demo.app.examples import builtin_examples
 
     base = [Image.open(e.path).convert("RGB") for e in builtin_examples()]
     if not base:
@@ -194,10 +194,10 @@ def in_process(weights: Path | None, n: int = 5) -> dict:
     (a follow-up event in the app), for reading the server numbers against."""
     import torch
 
-    from vit_demo.app.attention import HEAD_ALL, attention_view
-    from vit_demo.app.methods import method_maps, pending_titles
-    from vit_demo.app.patches import patch_picture, sequence_picture
     from vit_demo.app.registry import ModelRegistry
+    from vit_demo.app.tabs.attention import HEAD_ALL, attention_view
+    from vit_demo.app.tabs.patches import patch_picture, sequence_picture
+    from vit_demo.app.tabs.relevance import method_maps, pending_titles
     from vit_demo.images import load_image
     from vit_demo.viz import tiles_image
 

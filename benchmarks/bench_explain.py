@@ -15,14 +15,16 @@ from pathlib import Path
 
 import torch
 
+from vit_demo.methods.attention import head_maps
+from vit_demo.methods.rollout import rollout
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 
 @torch.inference_mode()
 def bench(name: str, repeats: int) -> dict:
-    from vit_demo import explain
-    from vit_demo.port import from_timm, timm_model
+    from vit_demo.checkpoints.timm import from_timm, timm_model
 
     torch.manual_seed(0)
     tm = timm_model(name)
@@ -32,8 +34,8 @@ def bench(name: str, repeats: int) -> dict:
     def ours() -> None:
         out = model(x, capture=True)  # prediction + all attention probabilities
         out.logits.softmax(-1).topk(5)
-        explain.head_maps(out.attentions, out.layout)  # every layer x head [class] map
-        explain.rollout(out.attentions, out.layout)
+        head_maps(out.attentions, out.layout)  # every layer x head [class] map
+        rollout(out.attentions, out.layout)
 
     def timed(fn) -> float:
         t0 = time.perf_counter()

@@ -30,7 +30,7 @@ def timed(fn, x: torch.Tensor) -> float:
 
 @torch.inference_mode()
 def bench(name: str, batch: int, repeats: int) -> dict:
-    from vit_demo.port import from_timm, timm_model
+    from vit_demo.checkpoints.timm import from_timm, timm_model
 
     torch.manual_seed(0)
     tm = timm_model(name)

@@ -41,7 +41,8 @@ def save_checkpoint(folder: Path) -> Path:
     """A random-initialised ViT-B/8 in the project's checkpoint format (343 MB)."""
     import torch
 
-    from vit_demo.port import from_timm, save, timm_model
+    from vit_demo.checkpoints.files import save
+    from vit_demo.checkpoints.timm import from_timm, timm_model
 
     torch.manual_seed(0)
     model, dc = from_timm(timm_model(MODEL))

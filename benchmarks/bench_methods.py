@@ -1,4 +1,4 @@
-"""Seconds per photo of each explanation method (explain.METHODS), on the CPU or a GPU.
+"""Seconds per photo of each explanation method (vit_demo.methods), on the CPU or a GPU.
 
 Every method runs on the same photos in the same batches, the true label as target; the first
 batch of each method is a warm-up and is not counted. On CUDA the clock waits for the device.
@@ -29,11 +29,11 @@ def _sync(device: torch.device) -> None:
 
 
 def bench(images: Path, photos: int, batch_size: int, device: str) -> dict:
-    from vit_demo.explain import METHODS
-    from vit_demo.faithfulness import _labels, spread
+    from vit_demo import methods
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.evaluate.faithfulness import labels_from_names, spread
     from vit_demo.images import find_images
-    from vit_demo.inference import load_inputs
-    from vit_demo.weights import load_model
+    from vit_demo.preprocess import load_inputs
 
     lm = load_model(device=device, progress=False)
     paths = spread(find_images([images]), photos + batch_size)  # + one warm-up batch
@@ -41,12 +41,13 @@ def bench(images: Path, photos: int, batch_size: int, device: str) -> dict:
     if any(e is not None for e in errors):
         raise SystemExit("unreadable: " + "; ".join(e for e in errors if e))
     x_all = torch.stack(tensors).to(lm.device)
-    y_all = torch.tensor(_labels(paths), device=lm.device)
+    y_all = torch.tensor(labels_from_names(paths), device=lm.device)
     result = {"device": str(lm.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "photos": len(paths) - batch_size, "batch_size": batch_size, "seconds_per_photo": {}}
     if lm.device.type == "cuda":
         result["gpu"] = torch.cuda.get_device_name(lm.device)
-    for name, fn in METHODS.items():
+    for name in methods.names():
+        fn = methods.get(name)
         spent = 0.0
         for k, start in enumerate(range(0, len(paths), batch_size)):
             x, y = x_all[start : start + batch_size], y_all[start : start + batch_size]

@@ -60,14 +60,14 @@ def run_train(args: list[str], processes: int = 1) -> dict:
 
 
 def bench_scratch(tmp: Path) -> dict:
-    from vit_demo.data import make_shapes
+    from vit_demo.train.data import make_shapes
 
     make_shapes(tmp / "shapes", seed=0, progress=False)  # the defaults: 4 x 1000, 32 px
     return run_train(["--data", str(tmp / "shapes"), "--out", str(tmp / "shapes.safetensors")])
 
 
 def bench_ddp(tmp: Path) -> dict:
-    from vit_demo.data import make_shapes
+    from vit_demo.train.data import make_shapes
 
     make_shapes(tmp / "shapes", seed=0, progress=False)
     out = {}
@@ -134,7 +134,7 @@ def bench_step() -> dict:
     import torch
 
     from vit_demo.model import VisionTransformer
-    from vit_demo.train import scratch_config
+    from vit_demo.train.recipe import scratch_config
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     out = {}

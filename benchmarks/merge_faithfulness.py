@@ -52,7 +52,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(merged, indent=2))
     else:
-        from vit_demo.faithfulness import format_results
+        from vit_demo.evaluate.faithfulness import format_results
 
         print(format_results(merged))
 

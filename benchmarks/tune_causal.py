@@ -26,11 +26,12 @@ SAMPLE = Path(os.environ.get("VIT_DEMO_SHARED", ROOT.parent / "shared")) / "imag
 def main() -> None:
     import torch
 
-    from vit_demo.explain import METHODS
-    from vit_demo.faithfulness import _curves, _labels, patch_order
-    from vit_demo.inference import load_inputs
-    from vit_demo.perturb import CausalSettings, RiseSettings, causal_lrp, rise, unit_range
-    from vit_demo.weights import load_model
+    from vit_demo import methods
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.evaluate.curves import curves, patch_order
+    from vit_demo.evaluate.faithfulness import labels_from_names
+    from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, rise, unit_range
+    from vit_demo.preprocess import load_inputs
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=50)
@@ -42,8 +43,8 @@ def main() -> None:
     lm = load_model()
     model = lm.model
     xs, _ = load_inputs(paths, lm.data_config)
-    x, y = torch.stack(xs), torch.tensor(_labels(paths))
-    gated = torch.cat([METHODS["lrp-gated"](model, x[i : i + 8], y[i : i + 8]).detach() for i in range(0, len(x), 8)])
+    x, y = torch.stack(xs), torch.tensor(labels_from_names(paths))
+    gated = torch.cat([methods.get("lrp-gated")(model, x[i : i + 8], y[i : i + 8]).detach() for i in range(0, len(x), 8)])
 
     def per_batch(fn) -> torch.Tensor:
         t = time.perf_counter()
@@ -65,7 +66,7 @@ def main() -> None:
     dels, ins = [], []
     for i in range(0, len(x), 8):
         orders = torch.stack([patch_order(candidates[n][i : i + 8]) for n in names], dim=1)
-        d, n_ = _curves(model, x[i : i + 8], orders, y[i : i + 8], per_step=14)
+        d, n_ = curves(model, x[i : i + 8], orders, y[i : i + 8], per_step=14)
         dels.append(d.mean(-1))
         ins.append(n_.mean(-1))
     d, n_ = torch.cat(dels).mean(0), torch.cat(ins).mean(0)

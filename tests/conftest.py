@@ -46,7 +46,7 @@ def quick_images(sample_images: list[Path]) -> list[Path]:
 @pytest.fixture(scope="session")
 def deit_tiny(deit_tiny_path: Path):
     """LoadedModel: the scratch DeiT-Tiny with the real weights, on the CPU, eval mode."""
-    from vit_demo.weights import load_model
+    from vit_demo.checkpoints.load import load_model
 
     return load_model("deit_tiny_patch16_224", deit_tiny_path, device="cpu")
 
@@ -87,7 +87,7 @@ PHOTO_TOP1: dict[str, frozenset[str]] = {  # acceptable top-1 labels (ImageNet n
 @pytest.fixture(scope="session")
 def package_photos() -> dict[str, Path]:
     """Real photos bundled with matplotlib and scikit-image, by short name (see PACKAGE_PHOTOS)."""
-    from vit_demo.examples import package_dir
+    from vit_demo.app.examples import package_dir
 
     out = {}
     for name, (pkg, rel) in PACKAGE_PHOTOS.items():

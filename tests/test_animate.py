@@ -13,9 +13,12 @@ import torch
 from PIL import Image
 from skimage import data
 
-from vit_demo import animate, explain
-from vit_demo.cli import main
+from vit_demo.cli.main import main
+from vit_demo.methods.attention import cls_attention
+from vit_demo.methods.gradients import attention_gradients, chefer_relevance
+from vit_demo.methods.rollout import rollout
 from vit_demo.preprocess import preprocess
+from vit_demo.present import animate
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +38,15 @@ def test_last_frame_is_the_method_and_first_frames_are_prefixes(deit_tiny, clips
     by = {c.name: c.maps for c in made}
     assert [c.name for c in made] == list(animate.CLIPS)
     assert all(m.shape == (12, 14, 14) for m in by.values())
-    ag = explain.attention_gradients(deit_tiny.model, x)
+    ag = attention_gradients(deit_tiny.model, x)
     assert info["target"] == int(ag.target[0]) and info["label"] == deit_tiny.labels[info["target"]]
-    np.testing.assert_allclose(by["rollout"][-1], explain.rollout(ag.attentions, ag.layout)[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(by["rollout"][-1], rollout(ag.attentions, ag.layout)[0].numpy(), atol=1e-6)
     np.testing.assert_allclose(
-        by["relevance"][-1], explain.chefer_relevance(ag.attentions, ag.grads, ag.layout)[0].numpy(), rtol=1e-4, atol=1e-6
+        by["relevance"][-1], chefer_relevance(ag.attentions, ag.grads, ag.layout)[0].numpy(), rtol=1e-4, atol=1e-6
     )
     for layer in (0, 5, 11):
         np.testing.assert_allclose(
-            by["attention"][layer], explain.cls_attention(ag.attentions, ag.layout, layer)[0].numpy(), atol=1e-7
+            by["attention"][layer], cls_attention(ag.attentions, ag.layout, layer)[0].numpy(), atol=1e-7
         )
     # rollout after the first layer is that layer's (A + I) row-normalised [class] row
     a0 = ag.attentions[0].mean(1)[0]

@@ -185,7 +185,7 @@ def test_tour(page, app, package_photos: dict[str, Path], tmp_path: Path) -> Non
 
 def test_example_gallery(page, app) -> None:
     """The bundled example photos are there and one click analyses one."""
-    from vit_demo.examples import builtin_examples
+    from vit_demo.app.examples import builtin_examples
 
     if not builtin_examples():
         pytest.skip("no example photos installed (matplotlib / scikit-image sample data)")
@@ -216,7 +216,7 @@ def test_presentation_downloads(page, app, package_photos: dict[str, Path], tmp_
     import imageio.v3 as iio
     from pptx import Presentation
 
-    from vit_demo import animate, deck
+    from vit_demo.present import animate, deck
 
     pg = page
     assert pg.locator("#upload button[aria-label='Capture from camera']").count() == 1, "no webcam source"

@@ -79,7 +79,8 @@ def test_startup_makes_no_outbound_connection(deit_tiny_path: Path, package_phot
     # HF_HUB_OFFLINE deliberately unset: the app itself must not try, not just be told not to.
     env = {"PYTHONPATH": str(site), "VIT_DEMO_CONNECT_LOG": str(log), "HF_HUB_OFFLINE": "0"}
     # Control: the recorder does see an outbound attempt (the hub check a user triggers).
-    control = subprocess.run([sys.executable, "-c", "from vit_demo.port import hub_reachable; print(hub_reachable())"],
+    probe = "from vit_demo.checkpoints.timm import hub_reachable; print(hub_reachable())"
+    control = subprocess.run([sys.executable, "-c", probe],
                              cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
     assert control.stdout.strip() == "False" and "huggingface.co" in log.read_text(), control.stderr
     log.write_text("")
@@ -94,7 +95,7 @@ def test_startup_makes_no_outbound_connection(deit_tiny_path: Path, package_phot
 
 
 def _expected_top1(deit_tiny, photos: list[Path]) -> dict[str, int]:
-    from vit_demo.inference import predict_images
+    from vit_demo.predict import predict_images
 
     return {Path(r["image"]).name: r["topk"][0]["index"] for r in predict_images(deit_tiny, photos, k=1, progress=False)}
 

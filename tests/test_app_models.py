@@ -22,8 +22,8 @@ TOPK = 4  # position of the top-k in /analyze's outputs (model info, status, mod
 @pytest.fixture(scope="module")
 def shouting(deit_tiny, tmp_path_factory) -> Path:
     """The embedded DeiT-Tiny saved with its own class names: ImageNet's, in capitals."""
+    from vit_demo.checkpoints.files import save
     from vit_demo.labels import labels_for
-    from vit_demo.port import save
 
     out = tmp_path_factory.mktemp("ckpt") / "shouting_deit.safetensors"
     names = [n.upper() for n in labels_for(1000)]
@@ -57,8 +57,8 @@ def test_opens_on_the_embedded_model(tmp_path: Path, package_photos: dict[str, P
 def test_class_names_in_picker_and_titles(shouting: Path, package_photos: dict[str, Path]) -> None:
     """A checkpoint's own class names are the analysis' labels: top-k, the class picker's
     choices and the class-specific figure titles all use them."""
-    from vit_demo.app.methods import class_choices, method_maps, methods_caption
     from vit_demo.app.registry import ModelRegistry
+    from vit_demo.app.tabs.relevance import class_choices, method_maps, methods_caption
 
     reg = ModelRegistry([shouting], hub_names=())
     key = reg.default_key()

@@ -8,13 +8,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vit_demo import explain
+from vit_demo import methods
 from vit_demo.analysis import analyze, class_maps, on_demand_map
-from vit_demo.perturb import CausalSettings, RiseSettings, causal_lrp, rise
+from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, rise
 
 
 def test_relevance_row(deit_tiny, package_photos):
-    from vit_demo.app.methods import RELEVANCE_TITLES, relevance_maps, relevance_pending
+    from vit_demo.app.tabs.relevance import RELEVANCE_TITLES, relevance_maps, relevance_pending
 
     a = analyze(deit_tiny, Image.open(package_photos["coffee"]).convert("RGB"))
     assert relevance_maps(a, None, None) == {}
@@ -23,7 +23,7 @@ def test_relevance_row(deit_tiny, package_photos):
     assert [t.split("\n")[0] for t in rel] == [RELEVANCE_TITLES[k] for k in ("lrp", "attnlrp", "lrp-gated", "gradcam")]
     cm = class_maps(a, deit_tiny, 7)
     for key in ("gradcam", "lrp-gated"):  # lrp-gated recomputes lrp and grad-rollout; attnlrp: tests/test_lrp.py
-        want = explain.METHODS[key](deit_tiny.model, a.x, 7)[0].numpy()
+        want = methods.get(key)(deit_tiny.model, a.x, 7)[0].numpy()
         np.testing.assert_allclose(cm[key], want, atol=1e-6, rtol=1e-4)
     assert relevance_pending(a, 7) == []
     seen = []

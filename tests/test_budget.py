@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from vit_demo.analysis import AnalysisCache, analysis_nbytes, analyze, class_maps
+from vit_demo.app.examples import builtin_examples
 from vit_demo.budget import ByteLRU, module_nbytes, tensor_nbytes
-from vit_demo.examples import builtin_examples
 from vit_demo.images import load_image
 
 

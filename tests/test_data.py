@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_demo.data import DataError, index_folder, load_folder, make_shapes, read_boxes, split_indices
-from vit_demo.train import scratch_data_config
+from vit_demo.train.data import DataError, index_folder, load_folder, make_shapes, read_boxes, split_indices
+from vit_demo.train.recipe import scratch_data_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +91,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 def test_cifar10_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from vit_demo.data import load_cifar10
+    from vit_demo.train.data import load_cifar10
 
     def no_network(*args, **kwargs):
         raise OSError("network unreachable (blocked in this test)")

@@ -16,9 +16,9 @@ import pytest
 from PIL import Image
 from skimage import data
 
-from vit_demo import deck
-from vit_demo.cli import main
-from vit_demo.viz import slides as slides_io
+from vit_demo.cli.main import main
+from vit_demo.present import deck
+from vit_demo.present import slides as slides_io
 
 SEEDS = (0,)  # random orders of the faithfulness baseline (the library's default is three)
 PAPER = re.compile("|".join(re.escape(v.split(",")[0]) for v in deck.PAPERS.values()))
@@ -50,7 +50,7 @@ def test_talk_order_titles_pictures_and_notes(slides):
 
 
 def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_path):
-    from vit_demo.faithfulness import evaluate
+    from vit_demo.evaluate.faithfulness import evaluate
 
     rel = slides[5]
     scores, target = rel.meta["faithfulness"], rel.meta["target"]
@@ -74,13 +74,13 @@ def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_pat
 def test_faithfulness_scores_default_maps_are_the_single_pass_methods(deit_tiny, slides, photos):
     """With no maps given, the scores cover explain.DEFAULT_METHODS (never the slow RISE or causal
     LRP, hundreds of forward passes each) and agree with the deck's own, which passed its maps."""
-    from vit_demo.explain import DEFAULT_METHODS
+    from vit_demo import methods
     from vit_demo.preprocess import preprocess
 
     rel = slides[5]  # the first photo's relevance slide
     x, target = preprocess(photos[0], deit_tiny.data_config)[0][None], rel.meta["target"]
     scores = deck.faithfulness_scores(deit_tiny.model, x, target, seeds=SEEDS)
-    assert list(scores) == [*DEFAULT_METHODS, "random"]
+    assert list(scores) == [*methods.single_pass(), "random"]
     for name in ("chefer", "lrp-gated", "random"):
         assert scores[name]["deletion_auc"] == pytest.approx(rel.meta["faithfulness"][name]["deletion_auc"], abs=1e-6)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from vit_demo import weights
-from vit_demo.port import CheckpointError
-from vit_demo.weights import DEFAULT_SHA256, default_checkpoint, load_model
+from vit_demo.checkpoints import load as weights
+from vit_demo.checkpoints.files import CheckpointError
+from vit_demo.checkpoints.load import DEFAULT_SHA256, default_checkpoint, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,9 +66,9 @@ def test_damaged_default_through_the_cli(tmp_path: Path) -> None:
     """The CLI reports it as one line (exit code 2), with no traceback."""
     copy = _damaged(tmp_path, "truncated")
     code = (
-        "import sys, pathlib; import vit_demo.weights as w\n"
+        "import sys, pathlib; import vit_demo.checkpoints.load as w\n"
         f"w.DEFAULT_CHECKPOINT = pathlib.Path({str(copy)!r})\n"
-        "from vit_demo.cli import main\n"
+        "from vit_demo.cli.main import main\n"
         f"sys.exit(main(['predict', {str(copy)!r}]))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
@@ -80,7 +80,7 @@ def test_damaged_default_through_the_cli(tmp_path: Path) -> None:
 
 def test_predict_verify_explain_with_no_flags(package_photos: dict[str, Path], tmp_path: Path,
                                              capsys: pytest.CaptureFixture) -> None:
-    from vit_demo.cli import main
+    from vit_demo.cli.main import main
 
     assert main(["predict", str(package_photos["coffee"]), str(package_photos["chelsea"]), "--json"]) == 0
     out = {Path(o["image"]).stem: o["topk"][0]["label"] for o in json.loads(capsys.readouterr().out)}

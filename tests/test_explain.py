@@ -13,21 +13,17 @@ import numpy as np
 import pytest
 import torch
 
-from vit_demo.explain import (
-    METHODS,
-    attention_gradients,
-    chefer_relevance,
+from vit_demo import methods
+from vit_demo.methods.attention import (
     cls_attention,
-    grad_rollout,
     head_maps,
     mean_attention_distance,
-    per_head_rollout,
     pos_embed_similarity,
     query_attention,
     query_index,
-    rollout,
-    rollout_matrix,
 )
+from vit_demo.methods.gradients import attention_gradients, chefer_relevance, grad_rollout
+from vit_demo.methods.rollout import per_head_rollout, rollout, rollout_matrix
 
 ATOL = 1e-5
 
@@ -384,7 +380,7 @@ def test_non_square_input(deit_tiny, package_photos):
 def test_register_token_models(name, photos):
     import timm
 
-    from vit_demo.port import from_timm
+    from vit_demo.checkpoints.timm import from_timm
 
     torch.manual_seed(0)
     model, _ = from_timm(timm.create_model(name, pretrained=False, depth=2, img_size=224, num_classes=10))
@@ -449,14 +445,14 @@ def test_pos_embed_similarity_matches_naive(deit_tiny):
 
 
 def test_methods(deit_tiny, photos, ag):
-    assert list(METHODS)[:4] == ["attention", "rollout", "grad-rollout", "chefer"]  # the rest: test_lrp, test_gradcam_rise
+    assert methods.names()[:4] == ["attention", "rollout", "grad-rollout", "chefer"]  # the rest: test_lrp, test_gradcam_rise
     model = deit_tiny.model
-    maps = {name: METHODS[name](model, photos, None) for name in ("attention", "rollout", "grad-rollout", "chefer")}
+    maps = {name: methods.get(name)(model, photos, None) for name in ("attention", "rollout", "grad-rollout", "chefer")}
     for name, m in maps.items():
         assert m.shape == (3, 14, 14) and bool(torch.isfinite(m).all()), name
     torch.testing.assert_close(maps["attention"], cls_attention(ag.attentions, ag.layout, 11))
     torch.testing.assert_close(maps["rollout"], rollout(ag.attentions, ag.layout))
     torch.testing.assert_close(maps["grad-rollout"], grad_rollout(ag.attentions, ag.grads, ag.layout))
     torch.testing.assert_close(maps["chefer"], chefer_relevance(ag.attentions, ag.grads, ag.layout))
-    other = METHODS["chefer"](model, photos, torch.tensor([1, 2, 3]))
+    other = methods.get("chefer")(model, photos, torch.tensor([1, 2, 3]))
     assert not torch.allclose(other, maps["chefer"])

@@ -14,9 +14,11 @@ import pytest
 import torch
 from PIL import Image
 
-from vit_demo import explain
-from vit_demo.cli import main
+from vit_demo.cli.main import main
 from vit_demo.images import load_image
+from vit_demo.methods.attention import head_maps, mean_attention_distance, pos_embed_similarity, query_attention
+from vit_demo.methods.gradients import attention_gradients, chefer_relevance
+from vit_demo.methods.rollout import rollout
 from vit_demo.preprocess import preprocess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +58,7 @@ def test_rollout_subprocess(deit_tiny, deit_tiny_path, package_photos, tmp_path)
     x = model_input(deit_tiny, img)
     with torch.no_grad():
         out = deit_tiny.model(x, capture=True)
-    expected = explain.rollout(out.attentions, out.layout)[0]
+    expected = rollout(out.attentions, out.layout)[0]
     got = torch.tensor(d["map"])
     assert got.shape == (14, 14)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
@@ -99,8 +101,8 @@ def test_chefer_folder_with_a_bad_image_subprocess(deit_tiny, deit_tiny_path, pa
         assert pdf.read_bytes()[:5] == b"%PDF-"
         d = read_json(js)
         assert d["target"] == {**d["target"], "index": 1, "label": "goldfish", "source": "--class"}
-        ag = explain.attention_gradients(deit_tiny.model, model_input(deit_tiny, p), 1)
-        expected = explain.chefer_relevance(ag.attentions, ag.grads, ag.layout)[0]
+        ag = attention_gradients(deit_tiny.model, model_input(deit_tiny, p), 1)
+        expected = chefer_relevance(ag.attentions, ag.grads, ag.layout)[0]
         torch.testing.assert_close(torch.tensor(d["map"]), expected, atol=1e-5, rtol=1e-4)
     assert not list(out.glob("broken*"))
 
@@ -133,7 +135,7 @@ def test_attention_query_patch_and_heads(deit_tiny, deit_tiny_path, package_phot
     x = model_input(deit_tiny, img)
     with torch.no_grad():
         out = deit_tiny.model(x, capture=True)
-    expected = explain.query_attention(out.attentions, out.layout, 5, 45, head=1)[0]
+    expected = query_attention(out.attentions, out.layout, 5, 45, head=1)[0]
     torch.testing.assert_close(torch.tensor(d["map"]), expected, atol=1e-6, rtol=1e-5)
     assert d["settings"]["layer"] == 5 and d["settings"]["head"] == 1 and d["settings"]["query_patch"] == 45
     with Image.open(tmp_path / d["figure"]) as im:
@@ -159,7 +161,7 @@ def test_attention_query_patch_and_heads(deit_tiny, deit_tiny_path, package_phot
     d = read_json(tmp_path / f"{img.stem}_heads_all.json")
     maps = torch.tensor(d["maps"])
     assert maps.shape == (12, 3, 14, 14) and d["map_axes"] == ["layer", "head", "row", "col"]
-    torch.testing.assert_close(maps, explain.head_maps(out.attentions, out.layout)[0], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(maps, head_maps(out.attentions, out.layout)[0], atol=1e-6, rtol=1e-5)
     assert b"<svg" in (tmp_path / d["figure"]).read_bytes()[:400]
 
 
@@ -170,7 +172,7 @@ def test_distance_patch_grid_and_pos_embed(deit_tiny, deit_tiny_path, package_ph
     d = read_json(tmp_path / f"{img.stem}_distance.json")
     with torch.no_grad():
         out = deit_tiny.model(model_input(deit_tiny, img), capture=True)
-    expected = explain.mean_attention_distance(out.attentions, out.layout, 16)[0]
+    expected = mean_attention_distance(out.attentions, out.layout, 16)[0]
     torch.testing.assert_close(torch.tensor(d["distances_px"]), expected, atol=1e-4, rtol=1e-5)
 
     assert (
@@ -197,7 +199,7 @@ def test_distance_patch_grid_and_pos_embed(deit_tiny, deit_tiny_path, package_ph
     assert main(["explain", "--weights", w, "--method", "pos-embed", "--out", str(tmp_path)]) == 0
     js = next(tmp_path.glob("*_pos-embed.json"))
     sim = torch.tensor(read_json(js)["similarity"])
-    torch.testing.assert_close(sim, explain.pos_embed_similarity(deit_tiny.model), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(sim, pos_embed_similarity(deit_tiny.model), atol=1e-6, rtol=1e-5)
     with Image.open(js.with_suffix(".png")) as im:
         assert im.width == 2400
 

@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
-from vit_demo.explain import METHODS
-from vit_demo.faithfulness import deletion_insertion, evaluate, format_results, patch_order, spread
+from vit_demo import methods
+from vit_demo.evaluate.curves import deletion_insertion, patch_order
+from vit_demo.evaluate.faithfulness import evaluate, format_results, spread
 
 
 def load_photos(lm, paths, size=None):
@@ -51,7 +52,7 @@ def test_patch_order():
 def test_curves_match_naive(deit_tiny, package_photos):
     model = deit_tiny.model
     x = load_photos(deit_tiny, [package_photos["chelsea"], package_photos["grace_hopper"]])
-    saliency = METHODS["chefer"](model, x, None)
+    saliency = methods.get("chefer")(model, x, None)
     with torch.no_grad():
         target = model(x).logits.argmax(-1)
     d, i = deletion_insertion(model, x, saliency, target)
@@ -83,7 +84,7 @@ def test_spread():
 
 
 def test_cli_matches_library(deit_tiny, deit_tiny_path, package_photos, tmp_path, capsys):
-    from vit_demo.cli import main
+    from vit_demo.cli.main import main
     from vit_demo.labels import imagenet_wnids
 
     # real photos named the ImageNet way (<wnid>_<name>), so --target label knows their classes
@@ -103,7 +104,7 @@ def test_cli_matches_library(deit_tiny, deit_tiny_path, package_photos, tmp_path
     # the same numbers by hand: true classes 281 (tabby) and 967 (espresso)
     x = load_photos(deit_tiny, photos)
     target = torch.tensor([281, 967])
-    d, i = deletion_insertion(deit_tiny.model, x, METHODS["attention"](deit_tiny.model, x, target), target)
+    d, i = deletion_insertion(deit_tiny.model, x, methods.get("attention")(deit_tiny.model, x, target), target)
     assert r["methods"]["attention"]["deletion_auc"] == pytest.approx(float(d.mean()), abs=1e-5)
     assert r["methods"]["attention"]["insertion_auc"] == pytest.approx(float(i.mean()), abs=1e-5)
     curve = torch.tensor(r["methods"]["attention"]["deletion_curve"], dtype=torch.float64)

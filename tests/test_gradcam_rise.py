@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from vit_demo.explain import METHODS, attention_gradients, grad_rollout
-from vit_demo.gradcam import gradcam
-from vit_demo.lrp import cp_lrp_map
-from vit_demo.perturb import CausalSettings, RiseSettings, causal_lrp, rise, rise_masks, seeded_masks
+from vit_demo import methods
+from vit_demo.methods.gradcam import gradcam
+from vit_demo.methods.gradients import attention_gradients, grad_rollout
+from vit_demo.methods.lrp import cp_lrp_map
+from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, rise, rise_masks, seeded_masks
 
 NARROW = {"depth": 2, "embed_dim": 96, "num_heads": 3, "num_classes": 10}
 SMALL = {
@@ -27,7 +28,7 @@ SMALL = {
 def small_pair(request):
     import timm
 
-    from vit_demo.port import from_timm
+    from vit_demo.checkpoints.timm import from_timm
 
     torch.manual_seed(0)
     tm = timm.create_model(request.param, pretrained=False, **NARROW, **SMALL[request.param]).eval()
@@ -147,16 +148,16 @@ def test_rise_matches_naive_and_batches(small_pair):
 
 def test_gated_lrp_is_its_definition(small_pair):
     name, _, model, x = small_pair
-    got = METHODS["lrp-gated"](model, x, None)
+    got = methods.get("lrp-gated")(model, x, None)
     ag = attention_gradients(model, x, None)
     want = cp_lrp_map(model, x, ag.target).clamp(min=0) * grad_rollout(ag.attentions, ag.grads, ag.layout)
     torch.testing.assert_close(got, want)
     for b in range(4):
-        torch.testing.assert_close(METHODS["lrp-gated"](model, x[b : b + 1], None), got[b : b + 1], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(methods.get("lrp-gated")(model, x[b : b + 1], None), got[b : b + 1], atol=1e-6, rtol=1e-4)
 
 
 def test_registry_has_the_new_methods():
-    assert list(METHODS)[4:] == ["lrp", "attnlrp", "gradcam", "rise", "lrp-gated", "lrp-causal"]
+    assert methods.names()[4:] == ["lrp", "attnlrp", "gradcam", "rise", "lrp-gated", "lrp-causal"]
 
 
 # ----------------------------------------------------------------------------- causal LRP
@@ -230,7 +231,7 @@ def test_causal_lrp_matches_naive_and_batches(small_pair):
     grid = (224 // model.cfg.patch_size,) * 2
     got = causal_lrp(model, x, t, s)
     assert got.shape == (4, *grid) and 0.0 <= float(got.min()) <= float(got.max()) <= 1.0
-    seed_map = METHODS["lrp-gated"](model, x[:1], t[:1])[0].detach()
+    seed_map = methods.get("lrp-gated")(model, x[:1], t[:1])[0].detach()
     torch.testing.assert_close(got[0].double(), naive_causal(model, x[0], 1, seed_map, s), atol=1e-5, rtol=0)
     for b in range(4):
         torch.testing.assert_close(causal_lrp(model, x[b : b + 1], t[b : b + 1], s), got[b : b + 1], atol=1e-6, rtol=1e-4)

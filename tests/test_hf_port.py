@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_demo.cli import main
-from vit_demo.hf_port import from_hf_folder
-from vit_demo.port import CheckpointError, UnsupportedModelError, read_checkpoint
+from vit_demo.checkpoints.files import CheckpointError, UnsupportedModelError, read_checkpoint
+from vit_demo.checkpoints.hf import from_hf_folder
+from vit_demo.cli.main import main
 
 transformers = pytest.importorskip("transformers", reason="optional: pip install transformers")
 
@@ -99,7 +99,7 @@ def test_safetensors_folder_ports_without_transformers(tmp_path: Path) -> None:
     out = tmp_path / "deit.safetensors"
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "from vit_demo.cli import main\n"
+        "from vit_demo.cli.main import main\n"
         f"sys.exit(main(['port', '--from', {str(folder)!r}, '--out', {str(out)!r}]))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -108,7 +108,7 @@ def test_safetensors_folder_ports_without_transformers(tmp_path: Path) -> None:
         ref = transformers.DeiTForImageClassificationWithTeacher.from_pretrained(folder).eval()
         x = torch.randn(2, 3, 32, 32)
         ours, _, _ = from_hf_folder(folder)
-        from vit_demo.port import from_checkpoint
+        from vit_demo.checkpoints.load import from_checkpoint
 
         reloaded, _, _ = from_checkpoint(out)
         torch.testing.assert_close(reloaded(x).logits, ref(pixel_values=x).logits, atol=1e-5, rtol=0)

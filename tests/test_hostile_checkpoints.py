@@ -17,9 +17,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from vit_demo import port
-from vit_demo.port import CheckpointError, from_checkpoint, from_timm, load_state_dict_strict, read_checkpoint
-from vit_demo.weights import load_model
+from vit_demo.checkpoints import files as port
+from vit_demo.checkpoints.files import CheckpointError, load_state_dict_strict, read_checkpoint
+from vit_demo.checkpoints.load import from_checkpoint, load_model
+from vit_demo.checkpoints.timm import from_timm
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Detected pickle protocol"),
               pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")]
@@ -68,7 +69,7 @@ def test_pickles_that_run_code_are_refused_and_never_run(tmp_path, capsys):
         assert not marker.exists(), f"{name}: the payload ran"
 
     # the CLI: one line on stderr, exit 2, still no marker
-    from vit_demo.cli import main
+    from vit_demo.cli.main import main
 
     img = tmp_path / "x.png"
     hostile.quadrants().save(img)

@@ -345,7 +345,7 @@ def test_cli_reports_bad_files_in_one_line_and_still_predicts_good_ones(corpus, 
 def test_cli_text_output_one_error_line_per_bad_file(corpus, deit_tiny_path, tmp_path, capsys):
     """The same through the human-readable form (in-process: the subprocess test above covers
     the real process; importing timm again would cost seconds)."""
-    from vit_demo.cli import main
+    from vit_demo.cli.main import main
 
     folder = tmp_path / "mixed"
     folder.mkdir()
@@ -360,7 +360,7 @@ def test_cli_text_output_one_error_line_per_bad_file(corpus, deit_tiny_path, tmp
 
 
 def test_cli_all_bad_input_exits_nonzero_with_one_line(tmp_path, deit_tiny_path, capsys):
-    from vit_demo.cli import main
+    from vit_demo.cli.main import main
 
     (tmp_path / "only.txt").write_text("no images here")
     assert main(["predict", str(tmp_path), "--weights", str(deit_tiny_path)]) == 2

@@ -86,7 +86,7 @@ def test_download_port_and_offline_second_start(tmp_path: Path, package_photos: 
         assert "downloading timm's pretrained weights" in r.stderr and "ported to" in r.stderr
         # the port: weights/NAME.safetensors, a self-describing file holding exactly timm's weights
         out = weights / f"{NAME}.safetensors"
-        from vit_demo.port import read_checkpoint
+        from vit_demo.checkpoints.files import read_checkpoint
 
         sd, meta = read_checkpoint(out)
         assert meta["model_name"] == NAME and meta["source"] == f"hub:{NAME}"
@@ -119,7 +119,7 @@ def test_unknown_file_on_the_hub_is_a_clear_error(tmp_path: Path, package_photos
     ("", ("huggingface.co", 443)),
 ])
 def test_probe_honours_hf_endpoint(monkeypatch: pytest.MonkeyPatch, endpoint: str, address: tuple) -> None:
-    from vit_demo.port import hub_address
+    from vit_demo.checkpoints.timm import hub_address
 
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     assert hub_address() == address

@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_demo import lrp
-from vit_demo.explain import METHODS, attention_gradients
+from vit_demo import methods
+from vit_demo.methods import lrp
+from vit_demo.methods.gradients import attention_gradients
 
 pytest.importorskip("lxt")
 pytest.importorskip("zennit")
@@ -139,7 +140,7 @@ NARROW = {"depth": 2, "embed_dim": 96, "num_heads": 3, "num_classes": 10}
 def small_pair(request):
     import timm
 
-    from vit_demo.port import from_timm
+    from vit_demo.checkpoints.timm import from_timm
 
     torch.manual_seed(0)
     tm = timm.create_model(request.param, pretrained=False, **NARROW, **SMALL[request.param]).eval()
@@ -164,11 +165,11 @@ def test_matches_lxt_on_token_variants(small_pair, rules):
 def test_batch_equals_singles(small_pair):
     name, _, model, x = small_pair
     for method in ("lrp", "attnlrp"):
-        batch = METHODS[method](model, x, None)
+        batch = methods.get(method)(model, x, None)
         p = model.cfg.patch_size
         assert batch.shape == (4, 224 // p, 224 // p)
         for b in range(4):
-            torch.testing.assert_close(METHODS[method](model, x[b : b + 1], None), batch[b : b + 1], atol=1e-6, rtol=1e-4)
+            torch.testing.assert_close(methods.get(method)(model, x[b : b + 1], None), batch[b : b + 1], atol=1e-6, rtol=1e-4)
 
 
 def test_mode_leaves_plain_gradients_alone(deit_tiny, two_photos):
@@ -207,13 +208,13 @@ def test_gradient_passes_on_other_threads_keep_their_own_rules():
     for p in model.parameters():  # a zero head (or tiny weights) would make every map trivial
         p.data.normal_(0, 0.3)
     x = torch.randn(8, 3, 64, 64)  # big enough that the threads overlap inside the passes
-    want = {m: METHODS[m](model, x, 1) for m in ("lrp", "grad-rollout", "chefer", "gradcam")}
+    want = {m: methods.get(m)(model, x, 1) for m in ("lrp", "grad-rollout", "chefer", "gradcam")}
     bad: list[str] = []
 
     def loop(method: str) -> None:
         for _ in range(15):
             try:  # in the rules' window a plain pass fails outright (attention held constant) or differs
-                if not torch.allclose(METHODS[method](model, x, 1), want[method], atol=1e-6, rtol=1e-5):
+                if not torch.allclose(methods.get(method)(model, x, 1), want[method], atol=1e-6, rtol=1e-5):
                     bad.append(f"{method}: a different map")
             except RuntimeError as e:
                 bad.append(f"{method}: {e}")

@@ -6,10 +6,10 @@ import pytest
 import timm
 import torch
 
+from vit_demo.checkpoints.timm import config_from_timm, from_timm
 from vit_demo.images import load_image
 from vit_demo.labels import class_from_filename
 from vit_demo.model import VisionTransformer
-from vit_demo.port import config_from_timm, from_timm
 from vit_demo.preprocess import preprocess
 
 TOL = 1e-4
@@ -80,7 +80,7 @@ def test_non_square_input_matches_dynamic_timm(size: tuple[int, int]) -> None:
 
 
 def test_unsupported_model_named() -> None:
-    from vit_demo.port import UnsupportedModelError
+    from vit_demo.checkpoints.files import UnsupportedModelError
 
     tm = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, depth=1)
     with pytest.raises(UnsupportedModelError, match="attention-pool"):

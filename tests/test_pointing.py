@@ -13,13 +13,13 @@ import pytest
 import torch
 from PIL import Image
 
-from vit_demo.data import make_shapes
-from vit_demo.explain import METHODS
+from vit_demo import methods
+from vit_demo.checkpoints.files import save
+from vit_demo.evaluate.pointing import box_to_input, hit_patches, patch_coverage, score_maps
 from vit_demo.model import VisionTransformer
-from vit_demo.pointing import box_to_input, hit_patches, patch_coverage, score_maps
-from vit_demo.port import save
 from vit_demo.preprocess import DataConfig, model_input_image
-from vit_demo.train import scratch_config, scratch_data_config
+from vit_demo.train.data import make_shapes
+from vit_demo.train.recipe import scratch_config, scratch_data_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,7 +88,7 @@ def test_pointing_cli_covers_every_method(tmp_path: Path) -> None:
                         str(ckpt), "--methods", "all", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert res["images"] == 12 and res["grid"] == [8, 8] and list(res["methods"]) == list(METHODS)
+    assert res["images"] == 12 and res["grid"] == [8, 8] and list(res["methods"]) == methods.names()
     for m in [*res["methods"].values(), res["random"]]:
         assert 0 <= m["pointing_accuracy"] <= 1 and 0 < m["mass_in_box"] < 1
     assert 0 < res["baseline"]["box_area_share"] < res["baseline"]["hit_patch_share"] + 0.2

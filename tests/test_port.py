@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_demo.port import HubUnavailableError, from_checkpoint, read_checkpoint, save
-from vit_demo.weights import load_model
+from vit_demo.checkpoints.files import read_checkpoint, save
+from vit_demo.checkpoints.load import from_checkpoint, load_model
+from vit_demo.checkpoints.timm import HubUnavailableError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +26,7 @@ def test_save_reload_without_timm(deit_tiny, tmp_path: Path) -> None:
     # A fresh interpreter in which importing timm fails: the file must still load and predict.
     code = (
         "import sys, torch; sys.modules['timm'] = None\n"
-        "from vit_demo.port import from_checkpoint\n"
+        "from vit_demo.checkpoints.load import from_checkpoint\n"
         f"m, dc, meta = from_checkpoint({str(out)!r})\n"
         "x = torch.zeros(1, 3, *dc.input_size)\n"
         "print(float(m(x).logits.sum()), dc.crop_pct, meta['model_name'])\n"
@@ -56,7 +57,7 @@ def test_other_formats_load(deit_tiny, deit_tiny_path: Path, tmp_path: Path, suf
 def test_hub_fails_fast_when_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No local weights and no hub: a clear error in seconds, never a minute of retries. The
     hub here is $HF_ENDPOINT pointed at a loopback port nobody listens on (the probe honours it)."""
-    from vit_demo.port import hub_reachable
+    from vit_demo.checkpoints.timm import hub_reachable
 
     port = free_port()
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from PIL import Image
 from timm.data import create_transform, resolve_data_config
 
+from vit_demo.checkpoints.timm import data_config_from_timm
 from vit_demo.images import load_image
-from vit_demo.port import data_config_from_timm
-from vit_demo.preprocess import DataConfig, _center_box, _resized_size, model_input_image, preprocess
+from vit_demo.preprocess import DataConfig, center_box, model_input_image, preprocess, resized_size
 
 # name -> data-config overrides; each is a different path through timm's eval transform
 CONFIGS = {
@@ -55,7 +55,7 @@ def configs() -> dict[str, tuple[dict, DataConfig]]:
 
 @pytest.fixture(scope="module")
 def photos() -> list:
-    from vit_demo.examples import package_dir
+    from vit_demo.app.examples import package_dir
 
     picked = [package_dir(pkg) / rel for pkg, rel in PHOTOS if package_dir(pkg) is not None]
     picked = [p for p in picked if p.is_file()]
@@ -94,7 +94,7 @@ def test_same_tensor_as_timm_on_any_size(configs, w, h, seed, key):
     """Random noise at any size up to 700 px a side, tiny ones included (rounding corner cases),
     outside the fast path's territory: bit-identical."""
     cfg, dc = configs[key]
-    rw, rh = _resized_size(w, h, dc)
+    rw, rh = resized_size(w, h, dc)
     ch, cw = dc.input_size
     if rw * rh > 16 * cw * ch:
         return  # the fast path: see the next test
@@ -121,7 +121,7 @@ def test_extreme_aspect_fast_path_agrees_with_resize_then_crop(configs, size, ke
     building a huge strip: same picture within one grey level. Noise is the worst case."""
     cfg, dc = configs[key]
     w, h = size
-    rw, rh = _resized_size(w, h, dc)
+    rw, rh = resized_size(w, h, dc)
     assert rw * rh > 16 * dc.input_size[0] * dc.input_size[1]  # really on the fast path
     rng = np.random.default_rng(w * 7919 + h)
     for img in (Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)),
@@ -139,8 +139,8 @@ def test_fast_path_other_filters(interpolation):
     dc = DataConfig(interpolation=interpolation)
     for w, h in ((3, 2000), (1000, 7), (260, 30000)):
         img = Image.fromarray(np.random.default_rng(w + h).integers(0, 256, (h, w, 3), dtype=np.uint8))
-        rw, rh = _resized_size(w, h, dc)
-        plain = img.resize((rw, rh), Image.Resampling[interpolation.upper()]).crop(_center_box(rw, rh, 224, 224))
+        rw, rh = resized_size(w, h, dc)
+        plain = img.resize((rw, rh), Image.Resampling[interpolation.upper()]).crop(center_box(rw, rh, 224, 224))
         assert np.abs(np.asarray(model_input_image(img, dc)).astype(int) - np.asarray(plain)).max() <= 1
 
 
@@ -151,7 +151,7 @@ def test_fast_path_on_a_3x5000_strip_matches_the_plain_path_row():
     cols = np.random.default_rng(0).integers(0, 256, (1, 3, 3), dtype=np.uint8)
     tall, short = (Image.fromarray(np.repeat(cols, n, axis=0)) for n in (5000, 50))
     fast = np.asarray(model_input_image(tall, dc)).astype(int)
-    ref_row = np.asarray(short.resize(_resized_size(3, 50, dc), Image.Resampling.BICUBIC)).astype(int)[0, 12:236]
+    ref_row = np.asarray(short.resize(resized_size(3, 50, dc), Image.Resampling.BICUBIC)).astype(int)[0, 12:236]
     assert (fast == fast[:1]).all() and np.abs(fast[0] - ref_row).max() <= 1
 
 

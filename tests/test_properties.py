@@ -14,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from vit_demo.checkpoints.timm import from_timm
 from vit_demo.images import load_image
-from vit_demo.port import from_timm
+from vit_demo.methods.attention import cls_attention
+from vit_demo.methods.rollout import rollout
 from vit_demo.preprocess import DataConfig, preprocess, to_tensor
 
 MODES = ("L", "RGB", "RGBA", "P", "CMYK", "I;16", "LA", "1")
@@ -132,7 +134,6 @@ def test_predict_pipeline_is_finite_and_attention_rows_sum_to_one(tiny_model, ba
         assert torch.allclose(a.sum(-1), torch.ones(B, 3, N), atol=1e-5)
     assert torch.isfinite(out.logits.softmax(-1)).all()
 
-    explain = pytest.importorskip("vit_demo.explain")
-    for m in (explain.rollout(out.attentions, out.layout), explain.cls_attention(out.attentions, out.layout, -1)):
+    for m in (rollout(out.attentions, out.layout), cls_attention(out.attentions, out.layout, -1)):
         assert m.shape == (B, gh, gw) and torch.isfinite(m).all() and (m >= 0).all()
         assert (m.sum((-2, -1)) <= 1 + 1e-5).all()  # [class] row minus its prefix share

@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from vit_demo import explain
-from vit_demo.cli import main
-from vit_demo.sanity import average_ranks, cascade, reinit_, spearman, stages
+from vit_demo import methods
+from vit_demo.cli.main import main
+from vit_demo.evaluate.sanity import average_ranks, cascade, reinit_, spearman, stages
 
 
 def test_spearman_matches_scipy_with_ties():
@@ -33,7 +33,7 @@ def test_spearman_matches_scipy_with_ties():
 def tiny():
     import timm
 
-    from vit_demo.port import from_timm
+    from vit_demo.checkpoints.timm import from_timm
 
     torch.manual_seed(0)
     tm = timm.create_model("deit_tiny_distilled_patch16_224", pretrained=False, depth=2, num_classes=10).eval()
@@ -94,7 +94,7 @@ def test_cascade_on_a_small_model(tiny):
 def test_sanity_cli(tiny, tmp_path, capsys):
     from skimage import data
 
-    from vit_demo.port import save
+    from vit_demo.checkpoints.files import save
 
     model, dc = tiny
     weights = save(model, dc, tmp_path / "tiny.safetensors", name="tiny", source="test",
@@ -127,5 +127,5 @@ def test_explain_cli_new_methods(deit_tiny, deit_tiny_path, package_photos, tmp_
     rec = json.loads((tmp_path / f"{img.stem}_{method}_c7.json").read_text())
     assert (tmp_path / rec["figure"]).exists() and rec["target"]["index"] == 7 and rec["class_specific"]
     x = preprocess(load_image(img), deit_tiny.data_config)[0][None]
-    want = explain.METHODS[method](deit_tiny.model, x, 7)[0]
+    want = methods.get(method)(deit_tiny.model, x, 7)[0]
     np.testing.assert_allclose(np.array(rec["map"]), want.numpy(), atol=1e-6, rtol=1e-4)

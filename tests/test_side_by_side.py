@@ -8,8 +8,11 @@ import pytest
 from PIL import Image
 from skimage import data
 
-from vit_demo import explain, side_by_side, viz
+from vit_demo import viz
+from vit_demo.methods.attention import cls_attention
+from vit_demo.methods.gradients import attention_gradients, chefer_relevance
 from vit_demo.preprocess import preprocess
+from vit_demo.present import side_by_side
 
 
 @pytest.fixture(scope="module")
@@ -44,18 +47,18 @@ def test_one_scale_for_all_images_or_each_its_own():
 
 def test_method_maps_are_the_methods_own(deit_tiny, photos):
     x, _ = preprocess(photos[0], deit_tiny.data_config)
-    ag = explain.attention_gradients(deit_tiny.model, x[None])
+    ag = attention_gradients(deit_tiny.model, x[None])
     p = side_by_side.method_map(deit_tiny, photos[0], "chefer")
-    np.testing.assert_allclose(p.map, explain.chefer_relevance(ag.attentions, ag.grads, ag.layout)[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(p.map, chefer_relevance(ag.attentions, ag.grads, ag.layout)[0].numpy(), atol=1e-6)
     assert p.target == int(ag.target[0]) and p.predictions[0]["index"] == p.target
     att = side_by_side.method_map(deit_tiny, photos[0], "attention", layer=3, head=1)
-    np.testing.assert_allclose(att.map, explain.cls_attention(ag.attentions, ag.layout, 3, 1)[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(att.map, cls_attention(ag.attentions, ag.layout, 3, 1)[0].numpy(), atol=1e-6)
     with pytest.raises(ValueError, match="unknown method"):
         side_by_side.method_map(deit_tiny, photos[0], "saliency")
 
 
 def test_compare_images_and_two_models(deit_tiny, photos, tmp_path):
-    from vit_demo.weights import load_model
+    from vit_demo.checkpoints.load import load_model
 
     fig = side_by_side.compare_images(deit_tiny, photos, ["cat", "coffee", "astronaut"], "rollout")
     out = viz.save_figure(fig, tmp_path / "images.png", width_px=1200)

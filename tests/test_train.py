@@ -23,8 +23,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from vit_demo.data import make_shapes
-from vit_demo.train import Recipe, finetune_recipe, make_optimizer, state_path, warmup_cosine, with_new_head
+from vit_demo.train.data import make_shapes
+from vit_demo.train.loop import state_path
+from vit_demo.train.recipe import Recipe, finetune_recipe, make_optimizer, warmup_cosine, with_new_head
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--patch-size", "8", "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--val-split", "0.2", "--seed", "3",
@@ -78,7 +79,7 @@ def test_scratch_training_learns_and_reports(trained: tuple[dict, Path, str]) ->
 
 def test_checkpoint_predicts_its_classes_without_timm(trained: tuple[dict, Path, str], shapes: Path) -> None:
     _, out, _ = trained
-    code = ("import sys; sys.modules['timm'] = None\nfrom vit_demo.cli import main\n"
+    code = ("import sys; sys.modules['timm'] = None\nfrom vit_demo.cli.main import main\n"
             f"sys.exit(main(['predict', {str(shapes / 'star')!r}, '--weights', {str(out)!r}, '--topk', '4', '--json']))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -164,11 +165,11 @@ def test_finetune_groups_and_schedule(deit_tiny) -> None:
 def test_timm_twin_of_a_trained_checkpoint(tmp_path: Path) -> None:
     """A checkpoint trained here has no timm model name: timm's VisionTransformer is built from
     its config and must give the same logits (the app's "Compare with timm" tab)."""
+    from vit_demo.checkpoints.files import save
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.checkpoints.verify import timm_twin
     from vit_demo.model import VisionTransformer
-    from vit_demo.port import save
-    from vit_demo.train import scratch_config, scratch_data_config
-    from vit_demo.verify import timm_twin
-    from vit_demo.weights import load_model
+    from vit_demo.train.recipe import scratch_config, scratch_data_config
 
     torch.manual_seed(0)
     model = VisionTransformer(scratch_config(32, 4)).init_weights()

@@ -16,7 +16,7 @@ import pytest
 from app_server import ROOT, running_app
 from test_app_browser import CHROMIUM, TIMEOUT_MS, browser, shot, upload  # noqa: F401 (browser: a fixture)
 
-from vit_demo.data import make_shapes
+from vit_demo.train.data import make_shapes
 
 pytestmark = pytest.mark.browser
 CLASSES = ["circle", "square", "star", "triangle"]

@@ -17,8 +17,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from vit_demo import explain, viz
+from vit_demo import viz
 from vit_demo.images import load_image
+from vit_demo.methods.attention import cls_attention, head_maps, mean_attention_distance, pos_embed_similarity
+from vit_demo.methods.rollout import rollout
 from vit_demo.preprocess import preprocess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,14 +32,14 @@ def scene(deit_tiny, package_photos):
     x, pic = preprocess(load_image(package_photos["chelsea"]), deit_tiny.data_config)
     with torch.no_grad():
         out = deit_tiny.model(x[None], capture=True)
-    cls = explain.head_maps(out.attentions, out.layout)[0]  # [L, H, gh, gw]
+    cls = head_maps(out.attentions, out.layout)[0]  # [L, H, gh, gw]
     return {
         "pic": pic,
         "out": out,
         "layout": out.layout,
         "cls": cls.numpy(),
-        "last": explain.cls_attention(out.attentions, out.layout, -1)[0].numpy(),
-        "rollout": explain.rollout(out.attentions, out.layout)[0].numpy(),
+        "last": cls_attention(out.attentions, out.layout, -1)[0].numpy(),
+        "rollout": rollout(out.attentions, out.layout)[0].numpy(),
         "probs": out.logits.softmax(-1)[0],
         "labels": deit_tiny.labels,
     }
@@ -118,7 +120,7 @@ def test_overlay_non_square_and_mark():
     a = np.asarray(out)
     r, c = divmod(17, 16)
     edge = a[r * 16 + 2, c * 16 + 4 : c * 16 + 12]  # the outline's top edge (cyan)
-    assert (edge == viz._HIGHLIGHT_RGB).all()
+    assert (edge == viz.HIGHLIGHT_RGB).all()
     with pytest.raises(ValueError, match="outside"):
         viz.overlay_image(pic, heat, mark=160)
 
@@ -203,7 +205,7 @@ def test_compare_distance_pos_embed_topk(scene, deit_tiny, tmp_path):
     maps = {"attention": scene["last"], "rollout": scene["rollout"]}
     assert_slide_png(viz.save_figure(viz.compare_figure(scene["pic"], maps, title="compare"), tmp_path / "cmp.png"))
 
-    d = explain.mean_attention_distance(out.attentions, layout, 16)[0]
+    d = mean_attention_distance(out.attentions, layout, 16)[0]
     fig = viz.distance_figure(d, title="distance", reference=viz.uniform_attention_distance(layout.grid, 16))
     ax = fig.axes[0]
     xs = np.concatenate([c.get_offsets()[:, 0] for c in ax.collections])
@@ -212,13 +214,13 @@ def test_compare_distance_pos_embed_topk(scene, deit_tiny, tmp_path):
     np.testing.assert_allclose(np.sort(ys), np.sort(d.numpy().ravel()), rtol=1e-6)
     assert_slide_png(viz.save_figure(fig, tmp_path / "dist.png"))
 
-    sim = explain.pos_embed_similarity(deit_tiny.model)
+    sim = pos_embed_similarity(deit_tiny.model)
     fig = viz.pos_embed_figure(sim, title="pos")
     im = fig.axes[0].images[0]
     assert im.get_clim() == (-1, 1)  # shared scale
     assert_slide_png(viz.save_figure(fig, tmp_path / "pos.png"))
 
-    from vit_demo.inference import topk
+    from vit_demo.labels import topk
 
     preds = topk(scene["probs"], 5, scene["labels"])
     fig = viz.topk_figure(preds)

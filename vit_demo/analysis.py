@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,12 +17,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from . import explain
+from . import methods
 from .budget import DEFAULT_CACHE_MB, MB, ByteLRU, tensor_nbytes
-from .inference import topk as topk_of
+from .checkpoints.load import LoadedModel
+from .labels import topk as topk_of
 from .model import TokenLayout
 from .preprocess import preprocess
-from .weights import LoadedModel
+from .progress import reporting
 
 
 def image_key(img: Image.Image) -> str:
@@ -93,23 +95,18 @@ def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
 
 
 def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str, np.ndarray]:
-    """The single-pass class-specific maps for class ``cls`` (default: top-1), [gh, gw] each:
-    gradient rollout and Chefer relevance (one backward pass), CP-LRP, AttnLRP and GradCAM
-    (one backward pass each) and CP-LRP gated by gradient rollout. Cached on the record."""
+    """Every single-pass class-specific method's map for class ``cls`` (default: top-1),
+    [gh, gw] each, computed together (:func:`vit_demo.methods.reuse`: the gradient passes they
+    share run once) and cached on the record."""
     if lm.model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
     cls = a.top1 if cls is None else int(cls)
-    if cls not in a.class_maps:
-        g = explain.attention_gradients(lm.model, a.x, cls)
-        maps = {
-            "grad-rollout": explain.grad_rollout(g.attentions, g.grads, g.layout)[0].detach().cpu().numpy(),
-            "chefer": explain.chefer_relevance(g.attentions, g.grads, g.layout)[0].detach().cpu().numpy(),
-        }
-        for name in ("lrp", "attnlrp", "gradcam"):
-            maps[name] = explain.METHODS[name](lm.model, a.x, cls)[0].detach().cpu().numpy()
-        maps["lrp-gated"] = np.clip(maps["lrp"], 0, None) * maps["grad-rollout"]  # explain's "lrp-gated"
-        a.class_maps[cls] = maps
-    return a.class_maps[cls]
+    maps = a.class_maps.setdefault(cls, {})
+    todo = [n for n in methods.names(slow=False, class_specific=True) if n not in maps]
+    with methods.reuse(lm.model, a.x):
+        for name in todo:
+            maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
+    return maps
 
 
 def analysis_nbytes(a: Analysis) -> int:
@@ -119,29 +116,21 @@ def analysis_nbytes(a: Analysis) -> int:
     return pic + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
 
 
-ON_DEMAND = explain.SLOW_METHODS  # hundreds of forward passes each: computed when asked for, never on a redraw
-
-
-def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = None, progress=None,
-                  settings=None) -> np.ndarray:
-    """A perturbation method's map for class ``cls`` (default top-1): ``rise`` (RISE) or
-    ``lrp-causal`` (causal LRP, seeded by the cached gated LRP map), cached on the record next to
-    :func:`class_maps`; ``progress(fraction)`` follows the forward passes; ``settings``: a
-    :class:`~vit_demo.perturb.RiseSettings` or :class:`~vit_demo.perturb.CausalSettings`
-    (default: the registry's)."""
-    from .perturb import causal_lrp, rise
-
-    if name not in ON_DEMAND:
-        raise ValueError(f"unknown on-demand method {name!r}; known: {', '.join(ON_DEMAND)}")
+def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = None,
+                  progress: Callable[[float], Any] | None = None, settings: Any = None) -> np.ndarray:
+    """A slow method's map (:func:`vit_demo.methods.slow`: RISE, causal LRP, ...) for class
+    ``cls`` (default top-1), cached on the record next to :func:`class_maps`, whose maps it may
+    reuse (causal LRP starts from the cached gated LRP map). ``progress(share done)`` follows
+    its forward passes; ``settings``: passed on to the method (default: the registry's)."""
+    if name not in methods.slow():
+        raise ValueError(f"unknown on-demand method {name!r}; known: {', '.join(methods.slow())}")
     cls = a.top1 if cls is None else int(cls)
     maps = class_maps(a, lm, cls)
     if name not in maps:
-        if name == "rise":
-            m = rise(lm.model, a.x, cls, settings, progress=progress)
-        else:  # "lrp-causal"
-            seed = torch.from_numpy(maps["lrp-gated"])[None].to(a.x.device)
-            m = causal_lrp(lm.model, a.x, cls, settings, progress=progress, seed_map=seed)
-        maps[name] = m[0].detach().cpu().numpy()
+        known = {(n, cls): torch.from_numpy(m)[None].to(a.x.device) for n, m in maps.items()}
+        extra = {"settings": settings} if settings is not None else {}
+        with methods.reuse(lm.model, a.x, known), reporting(progress and (lambda share, _text: progress(share))):
+            maps[name] = methods.get(name).fn(lm.model, a.x, cls, **extra)[0].detach().cpu().numpy()
     return maps[name]
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
+from typing import Any
+
+import torch
 
 
 @cache
@@ -36,3 +40,10 @@ def class_from_filename(name: str) -> int | None:
         return imagenet_wnids().index(wnid)
     except ValueError:
         return None
+
+
+def topk(probs: torch.Tensor, k: int, labels: Sequence[str]) -> list[dict[str, Any]]:
+    """[classes] probabilities -> [{"index", "label", "prob"}], most likely first."""
+    k = min(k, probs.numel())
+    p, idx = probs.topk(k)
+    return [{"index": int(i), "label": labels[int(i)], "prob": float(v)} for v, i in zip(p, idx)]

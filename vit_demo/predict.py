@@ -1,47 +1,20 @@
-"""Predictions: images -> top-k classes, batched, with progress on long runs."""
+"""Predictions: image files -> top-k classes, batched, with progress on long runs."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from tqdm import tqdm
 
-from .images import ImageError, load_image
-from .preprocess import DataConfig, preprocess
-from .weights import LoadedModel
+from .labels import topk
+from .preprocess import load_inputs
+from .progress import batches
 
-
-def load_inputs(paths: Sequence[str | os.PathLike], dc: DataConfig) -> tuple[list[torch.Tensor | None], list[str | None]]:
-    """Preprocessed tensors (None where the image failed) and the error messages."""
-    tensors: list[torch.Tensor | None] = []
-    errors: list[str | None] = []
-    for p in paths:
-        try:
-            tensors.append(preprocess(load_image(p), dc)[0])
-            errors.append(None)
-        except ImageError as e:
-            tensors.append(None)
-            errors.append(str(e))
-    return tensors, errors
-
-
-def batches(items: Sequence[Any], size: int, desc: str = "", progress: bool = True) -> Iterator[Sequence[Any]]:
-    """``items`` in chunks of ``size``, with a tqdm bar (stderr) when there is more than one."""
-    starts = range(0, len(items), size)
-    bar = tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) <= 1, leave=False)
-    for i in bar:
-        yield items[i : i + size]
-
-
-def topk(probs: torch.Tensor, k: int, labels: Sequence[str]) -> list[dict[str, Any]]:
-    """[classes] probabilities -> [{"index", "label", "prob"}], most likely first."""
-    k = min(k, probs.numel())
-    p, idx = probs.topk(k)
-    return [{"index": int(i), "label": labels[int(i)], "prob": float(v)} for v, i in zip(p, idx)]
+if TYPE_CHECKING:
+    from .checkpoints.load import LoadedModel
 
 
 @torch.inference_mode()

@@ -8,12 +8,16 @@ as ``timm.data.create_transform(**resolve_data_config(...))``.
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
+
+from .images import ImageError, load_image
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -95,7 +99,7 @@ class DataConfig:
         )
 
 
-def _resized_size(w: int, h: int, dc: DataConfig) -> tuple[int, int]:
+def resized_size(w: int, h: int, dc: DataConfig) -> tuple[int, int]:
     """(w, h) after the resize step, exactly as torchvision / timm compute it."""
     sh, sw = dc.scale_size
     if dc.crop_mode == "squash":
@@ -111,14 +115,14 @@ def _resized_size(w: int, h: int, dc: DataConfig) -> tuple[int, int]:
 def model_input_image(img: Image.Image, dc: DataConfig) -> Image.Image:
     """The RGB picture the model actually sees: resized and center-cropped (not normalised)."""
     w, h = img.size
-    rw, rh = _resized_size(w, h, dc)
+    rw, rh = resized_size(w, h, dc)
     ch, cw = dc.input_size
     if rw < cw or rh < ch:  # a rounding corner case: pad with black, as CenterCrop does
         small = img.resize((rw, rh), _INTERP[dc.interpolation])
         img = Image.new("RGB", (max(rw, cw), max(rh, ch)))
         img.paste(small, ((img.width - rw) // 2, (img.height - rh) // 2))
-        return img.crop(_center_box(img.width, img.height, cw, ch))
-    left, top, right, bottom = _center_box(rw, rh, cw, ch)
+        return img.crop(center_box(img.width, img.height, cw, ch))
+    left, top, right, bottom = center_box(rw, rh, cw, ch)
     if rw * rh <= 16 * cw * ch:  # the usual case: resize then crop, exactly as torchvision
         return img.resize((rw, rh), _INTERP[dc.interpolation]).crop((left, top, right, bottom))
     # Extreme aspect ratios (e.g. 3x5000 px) would resize to a huge strip only to crop it:
@@ -149,7 +153,7 @@ def _reach(a0: float, a1: float, scale: float, size: int, dc: DataConfig) -> tup
     return max(0, math.floor(a0 - margin)), min(size, math.ceil(a1 + margin))
 
 
-def _center_box(w: int, h: int, cw: int, ch: int) -> tuple[int, int, int, int]:
+def center_box(w: int, h: int, cw: int, ch: int) -> tuple[int, int, int, int]:
     top = int(round((h - ch) / 2.0))  # torchvision CenterCrop's rounding
     left = int(round((w - cw) / 2.0))
     return left, top, left + cw, top + ch
@@ -169,3 +173,17 @@ def preprocess(img: Image.Image, dc: DataConfig) -> tuple[torch.Tensor, Image.Im
     pic = model_input_image(img, dc)
     return to_tensor(pic, dc), pic
 
+
+def load_inputs(paths: Sequence[str | os.PathLike], dc: DataConfig) -> tuple[list[torch.Tensor | None], list[str | None]]:
+    """Image files -> their input tensors [3, H, W] (None where the image failed) and the
+    error messages (None where it did not)."""
+    tensors: list[torch.Tensor | None] = []
+    errors: list[str | None] = []
+    for p in paths:
+        try:
+            tensors.append(preprocess(load_image(p), dc)[0])
+            errors.append(None)
+        except ImageError as e:
+            tensors.append(None)
+            errors.append(str(e))
+    return tensors, errors

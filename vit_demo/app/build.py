@@ -1,26 +1,29 @@
-"""The app's page, assembled from its rooms: :func:`build` lays out the model picker, the input
-and predictions, the display controls and the tabs, then lets the upload flow and each room
+"""The app's page, assembled from its sections: :func:`build` lays out the model picker, the input
+and predictions, the display controls and the tabs, then lets the upload flow and each section
 wire its events. Nothing is computed or drawn here."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from ..examples import all_examples
 from . import flow
-from .attention import AttentionTab
-from .compare import CompareTab
 from .context import AppConfig, Context, Section
-from .diagnostics import DiagnosticsTab
-from .display import DisplayControls
-from .inputs import InputSection
+from .examples import all_examples
 from .limits import fair_queue
-from .methods import MethodsTab
-from .models import ModelPicker
 from .page import INTRO, launch_kwargs
-from .patches import PatchesTab
-from .present import PresentTab
 from .registry import ModelRegistry
+from .sections.display import DisplayControls
+from .sections.inputs import InputSection
+from .sections.models import ModelPicker
+from .tabs.attention import AttentionTab
+from .tabs.compare import CompareTab
+from .tabs.diagnostics import DiagnosticsTab
+from .tabs.patches import PatchesTab
+from .tabs.present import PresentTab
+from .tabs.relevance import RelevanceTab
+
+TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab)
+"""The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
 __all__ = ["AppConfig", "build", "launch_kwargs"]
 
@@ -34,7 +37,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     ctx = Context(cfg, reg, reg.default_key(), all_examples(cfg.examples),
                   heavy={"concurrency_id": "model", "concurrency_limit": cfg.concurrency})
     picker, inputs, display = ModelPicker(), InputSection(), DisplayControls()
-    tabs: list[Section] = [PatchesTab(), AttentionTab(), MethodsTab(), DiagnosticsTab(), CompareTab(), PresentTab()]
+    tabs: list[Section] = [tab() for tab in TABS]
     ctx.sections = [inputs, *tabs]  # the order of /analyze's outputs
 
     with gr.Blocks(title="vit_demo · how a Vision Transformer sees", analytics_enabled=False,
@@ -46,7 +49,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
             part.layout(ctx)
         with gr.Tabs(elem_id="tabs"):
             for tab in tabs:
-                with gr.Tab(tab.title, id=tab.name) as tab.tab:
+                with gr.Tab(tab.title, id=tab.name) as tab.gr_tab:
                     tab.layout(ctx)
         flow.wire(ctx)
         for part in (picker, display, *ctx.sections):

@@ -1,4 +1,4 @@
-"""Small things every room of the app uses: readable errors, status notes, the pictures sent
+"""Small things every section of the app uses: readable errors, status notes, the pictures sent
 to the browser (fast JPEG / PNG files), the uploaded file's name, and class names for display."""
 
 from __future__ import annotations

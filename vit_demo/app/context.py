@@ -1,11 +1,11 @@
-"""What the rooms of the app share: the command line's settings (:class:`AppConfig`), the
-:class:`Context` every room is given (the registry, the session state, the shared controls),
-and :class:`Section`, the shape of a room.
+"""What the sections of the app share: the command line's settings (:class:`AppConfig`), the
+:class:`Context` every section is given (the registry, the session state, the shared controls),
+and :class:`Section`, the shape of a section.
 
-A room (a tab, or a part of the page above the tabs) lays out its components in
+A section (a tab, or a part of the page above the tabs) lays out its components in
 :meth:`Section.layout`, wires its own events in :meth:`Section.wire`, and declares what it
 shows for a new analysis (:meth:`Section.show` and the ``views`` / ``controls`` / ``files``
-it writes); :mod:`vit_demo.app.flow` runs every room's ``show`` when an image or a model
+it writes); :mod:`vit_demo.app.flow` runs every section's ``show`` when an image or a model
 changes. Adding a control or a button to a tab touches that tab's module only.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..weights import LoadedModel
+from ..checkpoints.load import LoadedModel
 from .limits import Limits
 from .registry import ModelRegistry
 from .session import Session
@@ -49,7 +49,7 @@ class AppConfig:
 
 
 class Section:
-    """One room of the app: its layout, its events and its views. Override what the room needs.
+    """One section of the app: its layout, its events and its views. Override what the section needs.
 
     Lists of components, filled in by :meth:`layout`:
 
@@ -75,13 +75,13 @@ class Section:
         self.redisplay_inputs: list[Component] = []
         self.redisplay_outputs: list[Component] = []
         self.query_outputs: list[Component] = []
-        self.tab: Component | None = None  # the gr.Tab, set by build()
+        self.gr_tab: Component | None = None  # the gr.Tab of a tab section, set by build()
 
     def layout(self, ctx: Context) -> None:
-        """Create the components (inside the room's gr.Tab, or in the page)."""
+        """Create the components (inside the section's gr.Tab, or in the page)."""
 
     def wire(self, ctx: Context) -> None:
-        """Attach the room's own events (every room is laid out by then)."""
+        """Attach the section's own events (every section is laid out by then)."""
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict[Component, Any]) -> dict:
         """Outputs for a new analysis (``sess.analysis``) of the model ``lm``."""
@@ -106,7 +106,7 @@ class Section:
 
 @dataclass
 class Context:
-    """What every room is given: the shared registry and state, and the controls other rooms own."""
+    """What every section is given: the shared registry and state, and the controls other sections own."""
 
     cfg: AppConfig
     reg: ModelRegistry
@@ -116,7 +116,7 @@ class Context:
     demo: Component = None
     state: Component = None  # the gr.State holding the user's Session
     sections: list[Section] = field(default_factory=list)
-    # controls owned by one room and read by others (set by the owner's layout)
+    # controls owned by one section and read by others (set by the owner's layout)
     model_dd: Component = None
     model_md: Component = None
     status: Component = None

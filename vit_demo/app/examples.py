@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .images import IMAGE_SUFFIXES
+from ..images import IMAGE_SUFFIXES
 
 ENV_EXAMPLES = "VIT_DEMO_EXAMPLES"
 MAX_USER_EXAMPLES = 48  # a gallery, not a data set

@@ -1,4 +1,4 @@
-"""The one event that spans every room: a new image (or model) is analysed once, then the parts
+"""The one event that spans every section: a new image (or model) is analysed once, then the parts
 of the page above the tabs and the open tab show it (:meth:`Section.show`), slower work follows
 (:meth:`Section.follow_up`), and the open tab draws its lazy pictures (:meth:`Section.lazy`).
 A closed tab is cleared, and shows the analysis when it is opened: an upload draws and sends
@@ -20,8 +20,8 @@ import gradio as gr
 from ..images import ImageError
 from .common import friendly, note, payload_path
 from .context import Context, Section, union, values
-from .models import model_summary
 from .registry import ModelError
+from .sections.models import model_summary
 from .session import Session, open_image
 
 
@@ -84,7 +84,7 @@ def wire(ctx: Context) -> None:
         vals = values(show_inputs, args)
         sess.drawn = {}
         for s in sections:
-            if s.tab is not None and s.name != sess.open_tab:  # closed: drawn when opened (on_tab)
+            if s.gr_tab is not None and s.name != sess.open_tab:  # closed: drawn when opened (on_tab)
                 out.update({c: None for c in s.views})
                 continue
             out.update(s.show(sess, lm, vals))
@@ -136,7 +136,7 @@ def wire(ctx: Context) -> None:
     chain(ctx.image.change(on_image, inputs, outputs, api_name="analyze", trigger_mode="always_last",
                            preprocess=False, **ctx.heavy))
     for s in sections:
-        if s.tab is not None:
-            s.tab.select(tab_handler(s), [state, *s.show_inputs],
+        if s.gr_tab is not None:
+            s.gr_tab.select(tab_handler(s), [state, *s.show_inputs],
                          union([[state], s.views, s.controls, s.lazy_outputs]), api_visibility="private",
                          show_progress="minimal", preprocess=False)

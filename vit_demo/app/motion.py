@@ -12,9 +12,9 @@ from typing import Any
 
 import gradio as gr
 
-from .. import animate
 from ..analysis import Analysis
-from ..weights import LoadedModel
+from ..checkpoints.load import LoadedModel
+from ..present import animate
 from .common import friendly
 from .context import Context
 from .exports import export_dir, slug

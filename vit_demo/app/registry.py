@@ -18,11 +18,22 @@ from typing import Any
 
 from PIL import Image
 
-from .. import weights as weights_mod
+from .. import viz
 from ..analysis import Analysis, AnalysisCache, analyze, class_maps
 from ..budget import DEFAULT_CACHE_MB, DEFAULT_MODELS_MB, MB, ByteLRU, module_nbytes
-from ..hf_port import is_hf_folder
-from ..weights import LoadedModel, discover_checkpoints, load_model, local_checkpoint
+from ..checkpoints.files import CheckpointError, UnsupportedModelError
+from ..checkpoints.hf import is_hf_folder
+from ..checkpoints.load import (
+    DEFAULT_CHECKPOINT,
+    DEFAULT_MODEL,
+    LoadedModel,
+    discover_checkpoints,
+    load_model,
+    local_checkpoint,
+)
+from ..checkpoints.timm import HubUnavailableError
+from ..checkpoints.verify import timm_twin
+from ..methods.attention import head_maps
 
 RANDOM_MODEL = "deit_tiny_patch16_224"
 HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (tried only when picked)
@@ -97,10 +108,10 @@ class ModelRegistry:
         given = [Path(w) for w in weights]
         for p in given:
             self._add(self._file_spec(p, model_name))
-        default = weights_mod.DEFAULT_CHECKPOINT
+        default = DEFAULT_CHECKPOINT
         if default.is_file():  # the embedded DeiT-Tiny: the first pick when no --weights is given
-            self._add(ModelSpec(f"file:{default.resolve()}", f"{weights_mod.DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
-                                f"ships with vit_demo)", "file", weights_mod.DEFAULT_MODEL, default.resolve()))
+            self._add(ModelSpec(f"file:{default.resolve()}", f"{DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
+                                f"ships with vit_demo)", "file", DEFAULT_MODEL, default.resolve()))
         for p in discover_checkpoints():
             spec = self._file_spec(p, None)
             if spec.key not in self._specs:
@@ -221,8 +232,6 @@ class ModelRegistry:
                 self._pictures.pop(k, None)
 
     def _load(self, spec: ModelSpec) -> LoadedModel:
-        from ..port import CheckpointError, HubUnavailableError, UnsupportedModelError
-
         try:
             if spec.kind == "file":
                 lm = load_model(spec.name, spec.path, device=self.device)
@@ -255,8 +264,6 @@ class ModelRegistry:
 
     def timm_twin(self, key: str) -> Any:
         """timm's own model with the same weights, built once per model."""
-        from ..verify import timm_twin
-
         lm = self.get(key)
         with self._key_lock("twin:" + key):
             tm = self._models.get(("twin", key))
@@ -283,12 +290,10 @@ class ModelRegistry:
 
     def warm_up(self, key: str | None = None) -> None:
         """Load the default model and run it once (first calls are slow), for a snappy first image."""
-        from .attention import HEAD_ALL, attention_view  # the explorer's first picture warms the renderers
-
         key = key or self.default_key()
         lm = self.get(key)
         img = Image.new("RGB", tuple(reversed(lm.data_config.input_size)), (128, 128, 128))
         a = analyze(lm, img)  # not kept: a grey square is nobody's photo (and 0.35 GB for a ViT-B/8)
         if lm.model.cfg.num_classes:
             class_maps(a, lm)
-        attention_view(a, a.depth - 1, HEAD_ALL, None)
+        viz.heads_image(a.picture, head_maps(a.attentions, a.layout, a.depth - 1)[0])  # warms the renderers

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from .model import VisionTransformer, ViTConfig
-from .port import CheckpointError, UnsupportedModelError, check_state_dict, read_checkpoint
-from .preprocess import IMAGENET_MEAN, IMAGENET_STD, DataConfig
+from ..model import VisionTransformer, ViTConfig
+from ..preprocess import IMAGENET_MEAN, IMAGENET_STD, DataConfig
+from .files import CheckpointError, UnsupportedModelError, check_state_dict, read_checkpoint
 
 SUPPORTED = ("ViTForImageClassification", "ViTModel", "DeiTForImageClassificationWithTeacher")
 ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu"}  # transformers' "gelu" is the exact erf GELU

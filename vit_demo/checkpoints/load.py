@@ -1,5 +1,6 @@
-"""Where a model's weights come from: a file the user gave, ``weights/``, timm's random
-initialisation, or the hub (only when it is reachable, failing fast otherwise)."""
+"""Where a model's weights come from: a file the user gave (any checkpoint format, or a
+transformers folder), ``weights/``, timm's random initialisation, or the hub (only when it is
+reachable, failing fast otherwise), and the :class:`LoadedModel` every command and the app use."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import torch
 
-from .hf_port import META_ARCHITECTURE, from_hf_folder, is_hf_folder
-from .labels import labels_for
-from .model import VisionTransformer
-from .port import CheckpointError, from_checkpoint, from_hub, from_timm, save, timm_model
-from .preprocess import DataConfig
+from ..labels import labels_for
+from ..model import VisionTransformer
+from ..preprocess import DataConfig
+from .files import FORMAT_TAG, CheckpointError, from_saved, read_checkpoint, save
+from .hf import META_ARCHITECTURE, from_hf_folder, is_hf_folder
+from .timm import from_hub, from_timm, from_timm_file, timm_model
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz")
 ENV_WEIGHTS = "VIT_DEMO_WEIGHTS"  # extra checkpoint files or folders, os.pathsep-separated
@@ -25,7 +27,7 @@ ENV_WEIGHTS_DIR = "VIT_DEMO_WEIGHTS_DIR"  # overrides the default weights/ folde
 
 # The checkpoint that ships with the repository (see weights/README.md): a real ImageNet DeiT-Tiny.
 DEFAULT_MODEL = "deit_tiny_patch16_224"
-DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "weights" / f"{DEFAULT_MODEL}.safetensors"
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "weights" / f"{DEFAULT_MODEL}.safetensors"
 DEFAULT_SHA256 = "9c82f0d7bd2e747b8c1112c01d124ba5f7682cd4a802eea337dcf14fad2f6684"
 META_CLASS_NAMES = "class_names"  # safetensors metadata key: JSON list of the head's class names
 
@@ -33,7 +35,7 @@ META_CLASS_NAMES = "class_names"  # safetensors metadata key: JSON list of the h
 def weights_dir() -> Path:
     """The project's ``weights/`` folder (or $VIT_DEMO_WEIGHTS_DIR)."""
     env = os.environ.get(ENV_WEIGHTS_DIR)
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "weights"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "weights"
 
 
 @cache
@@ -65,6 +67,21 @@ def default_checkpoint() -> Path:
             f"`git checkout -- weights/{p.name}` (see weights/README.md)"
         )
     return p
+
+
+def from_checkpoint(
+    path: str | os.PathLike, model_name: str | None = None
+) -> tuple[VisionTransformer, DataConfig, dict[str, str]]:
+    """Load a checkpoint file into a scratch model: a file this project saved carries its config
+    and loads with no timm (:func:`~.files.from_saved`); a timm-layout file needs the timm model
+    name for its architecture (``model_name``, or the file's stem when it is a timm name, e.g.
+    ``deit_tiny_patch16_224.safetensors``; :func:`~.timm.from_timm_file`)."""
+    p = Path(path)
+    sd, meta = read_checkpoint(p)
+    if meta.get("format") == FORMAT_TAG:
+        model, dc = from_saved(p, sd, meta)
+        return model, dc, meta
+    return from_timm_file(p, sd, model_name)
 
 
 def class_names_from_meta(meta: dict[str, str]) -> tuple[str, ...] | None:

@@ -12,11 +12,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .images import find_images
-from .inference import batches, load_inputs
-from .model import VisionTransformer, ViTConfig
-from .port import is_timm_layout, read_checkpoint, timm_model
-from .weights import LoadedModel, default_checkpoint, load_model, resolve_device
+from ..images import find_images
+from ..model import VisionTransformer, ViTConfig
+from ..preprocess import load_inputs
+from ..progress import batches
+from .files import is_timm_layout, read_checkpoint
+from .load import LoadedModel, default_checkpoint, load_model, resolve_device
+from .timm import timm_model
 
 DEFAULT_TOL = 1e-4
 
@@ -177,7 +179,7 @@ def transformers_reference(folder: str | os.PathLike, interpolate: bool = False)
     """The folder's model built by transformers itself (local files only, eager attention)."""
     from pathlib import Path
 
-    from .hf_port import architecture_of, read_json
+    from .hf import architecture_of, read_json
 
     try:
         import transformers

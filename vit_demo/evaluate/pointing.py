@@ -8,7 +8,7 @@ model's patch grid, so the box is carried into patch coordinates first:
 2. dividing by the patch size gives the box on the grid, in continuous patch units;
 3. every patch gets its **coverage**: the share of its area inside the box, in [0, 1].
 
-Then, per picture and method (maps from ``vit_demo.explain.METHODS``, all of them by default):
+Then, per picture and method (maps from the registered methods, :mod:`vit_demo.methods`, all of them by default):
 
 - **pointing hit**: the map's maximum falls on a patch whose centre lies inside the box
   (when the box is so small that no patch centre lies in it: the patch holding the box's centre);
@@ -22,8 +22,6 @@ random pointer's expected accuracy).
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,17 +29,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .data import read_boxes
-from .images import ImageError, load_image
-from .preprocess import DataConfig, _center_box, _resized_size, preprocess
+from ..images import ImageError, load_image
+from ..preprocess import DataConfig, center_box, preprocess, resized_size
+from ..progress import batches
+from ..train.data import read_boxes
+from .faithfulness import method_maps, spread
 
 
 def box_to_input(box: Sequence[float], size: tuple[int, int], dc: DataConfig) -> tuple[float, float, float, float]:
     """A box [x0, y0, x1, y1] in picture pixels -> model-input pixels (resize + center crop)."""
     w, h = size
-    rw, rh = _resized_size(w, h, dc)
+    rw, rh = resized_size(w, h, dc)
     ch, cw = dc.input_size
-    left, top, _, _ = _center_box(rw, rh, cw, ch)
+    left, top, _, _ = center_box(rw, rh, cw, ch)
     sx, sy = rw / w, rh / h
     x0, y0, x1, y1 = box
     clip = lambda v, hi: min(max(v, 0.0), float(hi))  # noqa: E731
@@ -86,10 +86,6 @@ def score_maps(maps: Tensor, coverage: Tensor, hits: Tensor) -> tuple[Tensor, Te
 def evaluate(lm, root: str | Path, methods: Sequence[str], target: str = "label", limit: int | None = None,
              batch_size: int = 32, seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Pointing accuracy and mass in box for every method, a random map and the baselines."""
-    from .explain import METHODS
-    from .faithfulness import spread
-    from .inference import batches
-
     root = Path(root)
     boxes = read_boxes(root)
     names = sorted(boxes)
@@ -126,9 +122,8 @@ def evaluate(lm, root: str | Path, methods: Sequence[str], target: str = "label"
             cls: Tensor | None = torch.tensor(ys, device=lm.device)
         else:
             cls = None
-        for m in methods:
-            maps = METHODS[m](model, x, cls).detach().cpu()
-            sums[m] += torch.stack(score_maps(maps, cov, hits)).sum(dim=1)
+        for m, maps in zip(methods, method_maps(model, x, cls, methods)):
+            sums[m] += torch.stack(score_maps(maps.detach().cpu(), cov, hits)).sum(dim=1)
         rnd = torch.rand(cov.shape, generator=g, dtype=torch.float64)
         sums["random"] += torch.stack(score_maps(rnd, cov, hits)).sum(dim=1)
         base += torch.stack([hits.double().mean(dim=(1, 2)), cov.mean(dim=(1, 2))]).sum(dim=1)
@@ -154,30 +149,3 @@ def format_results(r: dict[str, Any]) -> str:
                  f"   (share of hit patches / of the grid inside the box)")
     lines += [f"skipped: {e}" for e in r["errors"]]
     return "\n".join(lines)
-
-
-def cmd_pointing(args: argparse.Namespace) -> int:
-    from .cli import load_from_args
-    from .faithfulness import parse_methods
-
-    methods = parse_methods(args.methods)
-    lm = load_from_args(args)
-    r = evaluate(lm, args.data, methods, args.target, args.limit, args.batch_size, progress=not args.json)
-    print(json.dumps(r, indent=2) if args.json else format_results(r))
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``pointing`` sub-command."""
-    from .cli import add_model_args
-
-    p = subparsers.add_parser("pointing", help="pointing game: do the explanation maps point at the shapes?")
-    p.add_argument("--data", required=True, help="a shapes folder with boxes.json (python -m vit_demo data shapes)")
-    add_model_args(p)
-    p.add_argument("--methods", default="all", help="comma-separated names from vit_demo.explain.METHODS, or 'all' (the default)")
-    p.add_argument("--target", default="label", choices=["label", "predicted"],
-                   help="class the class-specific maps explain: the folder's (true) class or the predicted one")
-    p.add_argument("--limit", type=int, help="use N pictures spread through the set")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_pointing)

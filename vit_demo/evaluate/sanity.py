@@ -16,24 +16,20 @@ LayerScale is left alone. One seeded generator: a run is reproducible.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from .explain import DEFAULT_METHODS, METHODS
-from .model import VisionTransformer
+from .. import methods as registry
+from ..model import VisionTransformer
+from .faithfulness import check_request, target_batches
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
-    from .weights import LoadedModel
+    from ..checkpoints.load import LoadedModel
 
 
 def stages(model: VisionTransformer) -> list[tuple[str, list[nn.Module | nn.Parameter]]]:
@@ -97,7 +93,7 @@ def cascade(
     """{method: {"rank": [S, B], "abs_rank": [S, B]}}: per stage S and image B, the rank
     correlation of the map (and of its absolute value) with the trained model's map.
     ``model`` itself is not changed (the cascade runs on a copy)."""
-    reference = {m: METHODS[m](model, x, target) for m in methods}
+    reference = {m: registry.get(m)(model, x, target) for m in methods}
     work = copy.deepcopy(model)
     parts = stages(work)
     g = torch.Generator().manual_seed(seed)
@@ -105,7 +101,7 @@ def cascade(
     for s, (_, modules) in enumerate(parts):
         reinit_(modules, g)
         for m in methods:
-            current = METHODS[m](work, x, target)
+            current = registry.get(m)(work, x, target)
             out[m]["rank"][s] = spearman(reference[m], current)
             out[m]["abs_rank"][s] = spearman(reference[m].abs(), current.abs())
     return out
@@ -114,15 +110,15 @@ def cascade(
 def evaluate(
     lm: LoadedModel,
     paths: Sequence[str | os.PathLike],
-    methods: Sequence[str] = DEFAULT_METHODS,
+    methods: Sequence[str] | None = None,
     target: str = "predicted",
     batch_size: int = 4,
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """The cascade over ``paths``: mean (and s.e.) rank correlation per method and stage."""
-    from .faithfulness import check_request, target_batches
-
+    """The cascade over ``paths``: mean (and s.e.) rank correlation per method and stage
+    (``methods``: default the single-pass ones)."""
+    methods = list(registry.single_pass() if methods is None else methods)
     check_request(methods, target)
     model = lm.model
     names = [name for name, _ in stages(model)]
@@ -156,59 +152,3 @@ def format_results(r: dict[str, Any]) -> str:
         lines.append(f"{m:>18}" + "".join(f"{v['rank'][c]:>18.3f}" for c in cols))
     lines += [f"skipped: {e}" for e in r["errors"]]
     return "\n".join(lines)
-
-
-def figure(r: dict[str, Any], title: str | None = None) -> Figure:
-    """Rank correlation against the randomisation stage, one line per method (Adebayo Fig. 2)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 4.8))
-    ax = fig.add_subplot()
-    xs = range(len(r["stages"]))
-    for m, v in r["methods"].items():
-        mean, se = torch.tensor(v["rank"]), torch.tensor(v["rank_se"])
-        ax.plot(xs, mean, marker="o", label=m)
-        ax.fill_between(xs, mean - se, mean + se, alpha=0.2)
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(list(xs), [s.replace("block ", "b") for s in r["stages"]], rotation=45)
-    ax.set_ylim(-0.5, 1.05)
-    ax.set_xlabel("re-initialised from the top down to (cumulative)")
-    ax.set_ylabel("Spearman rank correlation\nwith the trained model's map")
-    ax.set_title(title or f"Model-randomisation sanity check ({r['images']} images)")
-    ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    return fig
-
-
-def cmd_sanity(args: argparse.Namespace) -> int:
-    from .cli import UserError, load_from_args
-    from .faithfulness import images_and_methods
-    from .viz import save_figure
-
-    paths, methods = images_and_methods(args)
-    lm = load_from_args(args)
-    if lm.model.cfg.num_classes == 0:
-        raise UserError(f"{lm.name} is headless (no classifier): the class-specific maps need class scores")
-    r = evaluate(lm, paths, methods, args.target, args.batch_size, args.seed, progress=True)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        r["figure"] = str(save_figure(figure(r), out / "sanity_randomisation.png", width_px=2000))
-        (out / "sanity_randomisation.json").write_text(json.dumps(r, indent=1) + "\n")
-    print(json.dumps(r, indent=2) if args.json else format_results(r))
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``sanity`` sub-command to the CLI."""
-    from .faithfulness import add_images_and_methods_args
-
-    p = subparsers.add_parser("sanity", help="model-randomisation sanity check of the explanation methods")
-    add_images_and_methods_args(p, "folder (or image file) of photos")
-    p.add_argument("--target", default="predicted", choices=["predicted", "label"],
-                   help="class explained: top-1 of the trained model, or the file name's class")
-    p.add_argument("--batch-size", type=int, default=4, help="images per batch")
-    p.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation")
-    p.add_argument("--out", help="folder for the figure (sanity_randomisation.png) and the JSON")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_sanity)

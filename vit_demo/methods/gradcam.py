@@ -14,8 +14,9 @@ import threading
 import torch
 from torch import Tensor, nn
 
-from .lrp import gradient_lock
-from .model import VisionTransformer
+from ..model import VisionTransformer
+from .passes import gradient_pass, targets
+from .registry import Target, register
 
 
 def default_layer(model: VisionTransformer) -> nn.Module:
@@ -23,19 +24,16 @@ def default_layer(model: VisionTransformer) -> nn.Module:
     return model.blocks[-1].norm1
 
 
-def gradcam(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None, layer: nn.Module | None = None) -> Tensor:
+def gradcam(model: VisionTransformer, x: Tensor, target: Target = None, layer: nn.Module | None = None) -> Tensor:
     """GradCAM map [B, gh, gw] of ``layer``'s output for the target logit (None: top-1)."""
-    from .explain import _targets
-
     layer = default_layer(model) if layer is None else layer
     seen: list[Tensor] = []
     me = threading.get_ident()  # another thread's forward through the same layer is not ours
     handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out) if threading.get_ident() == me else None)
     try:
-        with gradient_lock(model), torch.inference_mode(False), torch.enable_grad():
-            x = x.detach().clone().requires_grad_(True)
+        with gradient_pass(model, x) as x:
             out = model(x)
-            t = _targets(target, out.logits)
+            t = targets(target, out.logits)
             (grad,) = torch.autograd.grad(out.logits.gather(1, t[:, None]).sum(), seen[-1])
     finally:
         handle.remove()
@@ -46,6 +44,7 @@ def gradcam(model: VisionTransformer, x: Tensor, target: int | Tensor | None = N
     return (weights * acts).sum(dim=-1).clamp(min=0).reshape(-1, gh, gw)
 
 
-def gradcam_map(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None) -> Tensor:
+@register("gradcam", title="GradCAM", cite="Selvaraju et al., ICCV 2017; last block's norm1")
+def gradcam_map(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """GradCAM on the default layer (the registry's ``gradcam``)."""
     return gradcam(model, x, target)

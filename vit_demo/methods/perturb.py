@@ -25,15 +25,16 @@ reveal or hide that map's top measure how much the class probability depends on 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .model import VisionTransformer
+from ..model import VisionTransformer
+from .lrp import gated_lrp_map
+from .passes import masked_scores, targets
+from .registry import Target, register
 
 
 @dataclass(frozen=True)
@@ -57,32 +58,6 @@ def rise_masks(grid: tuple[int, int], s: RiseSettings) -> Tensor:
     return torch.stack([up[i, y : y + gh, x : x + gw] for i, (y, x) in enumerate(zip(dy.tolist(), dx.tolist()))])
 
 
-@torch.inference_mode()
-def masked_scores(
-    model: VisionTransformer, x: Tensor, masks: Tensor, target: Tensor, chunk: int,
-    progress: Callable[[float], Any] | None = None,
-) -> Tensor:
-    """Target probability of every image under every mask: x [B, 3, h, w], masks [M, gh, gw]
-    (the same for every image) or [B, M, gh, gw] (one set per image), patch level, values in
-    [0, 1] (1 = the patch shows the image, 0 = it is blended to 0, the mean colour), target [B]
-    -> [B, M]. The B*M inputs are made and run ``chunk`` at a time; ``progress(fraction done)``
-    is called after every forward pass."""
-    p = model.cfg.patch_size
-    B = x.shape[0]
-    masks = masks.to(x.device).expand(B, *masks.shape[-3:])  # [B, M, gh, gw]
-    M = masks.shape[1]
-    out = torch.empty(B * M, device=x.device)
-    for start in range(0, B * M, chunk):
-        idx = torch.arange(start, min(start + chunk, B * M), device=x.device)
-        b, m = idx // M, idx % M
-        pixels = masks[b, m].to(x.dtype).repeat_interleave(p, dim=-2).repeat_interleave(p, dim=-1)  # [c, h, w]
-        probs = model(x[b] * pixels[:, None]).logits.float().softmax(dim=-1)
-        out[start : start + len(idx)] = probs.gather(1, target[b][:, None])[:, 0]
-        if progress is not None:
-            progress((start + len(idx)) / (B * M))
-    return out.reshape(B, M)
-
-
 def rise_from_scores(scores: Tensor, masks: Tensor) -> Tensor:
     """The contrast estimator: scores [B, M], masks [M, gh, gw] -> saliency [B, gh, gw]."""
     m = masks.to(scores.device, scores.dtype).flatten(1)  # [M, n]
@@ -91,26 +66,17 @@ def rise_from_scores(scores: Tensor, masks: Tensor) -> Tensor:
     return (shown - hidden).reshape(-1, *masks.shape[1:])
 
 
-def rise(
-    model: VisionTransformer, x: Tensor, target: int | Tensor | None = None, settings: RiseSettings | None = None,
-    progress: Callable[[float], Any] | None = None,
-) -> Tensor:
+@register("rise", title="RISE", cite="Petsiuk et al., BMVC 2018; 256 masks", slow=True)
+def rise(model: VisionTransformer, x: Tensor, target: Target = None, settings: RiseSettings | None = None) -> Tensor:
     """RISE saliency [B, gh, gw] for the target class (None: the top-1 class of each image);
-    ``progress`` as in :func:`masked_scores`."""
-    from .explain import _targets
-
+    the forward passes report their progress (:func:`vit_demo.progress.report`)."""
     s = settings or RiseSettings()
     p = model.cfg.patch_size
     grid = (x.shape[-2] // p, x.shape[-1] // p)
     with torch.inference_mode():
-        t = _targets(target, model(x).logits)
+        t = targets(target, model(x).logits)
     masks = rise_masks(grid, s)
-    return rise_from_scores(masked_scores(model, x, masks, t, s.chunk, progress), masks)
-
-
-def rise_map(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None) -> Tensor:
-    """RISE with the default settings (the registry's ``rise``)."""
-    return rise(model, x, target)
+    return rise_from_scores(masked_scores(model, x, masks, t, s.chunk, "masks"), masks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,10 +137,10 @@ def unit_range(t: Tensor) -> Tensor:
     return (f / f.amax(dim=1, keepdim=True).clamp(min=1e-12)).reshape(t.shape)
 
 
-def causal_lrp(
-    model: VisionTransformer, x: Tensor, target: int | Tensor | None = None, settings: CausalSettings | None = None,
-    progress: Callable[[float], Any] | None = None, seed_map: Tensor | None = None,
-) -> Tensor:
+@register("lrp-causal", title="Causal LRP", cite="this project: gated CP-LRP x perturbation effect, 256 masks",
+          slow=True)
+def causal_lrp(model: VisionTransformer, x: Tensor, target: Target = None, settings: CausalSettings | None = None
+               ) -> Tensor:
     """Causal LRP [B, gh, gw]: the gated LRP map (``lrp-gated``, one forward and two backward
     passes) times each patch's effect on the class probability, measured with ``masks`` forward
     passes on masks that follow the gated map (:func:`seeded_masks`, :func:`patch_effects`).
@@ -183,19 +149,13 @@ def causal_lrp(
     contexts the deletion and insertion curves visit (the map's top shown alone, or hidden from
     the whole image) and demotes patches the probability does not depend on. Both factors are
     scaled to [0, 1] and multiplied. Settings chosen on 50 ImageNet sample photos outside the
-    quick subset (sorted indices 5, 25, ..., 985), never on the evaluation photos.
-    ``seed_map``: the gated LRP map [B, gh, gw] for these targets, if already computed."""
-    from .explain import METHODS, _targets
-
+    quick subset (sorted indices 5, 25, ..., 985), never on the evaluation photos. Inside
+    :func:`~vit_demo.methods.registry.reuse`, a gated map already computed for these targets is reused."""
     s = settings or CausalSettings()
     with torch.no_grad():  # not inference mode: the targets index the seed's backward pass
-        t = _targets(target, model(x).logits)
-    seed = METHODS["lrp-gated"](model, x, t).detach() if seed_map is None else seed_map
+        t = targets(target, model(x).logits)
+    seed = gated_lrp_map(model, x, t).detach()
     shown, stratum = seeded_masks(seed, s)
-    effect = patch_effects(masked_scores(model, x, shown, t, s.chunk, progress), shown, stratum.to(x.device))
+    effect = patch_effects(masked_scores(model, x, shown, t, s.chunk, "masks"), shown, stratum.to(x.device))
     return unit_range(seed.clamp(min=0)) * unit_range(effect)
 
-
-def causal_lrp_map(model: VisionTransformer, x: Tensor, target: int | Tensor | None = None) -> Tensor:
-    """Causal LRP with the default settings (the registry's ``lrp-causal``)."""
-    return causal_lrp(model, x, target)

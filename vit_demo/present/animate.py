@@ -5,9 +5,9 @@ play side by side in one frame or as separate files:
 
 - ``attention``: the raw [class] attention of layer *l* (mean over heads, or one head);
 - ``rollout``: attention rollout (Abnar & Zuidema 2020) accumulated up to layer *l*, i.e.
-  :func:`vit_demo.explain.rollout` of the layers 0..l;
+  :func:`vit_demo.methods.rollout.rollout` of the layers 0..l;
 - ``relevance``: Chefer et al. (ICCV 2021) relevance accumulated block by block, i.e.
-  :func:`vit_demo.explain.chefer_relevance` of the blocks 0..l.
+  :func:`vit_demo.methods.gradients.chefer_relevance` of the blocks 0..l.
 
 So the last frame of each clip is exactly the map the app and ``explain`` show. Each clip has
 ONE colour scale for all its frames (its min..max over every layer), so that the eye sees the
@@ -29,8 +29,12 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from . import explain, viz
-from .model import TokenLayout
+from .. import viz
+from ..methods.attention import captured, cls_attention
+from ..methods.gradients import attention_gradients, chefer_relevance
+from ..methods.rollout import rollout
+from ..model import TokenLayout
+from ..preprocess import preprocess
 
 CLIPS = ("attention", "rollout", "relevance")
 FORMATS = ("gif", "mp4")
@@ -85,12 +89,12 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 def attention_layers(attentions: Sequence[torch.Tensor], layout: TokenLayout, head: int | None = None) -> np.ndarray:
     """[L, gh, gw]: the [class] attention of every layer (first image of the batch)."""
-    return np.stack([_np(explain.cls_attention(attentions, layout, i, head)[0]) for i in range(len(attentions))])
+    return np.stack([_np(cls_attention(attentions, layout, i, head)[0]) for i in range(len(attentions))])
 
 
 def rollout_layers(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> np.ndarray:
     """[L, gh, gw]: rollout of the layers 0..l, for every l (the last one is ``rollout``)."""
-    return np.stack([_np(explain.rollout(attentions[: i + 1], layout)[0]) for i in range(len(attentions))])
+    return np.stack([_np(rollout(attentions[: i + 1], layout)[0]) for i in range(len(attentions))])
 
 
 def relevance_layers(
@@ -98,7 +102,7 @@ def relevance_layers(
 ) -> np.ndarray:
     """[L, gh, gw]: Chefer relevance after blocks 0..l, for every l (the last one is the map)."""
     L = len(attentions)
-    return np.stack([_np(explain.chefer_relevance(attentions[: i + 1], grads[: i + 1], layout)[0]) for i in range(L)])
+    return np.stack([_np(chefer_relevance(attentions[: i + 1], grads[: i + 1], layout)[0]) for i in range(L)])
 
 
 def layer_clips(
@@ -120,11 +124,10 @@ def layer_clips(
     if head is not None and not 0 <= head < model.cfg.num_heads:
         raise ValueError(f"head {head} is outside 0..{model.cfg.num_heads - 1}")
     if headless:
-        with torch.no_grad():
-            out = model(x, capture=True)
+        out = captured(model, x)
         attentions, grads, layout, info = out.attentions, None, out.layout, {}
     else:
-        ag = explain.attention_gradients(model, x, target)
+        ag = attention_gradients(model, x, target)
         attentions, grads, layout = ag.attentions, ag.grads, ag.layout
         t = int(ag.target[0])
         info = {"target": t, "prob": float(ag.logits.float().softmax(-1)[0, t])}
@@ -371,8 +374,6 @@ def animate_image(
     Returns a record: the files written, their frame counts, each clip's colour scale and
     the class the relevance explains.
     """
-    from .preprocess import preprocess
-
     if fmt not in FORMATS:
         raise ValueError(f"animations are {' or '.join(FORMATS)}, not {fmt!r}")
     x, picture = preprocess(image, lm.data_config)

@@ -12,18 +12,15 @@ then, once per deck: a comparison of the images (several images only), the check
 weights). Every slide has a title, a full-resolution rendered figure and speaker notes of two
 to four sentences that name the paper the figure comes from.
 
-:func:`build_slides` computes everything and returns plain :class:`~vit_demo.viz.slides.Slide`
-records; :mod:`vit_demo.viz.slides` lays them out as PowerPoint (python-pptx, 16:9, editable,
+:func:`build_slides` computes everything and returns plain :class:`~vit_demo.present.slides.Slide`
+records; :mod:`vit_demo.present.slides` lays them out as PowerPoint (python-pptx, 16:9, editable,
 one PowerPoint section per image) or PDF (the same layout, for people without PowerPoint).
-The ``deck`` command is :func:`register`.
+The ``deck`` command is :mod:`vit_demo.cli.deck`.
 """
 
 from __future__ import annotations
 
-import argparse
-import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,10 +28,17 @@ import torch
 from matplotlib.figure import Figure
 from PIL import Image
 
-from . import explain, viz
-from .faithfulness import RANDOM_SEEDS
-from .side_by_side import MAX_IMAGES, Panel, images_figure
-from .viz.slides import FORMATS, Slide, write
+from .. import methods, viz
+from ..analysis import analyze, class_maps
+from ..checkpoints.verify import DEFAULT_TOL, compare_one, timm_twin, verdict
+from ..evaluate.curves import RANDOM_SEEDS, auc_table, method_curves
+from ..evaluate.faithfulness import method_maps
+from ..methods.attention import cls_attention, head_maps
+from ..methods.rollout import rollout
+from ..viz.charts import faithfulness_figure, model_card_figure, shorten, timm_check_figure
+from ..viz.export import render_png
+from ..viz.panels import MAX_PANELS, Panel, images_figure
+from .slides import Slide
 
 PER_IMAGE = 6  # slides in each image's section
 
@@ -54,119 +58,26 @@ PAPERS = {
 def faithfulness_scores(model, x: torch.Tensor, target: int, maps: dict[str, Any] | None = None,
                         seeds: Sequence[int] = RANDOM_SEEDS) -> dict[str, dict[str, Any]]:
     """Deletion / insertion AUC (Petsiuk et al. 2018) of each method on ONE input ``x`` [1, 3, h, w],
-    tracking the probability of ``target``, with the protocol of :mod:`vit_demo.faithfulness`.
+    tracking the probability of ``target``, with the protocol of :mod:`vit_demo.evaluate.curves`.
 
     ``maps``: ``{method: [gh, gw] map}`` already computed (default: the single-pass methods,
-    :data:`vit_demo.explain.DEFAULT_METHODS`, computed here; the slow ones only when passed in);
+    :func:`vit_demo.methods.single_pass`, computed here; the slow ones only when passed in);
     ``random``: the mean over random patch orders, one per seed, drawn as
-    :func:`vit_demo.faithfulness.evaluate` draws them. All orders go through the model in one
-    batch, the clean and the blank input (the curves' ends) once.
+    :func:`vit_demo.evaluate.faithfulness.evaluate` draws them. All orders go through the model
+    in one batch, the clean and the blank input (the curves' ends) once.
     """
-    from .faithfulness import _curves, _random_orders, patch_order
-
     if not seeds:
         raise ValueError("the random baseline needs at least one seed")
     if maps is None:
-        maps = {name: explain.METHODS[name](model, x, target)[0] for name in explain.DEFAULT_METHODS}
-    gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
-    saliency = torch.stack([torch.as_tensor(np.asarray(m), dtype=torch.float32) for m in maps.values()])
-    random = _random_orders(gh * gw, [torch.Generator().manual_seed(s) for s in seeds])
-    orders = torch.cat([patch_order(saliency), random]).to(x.device)  # [methods + seeds, n]
+        names = methods.single_pass()
+        maps = dict(zip(names, (m[0] for m in method_maps(model, x, torch.tensor([int(target)]), names))))
+    saliency = [torch.as_tensor(np.asarray(m), dtype=torch.float32)[None] for m in maps.values()]
     t = torch.tensor([int(target)], device=x.device)
-    d, i = _curves(model, x, orders[None], t, per_step=gw)
-    d, i = d[0].double().cpu(), i[0].double().cpu()
-    k = len(maps)
-    rows = [*zip(maps, d[:k], i[:k]), ("random", d[k:].mean(0), i[k:].mean(0))]
-    return {name: {"deletion_auc": float(dc.mean()), "insertion_auc": float(ic.mean()),
-                   "deletion_curve": dc.tolist(), "insertion_curve": ic.tolist()} for name, dc, ic in rows}
+    d, i = method_curves(model, x, saliency, t, [torch.Generator().manual_seed(s) for s in seeds])
+    return auc_table(list(maps), d[0].double().cpu(), i[0].double().cpu())
 
 
-# ----------------------------------------------------------------------------- figures made here
-
-
-def _plain_figure(w: float, h: float) -> Figure:
-    return Figure(figsize=(w, h), layout="constrained", facecolor="white")
-
-
-def faithfulness_figure(scores: dict[str, dict[str, Any]]) -> Figure:
-    """Deletion and insertion curves of every method (and random), AUCs in the legend."""
-    fig = _plain_figure(9.0, 4.6)
-    axes = fig.subplots(1, 2, sharey=True)
-    colours = {"attention": "#9467bd", "rollout": "#ff7f0e", "grad-rollout": "#2ca02c", "chefer": "#d62728",
-               "random": "#888888"}
-    for ax, kind, better in zip(axes, ("deletion", "insertion"), ("lower", "higher")):
-        for name, s in scores.items():
-            c = s[f"{kind}_curve"]
-            ax.plot(np.linspace(0, 100, len(c)), np.asarray(c) * 100, color=colours.get(name, None),
-                    linestyle="--" if name == "random" else "-", linewidth=2.2 if name == "chefer" else 1.6,
-                    label=f"{name}  {s[f'{kind}_auc']:.3f}")
-        ax.set_title(f"{kind.capitalize()}: AUC {better} is better", fontsize=viz.LABEL_SIZE + 1, color=viz.TEXT_COLOR)
-        ax.set_xlabel(f"patches {'removed' if kind == 'deletion' else 'shown'}, most relevant first (%)",
-                      fontsize=viz.LABEL_SIZE - 1, color=viz.TEXT_COLOR)
-        ax.legend(fontsize=viz.TICK_SIZE, frameon=False, title="method  AUC", title_fontsize=viz.TICK_SIZE)
-        ax.grid(True, color="#e6e6e6", linewidth=0.8)
-        ax.set_xlim(0, 100)
-        ax.tick_params(labelsize=viz.TICK_SIZE, colors=viz.TEXT_COLOR)
-        for s in ("top", "right"):
-            ax.spines[s].set_visible(False)
-    axes[0].set_ylabel("probability of the class (%)", fontsize=viz.LABEL_SIZE - 1, color=viz.TEXT_COLOR)
-    axes[0].set_ylim(0, None)
-    return fig
-
-
-def timm_check_figure(checks: Sequence[dict[str, Any]], names: Sequence[str], tol: float) -> Figure:
-    """Per layer, the largest |attention difference| between our model and timm's over the
-    images (log scale, tolerance dashed), and per image the largest |logit difference|."""
-    fig = _plain_figure(11.0, 4.6)
-    left, right = fig.subplots(1, 2, width_ratios=[1.5, 1])
-    layers = np.max(np.asarray([c["layer_attn_max_diff"] for c in checks]), axis=0)
-    floor = 1e-10  # a log axis cannot show 0: exact zeros sit on the floor, labelled "0"
-    left.bar(np.arange(len(layers)), np.maximum(layers, floor), color=viz.ACCENT)
-    left.set_yscale("log")
-    left.set_ylim(floor / 3, max(tol, float(layers.max())) * 30)
-    for i, v in enumerate(layers):
-        if v == 0:
-            left.text(i, floor * 1.5, "0", ha="center", va="bottom", fontsize=viz.TICK_SIZE, color=viz.TEXT_COLOR)
-    left.axhline(tol, color="#c0392b", linestyle="--", linewidth=1.4, label=f"tolerance {tol:g}")
-    left.set_xticks(np.arange(len(layers)), [str(i) for i in range(len(layers))])
-    left.set_xlabel("layer", fontsize=viz.LABEL_SIZE, color=viz.TEXT_COLOR)
-    left.set_ylabel("max |attention difference|", fontsize=viz.LABEL_SIZE, color=viz.TEXT_COLOR)
-    left.set_title("Attention probabilities, every layer", fontsize=viz.LABEL_SIZE + 1, color=viz.TEXT_COLOR)
-    left.legend(frameon=False, fontsize=viz.TICK_SIZE, loc="upper left")
-    logit = [max(c["max_abs_logit_diff"], floor) for c in checks]
-    y = np.arange(len(checks))[::-1]
-    right.barh(y, logit, color=["#2ca02c" if c["topk_agree"] else "#c0392b" for c in checks], height=0.6)
-    right.set_xscale("log")
-    right.set_xlim(floor / 3, max(tol, max(logit)) * 30)
-    for yi, c in zip(y, checks):
-        if c["max_abs_logit_diff"] == 0:
-            right.text(floor * 1.5, yi, " 0 (bit-identical)", va="center", fontsize=viz.TICK_SIZE, color=viz.TEXT_COLOR)
-    right.axvline(tol, color="#c0392b", linestyle="--", linewidth=1.4)
-    right.set_yticks(y, [_short(n, 18) for n in names])
-    right.set_xlabel("max |logit difference|", fontsize=viz.LABEL_SIZE, color=viz.TEXT_COLOR)
-    right.set_title("Logits per image (green: same top-5)", fontsize=viz.LABEL_SIZE + 1, color=viz.TEXT_COLOR)
-    for ax in (left, right):
-        ax.tick_params(labelsize=viz.TICK_SIZE, colors=viz.TEXT_COLOR)
-        for s in ("top", "right"):
-            ax.spines[s].set_visible(False)
-    return fig
-
-
-def model_card_figure(rows: Sequence[tuple[str, str]]) -> Figure:
-    """The model's facts as a two-column table."""
-    fig = Figure(figsize=(9.0, 0.42 * len(rows) + 0.3), facecolor="white")
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.axis("off")
-    n = len(rows)
-    for k, (key, value) in enumerate(rows):
-        y = 1 - (k + 0.5) / n
-        if k % 2 == 0:
-            ax.axhspan(1 - (k + 1) / n, 1 - k / n, color="#f2f5f9", zorder=0)
-        ax.text(0.02, y, key, fontsize=14, color=viz.MUTED_COLOR, va="center")
-        ax.text(0.36, y, value, fontsize=14, color=viz.TEXT_COLOR, va="center", fontweight="bold")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    return fig
+# ----------------------------------------------------------------------------- pictures for slides
 
 
 def display_name(stem: str) -> str:
@@ -177,26 +88,10 @@ def display_name(stem: str) -> str:
     return stem.replace("_", " ").strip() or "image"
 
 
-def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def _render(fig: Figure, width_px: int, pad: float = 0.12) -> Image.Image:
-    """``fig`` as a picture ``width_px`` wide, its white margin trimmed. The PNG bytes stay in
-    ``info["png"]`` so that the PowerPoint file reuses them instead of encoding again (fast
-    zlib: decks hold many large pictures)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
-    fig.draw_without_rendering()
-    box = fig.get_tightbbox(canvas.get_renderer()).padded(pad)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=(int(width_px) + 0.25) / box.width, bbox_inches=box, facecolor="white",
-                pil_kwargs={"compress_level": 2})
-    img = Image.open(io.BytesIO(buf.getvalue()))
-    img.load()
-    img.info["png"] = buf.getvalue()
-    return img
+    """``fig`` as a picture ``width_px`` wide, margin trimmed, its PNG bytes kept for the
+    PowerPoint file (fast zlib: decks hold many large pictures)."""
+    return render_png(fig, width_px, pad, compress_level=2)
 
 
 def _narrow(fig: Figure, width_in: float) -> Figure:
@@ -221,8 +116,6 @@ def _pct(p: float) -> str:
 def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
                  cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
     """The six slides of one image's section (``seeds``: the random baseline's patch orders)."""
-    from .analysis import analyze, class_maps
-
     a = analyze(lm, image)
     L, H, p = a.depth, a.num_heads, a.patch_size
     gh, gw = a.layout.grid
@@ -249,7 +142,7 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         f"the classifier reads. This is the core idea of {PAPERS['vit']}: an image is a sequence of words.",
         section, f"{gh * gw} patches + {a.layout.num_prefix} prefix token(s) = {gh * gw + a.layout.num_prefix} tokens",
     ))
-    heads = explain.head_maps(a.attentions, a.layout, L - 1)[0]
+    heads = head_maps(a.attentions, a.layout, L - 1)[0]
     slides.append(Slide(
         f"The {H} heads of the last layer",
         [_render(viz.heads_figure(a.picture, heads, cmap=cmap, layer=L - 1), width_px)],
@@ -258,7 +151,7 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         f"some on the background, as observed in {PAPERS['vit']}.",
         section, f"[class] attention per head, layer {L - 1}",
     ))
-    per_layer = {f"layer {i}": explain.cls_attention(a.attentions, a.layout, i)[0] for i in range(L)}
+    per_layer = {f"layer {i}": cls_attention(a.attentions, a.layout, i)[0] for i in range(L)}
     slides.append(Slide(
         "Attention across the layers",
         [_render(viz.compare_figure(a.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
@@ -267,7 +160,7 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
         section, "[class] attention, mean of heads, each layer on its own scale",
     ))
-    roll = explain.rollout(a.attentions, a.layout)[0]
+    roll = rollout(a.attentions, a.layout)[0]
     slides.append(Slide(
         "Attention rollout",
         [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label="rollout", show_input=True), width_px)],
@@ -277,13 +170,13 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         section, "All layers multiplied, residual included (class-agnostic)",
     ))
     maps = class_maps(a, lm, cls)
-    last = explain.cls_attention(a.attentions, a.layout, L - 1)[0]
+    last = cls_attention(a.attentions, a.layout, L - 1)[0]
     scores = faithfulness_scores(lm.model, a.x, cls, {"attention": last, "rollout": roll, **maps}, seeds)
     ch, rnd = scores["chefer"], scores["random"]
     compare = viz.compare_figure(a.picture, {"gradient-weighted rollout": maps["grad-rollout"],
                                              "relevance (Chefer et al.)": maps["chefer"]}, cmap=cmap, show_input=False)
     slides.append(Slide(
-        f"Why '{_short(cls_name, 28)}'? Class-specific relevance",
+        f"Why '{shorten(cls_name, 28)}'? Class-specific relevance",
         [_render(compare, width_px // 2), _render(faithfulness_figure(scores), width_px)],
         f"Relevance weights each head's attention by the gradient of the class score and accumulates it block by block "
         f"({PAPERS['chefer2']}; {PAPERS['chefer']}), so it explains {explained}. "
@@ -300,8 +193,8 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
 
 def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str) -> Slide:
     """Relevance of up to four images side by side, on one colour scale."""
-    fig = images_figure(panels[:MAX_IMAGES], names[:MAX_IMAGES], None, "relevance", cmap, show_inputs=False)
-    more = f" (the first {MAX_IMAGES} of {len(panels)})" if len(panels) > MAX_IMAGES else ""
+    fig = images_figure(panels[:MAX_PANELS], names[:MAX_PANELS], None, "relevance", cmap, show_inputs=False)
+    more = f" (the first {MAX_PANELS} of {len(panels)})" if len(panels) > MAX_PANELS else ""
     return Slide(
         "The images side by side", [_render(fig, width_px)],
         f"The same method for every image{more}: class-specific relevance ({PAPERS['chefer2']}), on one colour scale, "
@@ -312,8 +205,6 @@ def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: in
 
 
 def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: str | None, width_px: int) -> Slide:
-    from .verify import DEFAULT_TOL, compare_one, timm_twin, verdict
-
     tm = timm_twin(lm, weights)
     checks = [compare_one(lm.model, tm, x, repeats=1) for x in xs]
     worst = max(checks, key=lambda c: c["max_abs_logit_diff"])
@@ -342,7 +233,7 @@ def closing_slide(lm, width_px: int) -> Slide:
         ("MLP width", f"{int(cfg.embed_dim * cfg.mlp_ratio)}"),
         ("parameters", f"{params:,} ({params / 1e6:.1f} M)"),
         ("classes", f"{cfg.num_classes:,}"),
-        ("weights", _short(lm.source, 60)),
+        ("weights", shorten(lm.source, 60)),
         ("reference", f"timm {lm.timm_name}" if lm.timm_name else "none"),
     ]
     return Slide(
@@ -390,56 +281,3 @@ def slide_count(images: int) -> int:
     """Slides in a deck of ``images`` images: six per image, a comparison when there are
     several, the timm check and the closing slide."""
     return PER_IMAGE * images + (1 if images > 1 else 0) + 2
-
-
-# ----------------------------------------------------------------------------- the command
-
-
-def cmd_deck(args: argparse.Namespace) -> int:
-    from .cli import UserError, load_from_args
-    from .explain_cli import _parse_class
-    from .images import find_images, load_image
-
-    paths = find_images(args.images)
-    if not paths:
-        raise UserError("no images found in " + ", ".join(args.images))
-    if args.random_orders < 1:
-        raise UserError("--random-orders: the random baseline needs at least 1 order")
-    out = Path(args.out)
-    fmt = args.format or (out.suffix.lstrip(".").lower() if out.suffix.lower() in (".pptx", ".pdf") else "pptx")
-    if out.suffix.lower() != f".{fmt}":
-        out = out.with_suffix(f".{fmt}")
-    lm = load_from_args(args)
-    target = None
-    if args.target is not None:
-        if lm.model.cfg.num_classes == 0:
-            raise UserError(f"--class: {lm.name} is headless (no classifier)")
-        target = _parse_class(args.target, lm.labels)
-    if lm.model.cfg.num_classes == 0:
-        raise UserError(f"{lm.name} is headless: a deck needs a classifier (predictions, relevance)")
-    images = [load_image(p) for p in paths]
-    names = [display_name(p.stem) for p in paths]
-    slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap,
-                          tuple(range(args.random_orders)))
-    write(slides, out, fmt)
-    print(f"wrote {out} ({len(slides)} slides)")
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``deck`` sub-command to the CLI."""
-    from .cli import add_model_args
-
-    p = subparsers.add_parser("deck", help="a ready-made slide deck (PowerPoint or PDF) about one or more images",
-                              description="Write a 16:9 slide deck: one section per image, then the check against "
-                                          "timm and the model. Speaker notes on every slide.")
-    p.add_argument("images", nargs="+", help="image files or folders")
-    add_model_args(p)
-    p.add_argument("--class", dest="target", help="class to explain: index or label (default each image's top-1)")
-    p.add_argument("--out", required=True, help="output file, e.g. talk.pptx")
-    p.add_argument("--format", choices=FORMATS, help="pptx (default) or pdf; default from the --out suffix")
-    p.add_argument("--width", type=int, default=2400, help="pixel width of the rendered figures (default 2400)")
-    p.add_argument("--cmap", default="inferno", help="any matplotlib colormap (default inferno)")
-    p.add_argument("--random-orders", type=int, default=len(RANDOM_SEEDS),
-                   help=f"random patch orders averaged for the faithfulness baseline (default {len(RANDOM_SEEDS)})")
-    p.set_defaults(func=cmd_deck)

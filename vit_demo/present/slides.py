@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from PIL import Image
 
-from .style import MUTED_COLOR, TEXT_COLOR
+from ..viz.style import MUTED_COLOR, TEXT_COLOR
 
 FORMATS = ("pptx", "pdf")
 SLIDE_W, SLIDE_H = 40 / 3, 7.5  # inches, 16:9 (PowerPoint's own widescreen size)

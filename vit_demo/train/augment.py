@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .preprocess import DataConfig
+from ..preprocess import DataConfig
 
 
 @dataclass(frozen=True)

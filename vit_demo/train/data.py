@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from .images import IMAGE_SUFFIXES, ImageError, load_image
-from .preprocess import DataConfig, model_input_image
+from ..images import IMAGE_SUFFIXES, ImageError, load_image
+from ..preprocess import DataConfig, model_input_image
 
 SHAPES = ("circle", "square", "triangle", "star")
 BOXES_FILE = "boxes.json"
@@ -286,25 +286,3 @@ def load_cifar10(dc: DataConfig, store_size: int = 32, timeout: float = 3.0) -> 
     tx, ty = convert(train, store_dc)
     vx, vy = convert(test, dc)
     return TrainData(list(train.classes), tx, ty, vx, vy, 0, "cifar10")
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def cmd_shapes(args) -> int:
-    meta = make_shapes(args.out, args.per_class, args.size, args.seed)
-    n = meta["per_class"] * len(meta["classes"])
-    print(f"wrote {n} pictures ({', '.join(meta['classes'])}; {args.size} px) and {BOXES_FILE} to {args.out}")
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add ``data shapes`` to the CLI."""
-    p = subparsers.add_parser("data", help="make training data (procedural shapes with bounding boxes)")
-    sub = p.add_subparsers(dest="data_command", required=True)
-    s = sub.add_parser("shapes", help="circles, squares, triangles and stars as an ImageFolder + boxes.json")
-    s.add_argument("--out", required=True, help="output folder")
-    s.add_argument("--per-class", type=int, default=1000, help="pictures per class (default 1000)")
-    s.add_argument("--size", type=int, default=32, help="picture size in pixels (default 32)")
-    s.add_argument("--seed", type=int, default=0)
-    s.set_defaults(func=cmd_shapes)

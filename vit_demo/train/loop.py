@@ -1,22 +1,18 @@
 """Train the from-scratch ViT: from scratch on a folder of pictures, or by fine-tuning a
-checkpoint (a new head; ``--freeze-backbone`` for a linear probe). One process, or several
+checkpoint (a new head; ``freeze_backbone`` for a linear probe). One process, or several
 with ``torchrun`` (DistributedDataParallel; gloo on CPU, nccl on GPU).
 
-The recipe is the one the ViT / DeiT papers and timm's train script use, sized for small data:
-AdamW, linear warm-up then cosine decay, label smoothing, random-resized-crop + flip + colour
-jitter for training and the model's eval transform for validation. The pictures sit in memory
-as uint8 tensors and are augmented a batch at a time (vit_demo.augment).
+The hyper-parameters are :mod:`.recipe`'s; validation runs through the model's eval transform.
+The pictures sit in memory as uint8 tensors and are augmented a batch at a time (:mod:`.augment`).
 
 Nothing is lost: after every epoch the whole training state goes to ``OUT.train-state``, and
-``--resume`` continues from the last finished epoch to the same result as an uninterrupted run
+``resume`` continues from the last finished epoch to the same result as an uninterrupted run
 (every random draw comes from a generator seeded by (seed, epoch, rank)).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -29,12 +25,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .augment import AugmentConfig, eval_batch, train_batch
+from ..checkpoints.files import save
+from ..checkpoints.load import load_model, resolve_device
+from ..model import VisionTransformer
+from ..preprocess import DataConfig
+from ..viz.charts import training_figure
+from ..viz.export import save_figure
+from .augment import eval_batch, train_batch
 from .data import DataError, TrainData, common_size, index_folder, load_cifar10, load_folder
-from .model import VisionTransformer, ViTConfig, resample_pos_embed
-from .preprocess import DataConfig
+from .recipe import (
+    Recipe,
+    finetune_recipe,
+    make_optimizer,
+    scratch_config,
+    scratch_data_config,
+    scratch_recipe,
+    warmup_cosine,
+    with_new_head,
+)
 
 STATE_SUFFIX = ".train-state"  # beside OUT; not a checkpoint suffix, so the app never lists it
+
+
+class ResumeError(ValueError):
+    """``resume`` cannot continue: no saved state, or one saved by a different run."""
 
 
 @dataclass
@@ -55,65 +69,6 @@ class TrainOptions:
     resume: bool = False
     device: str = "auto"
     progress: bool = True
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Hyper-parameters. Defaults from :func:`scratch_recipe` / :func:`finetune_recipe`."""
-
-    epochs: int
-    batch_size: int
-    lr: float  # peak learning rate (the head's, when fine-tuning)
-    backbone_lr_scale: float  # backbone LR = lr * this (fine-tuning); 1 from scratch
-    weight_decay: float
-    warmup_epochs: float
-    label_smoothing: float
-    grad_clip: float
-    augment: AugmentConfig
-
-
-def scratch_recipe() -> Recipe:
-    """Small data, small pictures: a narrow, shallow ViT trained for a few dozen epochs."""
-    return Recipe(epochs=50, batch_size=64, lr=1e-3, backbone_lr_scale=1.0, weight_decay=0.05, warmup_epochs=3,
-                  label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.5, 1.0), jitter=0.3))
-
-
-def finetune_recipe(freeze: bool) -> Recipe:
-    """A pretrained backbone: few epochs, gentle crops, a 10x lower LR for the backbone."""
-    return Recipe(epochs=5 if not freeze else 8, batch_size=16, lr=1e-3, backbone_lr_scale=0.1, weight_decay=0.05,
-                  warmup_epochs=1, label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.35, 1.0), jitter=0.2))
-
-
-def scratch_config(img_size: int, num_classes: int, patch_size: int | None = None) -> ViTConfig:
-    """The default from-scratch architecture: patch 4 at 32 px (an 8x8 grid; larger pictures
-    keep about 8 patches a side), width 96, 4 blocks, 4 heads, MLP ratio 2: about 0.3 M parameters."""
-    p = patch_size or max(2, round(img_size / 8))
-    if img_size % p:
-        raise DataError(f"--img-size {img_size} is not a multiple of the patch size {p}; pass --patch-size")
-    return ViTConfig(img_size=(img_size, img_size), patch_size=p, embed_dim=96, depth=4, num_heads=4, mlp_ratio=2.0,
-                     num_classes=num_classes)
-
-
-def scratch_data_config(img_size: int) -> DataConfig:
-    """Eval transform of a model trained here: resize the shorter side, center-crop (no margin)."""
-    return DataConfig(input_size=(img_size, img_size), interpolation="bicubic", crop_pct=1.0, crop_mode="center",
-                      mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
-
-
-def with_new_head(model: VisionTransformer, num_classes: int, img_size: int | None = None) -> VisionTransformer:
-    """A copy of ``model`` with a fresh zero head for ``num_classes`` (and, given ``img_size``, its
-    position embeddings resampled to that size)."""
-    cfg = model.cfg
-    size = (img_size, img_size) if img_size else cfg.img_size
-    new = VisionTransformer(replace(cfg, num_classes=num_classes, img_size=size)).init_weights()
-    sd = {k: v for k, v in model.state_dict().items() if not k.startswith(("head.", "head_dist."))}
-    if size != cfg.img_size:
-        P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
-        pos = sd["pos_embed"]
-        sd["pos_embed"] = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, new.cfg.grid_size)], 1)
-    missing, unexpected = new.load_state_dict(sd, strict=False)
-    assert not unexpected and all(k.startswith(("head.", "head_dist.")) for k in missing), (missing, unexpected)
-    return new
 
 
 # ----------------------------------------------------------------------------- distributed
@@ -184,8 +139,6 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
         dc, recipe, mode, base = scratch_data_config(size), scratch_recipe(), "scratch", "scratch"
         store = size
     else:
-        from .weights import load_model
-
         if opts.patch_size:
             raise DataError("--patch-size only applies from scratch (a checkpoint fixes its patch size)")
         lm = load_model(weights=opts.from_, device="cpu")
@@ -201,37 +154,6 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
     data = load_cifar10(dc, store) if cifar else load_folder(index, dc, opts.val_split, opts.seed, store,
                                                              progress=opts.progress, warn=log)
     return Setup(model, dc, data, recipe, mode, base)
-
-
-def make_optimizer(model: VisionTransformer, recipe: Recipe, freeze: bool) -> torch.optim.AdamW:
-    """AdamW; no weight decay on biases, norms, tokens and position embeddings (as timm does);
-    the head at ``lr``, the backbone at ``lr * backbone_lr_scale`` (or frozen)."""
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        is_head = name.startswith(("head.", "head_dist."))
-        if freeze and not is_head:
-            p.requires_grad_(False)
-            continue
-        groups.setdefault((is_head, p.ndim <= 1 or name in ("pos_embed", "cls_token", "dist_token", "reg_token")),
-                          []).append(p)
-    param_groups = [
-        {"params": ps, "lr": recipe.lr * (1.0 if is_head else recipe.backbone_lr_scale),
-         "weight_decay": 0.0 if no_decay else recipe.weight_decay}
-        for (is_head, no_decay), ps in sorted(groups.items())
-    ]
-    return torch.optim.AdamW(param_groups, lr=recipe.lr, betas=(0.9, 0.999))
-
-
-def warmup_cosine(total_steps: int, warmup_steps: int) -> Callable[[int], float]:
-    """LR multiplier: linear warm-up from ~0 to 1, then cosine decay to 0."""
-
-    def f(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
-
-    return f
 
 
 # ----------------------------------------------------------------------------- loops
@@ -307,14 +229,12 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
 
 
 def load_state(path: Path, fp: dict[str, Any]) -> dict[str, Any]:
-    from .cli import UserError
-
     if not path.is_file():
-        raise UserError(f"--resume: no training state at {path} (start without --resume)")
+        raise ResumeError(f"--resume: no training state at {path} (start without --resume)")
     state = torch.load(path, map_location="cpu", weights_only=True)
     diff = [k for k in fp if state["fingerprint"].get(k) != fp[k]]
     if diff:
-        raise UserError(f"--resume: {path.name} was saved by a run with different {', '.join(diff)}; "
+        raise ResumeError(f"--resume: {path.name} was saved by a run with different {', '.join(diff)}; "
                         f"resume with the same flags and data, or start without --resume")
     return state
 
@@ -324,8 +244,6 @@ def load_state(path: Path, fp: dict[str, Any]) -> dict[str, Any]:
 
 def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train as ``opts`` says; return the summary (the ``--json`` object)."""
-    from .weights import resolve_device
-
     t_start = time.perf_counter()
     device = resolve_device(opts.device)
     dist = init_distributed(device)
@@ -388,8 +306,6 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
 def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list[dict[str, float]],
            best: dict[str, Any], dist: Dist, seconds: float) -> dict[str, Any]:
     """Save the best checkpoint and the curves (rank 0) and return the summary."""
-    from .port import save
-
     last = history[-1] if history else {}
     val_acc = last.get("val_accuracy", float("nan"))
     accs = [h["val_accuracy"] for h in history if h["val_accuracy"] == h["val_accuracy"]]
@@ -407,7 +323,7 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
                                         "recipe": asdict(s.recipe), "history": history})}
         save(model, s.dc, opts.out, name="", source=f"trained here ({s.mode}) on "
              f"{s.data.source}", class_names=s.data.classes, extra_meta=meta)
-        plot_curves(history, curves_path(opts.out), title=f"{Path(opts.out).name} ({s.mode})")
+        save_figure(training_figure(history, title=f"{Path(opts.out).name} ({s.mode})"), curves_path(opts.out), width_px=900)
     return summary
 
 
@@ -415,74 +331,3 @@ def curves_path(out: str | os.PathLike) -> Path:
     p = Path(out)
     return p.with_name(p.name.split(".")[0] + ".curves.png")
 
-
-def plot_curves(history: list[dict[str, float]], path: Path, title: str = "") -> None:
-    """Loss (train, val) and validation accuracy per epoch, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ep = [h["epoch"] for h in history]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
-    a.plot(ep, [h["train_loss"] for h in history], "o-", label="train")
-    a.plot(ep, [h["val_loss"] for h in history], "o-", label="validation")
-    a.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
-    a.legend()
-    b.plot(ep, [h["val_accuracy"] for h in history], "o-", color="C2")
-    b.set(xlabel="epoch", ylabel="accuracy", ylim=(0, 1.02), title="validation accuracy")
-    b.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    opts = TrainOptions(data=args.data, out=args.out, from_=args.from_, img_size=args.img_size,
-                        patch_size=args.patch_size, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                        freeze_backbone=args.freeze_backbone, val_split=args.val_split, seed=args.seed,
-                        resume=args.resume, device=args.device, progress=not args.no_progress)
-    log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
-    try:
-        summary = run(opts, log)
-    except KeyboardInterrupt:
-        done = state_path(args.out)
-        print(f"interrupted; {'resume with --resume (state in ' + str(done) + ')' if done.exists() else 'no epoch finished'}",
-              file=sys.stderr)
-        return 130
-    if int(os.environ.get("RANK", "0")) == 0:
-        if args.json:
-            print(json.dumps(summary), flush=True)
-        else:
-            print(f"saved {summary['out']} (val accuracy {summary['val_accuracy']}, best {summary['best_val_accuracy']}; "
-                  f"{summary['seconds']:.0f} s); curves in {curves_path(args.out)}")
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``train`` sub-command."""
-    from .weights import DEFAULT_CHECKPOINT
-
-    p = subparsers.add_parser("train", help="train the ViT from scratch or fine-tune a checkpoint on an image folder")
-    p.add_argument("--data", required=True, help="ImageFolder (one sub-folder per class), or 'cifar10' (downloads)")
-    p.add_argument("--out", required=True, help="checkpoint to write (.safetensors)")
-    p.add_argument("--from", dest="from_", nargs="?", const=str(DEFAULT_CHECKPOINT), default=None,
-                   help="fine-tune this checkpoint (no value: the embedded DeiT-Tiny); default: from scratch")
-    p.add_argument("--img-size", type=int, help="model input size (default: the pictures' own size from scratch, "
-                                                "the checkpoint's when fine-tuning)")
-    p.add_argument("--patch-size", type=int, help="from scratch: patch size (default: about 8 patches a side)")
-    p.add_argument("--epochs", type=int, help="default 50 from scratch, 5 fine-tuning, 8 linear probe")
-    p.add_argument("--batch-size", type=int, help="global batch (split across torchrun processes); default 64 / 16")
-    p.add_argument("--lr", type=float, help="peak learning rate (default 1e-3)")
-    p.add_argument("--freeze-backbone", action="store_true", help="with --from: train the head only (linear probe)")
-    p.add_argument("--val-split", type=float, default=0.2, help="share of each class held out (default 0.2)")
-    p.add_argument("--seed", type=int, default=0, help="fixes the split, the init and every augmentation")
-    p.add_argument("--resume", action="store_true", help="continue from OUT.train-state (last finished epoch)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout (logs go to stderr)")
-    p.set_defaults(func=cmd_train)

@@ -7,9 +7,11 @@ Everything here takes numbers (numpy arrays or torch tensors, already computed b
 - a ``PIL.Image`` from the *fast* renderers in :mod:`~vit_demo.viz.previews`
   (:func:`overlay_image`, :func:`heads_image`, :func:`patch_grid_image`, :func:`tiles_image`):
   numpy + PIL only, meant for the interactive app where a slider re-renders on every move; or
-- a ``matplotlib.figure.Figure`` from the *figure* functions in :mod:`~vit_demo.viz.figures`
-  (``*_figure``), for slides and papers, saved with :func:`save_figure` (PNG at a chosen
-  pixel width, SVG or PDF).
+- a ``matplotlib.figure.Figure`` from the *figure* functions (``*_figure``), for slides and
+  papers: pictures of maps in :mod:`~vit_demo.viz.figures`, several images side by side in
+  :mod:`~vit_demo.viz.panels`, charts of numbers (curves, bars, tables) in
+  :mod:`~vit_demo.viz.charts`; saved with :func:`save_figure` (:mod:`~vit_demo.viz.export`:
+  PNG at a chosen pixel width, SVG or PDF).
 
 :mod:`~vit_demo.viz.style` (sizes, colours, colormaps, fonts) and :mod:`~vit_demo.viz.arrays`
 (scaling, resampling, patch geometry) are shared by both. Every name is re-exported here, so
@@ -28,26 +30,22 @@ Conventions:
 """
 
 from .arrays import Picture, as_array, normalize, patch_index_at, picture_array, upsample
+from .export import FIGURE_FORMATS, figure_to_image, render_png, save_figure
 from .figures import (
-    FIGURE_FORMATS,
     compare_figure,
     distance_figure,
-    figure_to_image,
     heads_figure,
     heatmap_figure,
     patch_grid_figure,
     pos_embed_figure,
-    save_figure,
     topk_figure,
     uniform_attention_distance,
 )
 from .previews import heads_image, overlay_image, patch_grid_image, tiles_image
 from .style import (
-    _HIGHLIGHT_RGB as _HIGHLIGHT_RGB,  # the query-outline colour, for tests
-)
-from .style import (
     ACCENT,
     HIGHLIGHT,
+    HIGHLIGHT_RGB,
     LABEL_SIZE,
     MUTED_COLOR,
     PANEL_TITLE_SIZE,
@@ -64,10 +62,10 @@ from .style import (
 )
 
 __all__ = [
-    "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE", "TEXT_COLOR",
-    "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "Picture", "as_array", "check_cmap", "colorize", "colormap_lut",
-    "compare_figure", "distance_figure", "figure_to_image", "heads_figure", "heads_image", "heatmap_figure",
-    "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image", "patch_index_at", "picture_array",
-    "pos_embed_figure", "save_figure", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
-    "uniform_attention_distance", "upsample",
+    "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "HIGHLIGHT_RGB", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE",
+    "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "Picture", "as_array", "check_cmap", "colorize",
+    "colormap_lut", "compare_figure", "distance_figure", "figure_to_image", "heads_figure", "heads_image",
+    "heatmap_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image", "patch_index_at",
+    "picture_array", "pos_embed_figure", "render_png", "save_figure", "text_font", "text_width", "tiles_image",
+    "token_color", "topk_figure", "uniform_attention_distance", "upsample",
 ]

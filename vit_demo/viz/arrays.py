@@ -21,7 +21,7 @@ def as_array(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
-def _maps(x: Any, ndims: Sequence[int], what: str) -> np.ndarray:
+def as_maps(x: Any, ndims: Sequence[int], what: str) -> np.ndarray:
     """``x`` as an array with one of ``ndims`` dimensions, dropping leading size-1 axes."""
     a = as_array(x)
     while a.ndim > max(ndims) and a.shape[0] == 1:
@@ -92,7 +92,7 @@ def upsample(maps: Any, size: tuple[int, int], smooth: bool = True) -> np.ndarra
     return ry @ a @ rx.T
 
 
-def _blend(picture: np.ndarray | None, colours: np.ndarray, alpha: float) -> np.ndarray:
+def blend(picture: np.ndarray | None, colours: np.ndarray, alpha: float) -> np.ndarray:
     """``(1 - alpha) * picture + alpha * colours`` in uint8 (the picture broadcasts)."""
     if picture is None:
         return colours
@@ -104,7 +104,7 @@ def _blend(picture: np.ndarray | None, colours: np.ndarray, alpha: float) -> np.
     return out.astype(np.uint8)
 
 
-def _target_size(w: int, h: int, size: int | tuple[int, int] | None) -> tuple[int, int]:
+def target_size(w: int, h: int, size: int | tuple[int, int] | None) -> tuple[int, int]:
     """Output ``(width, height)``: as is, the longer side = ``size``, or exactly ``size``."""
     if size is None:
         return w, h
@@ -114,7 +114,7 @@ def _target_size(w: int, h: int, size: int | tuple[int, int] | None) -> tuple[in
     return int(size[0]), int(size[1])
 
 
-def _resized_picture(picture: Picture, size: tuple[int, int]) -> np.ndarray:
+def resized_picture(picture: Picture, size: tuple[int, int]) -> np.ndarray:
     """uint8 RGB ``[h, w, 3]`` of the picture at ``size`` (width, height), bicubic."""
     img = picture if isinstance(picture, Image.Image) else Image.fromarray(picture_array(picture))
     img = img.convert("RGB")
@@ -132,7 +132,7 @@ def patch_index_at(x: float, y: float, size: tuple[int, int], grid: tuple[int, i
     return row * gw + col
 
 
-def _patch_box(index: int, grid: tuple[int, int], size: tuple[int, int]) -> tuple[float, float, float, float]:
+def patch_box(index: int, grid: tuple[int, int], size: tuple[int, int]) -> tuple[float, float, float, float]:
     """Pixel box (x0, y0, x1, y1) of patch ``index`` in a picture of ``size`` (w, h)."""
     gh, gw = grid
     if not 0 <= index < gh * gw:

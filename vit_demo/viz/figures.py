@@ -1,6 +1,7 @@
-"""Figures for slides and papers (matplotlib): ``*_figure`` functions return a
-:class:`matplotlib.figure.Figure`; :func:`save_figure` writes PNG at a chosen pixel width,
-SVG or PDF, with the outer margin trimmed.
+"""Figures of maps and pictures for slides and papers (matplotlib): ``*_figure`` functions
+return a :class:`matplotlib.figure.Figure`; :func:`~vit_demo.viz.export.save_figure` writes PNG
+at a chosen pixel width, SVG or PDF, with the outer margin trimmed. Charts of numbers (curves,
+bars, tables) are :mod:`~vit_demo.viz.charts`.
 
 Figures are built on :class:`matplotlib.figure.Figure` directly: pyplot's global state is
 never touched, so figures are safe to make from a server and never leak.
@@ -8,34 +9,30 @@ never touched, so figures are safe to make from a server and never leak.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib import colormaps, patheffects
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Rectangle
-from matplotlib.transforms import Bbox
-from PIL import Image
 
 from .arrays import (
     Picture,
-    _blend,
-    _maps,
-    _patch_box,
-    _resized_picture,
-    _target_size,
     as_array,
+    as_maps,
+    blend,
     normalize,
+    patch_box,
     picture_array,
+    resized_picture,
+    target_size,
     upsample,
 )
+from .export import renderer
 from .style import (
     ACCENT,
     HIGHLIGHT,
@@ -50,8 +47,6 @@ from .style import (
     token_color,
 )
 
-FIGURE_FORMATS = ("png", "svg", "pdf")
-
 
 def _figure(width_in: float, height_in: float) -> Figure:
     """A white figure whose layout packs fixed-aspect pictures tightly ("compressed");
@@ -59,16 +54,11 @@ def _figure(width_in: float, height_in: float) -> Figure:
     return Figure(figsize=(width_in, height_in), layout="compressed", facecolor="white")
 
 
-def _renderer(fig: Figure):
-    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
-    return canvas.get_renderer()
-
-
 def _fit_height(fig: Figure, pad: float = 0.12) -> Figure:
     """Shrink the figure's height to its content: fixed-aspect pictures are sized by the
     width, and any height left over would otherwise open gaps around the title / caption."""
     for _ in range(2):
-        r = _renderer(fig)
+        r = renderer(fig)
         fig.draw_without_rendering()
         boxes = [ax.get_tightbbox(r) for ax in fig.axes if ax.get_visible()]
         if not boxes:
@@ -100,7 +90,7 @@ def _stroke(width: float = 2.5) -> list:
 
 
 def _mark_patch(ax, index: int, grid: tuple[int, int], size: tuple[int, int]) -> None:
-    x0, y0, x1, y1 = _patch_box(index, grid, size)
+    x0, y0, x1, y1 = patch_box(index, grid, size)
     for color, lw in (("black", 4.0), (HIGHLIGHT, 2.2)):
         ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
 
@@ -164,7 +154,7 @@ def heatmap_figure(
     outline (the query patch). ``caption``: a smaller line under the picture(s).
     """
     check_cmap(cmap)
-    m = _maps(heat, (2,), "heat")
+    m = as_maps(heat, (2,), "heat")
     pic = picture_array(picture)
     h, w = pic.shape[:2]
     aspect = w / h
@@ -229,7 +219,7 @@ def heads_figure(
     None shows the maps alone.
     """
     check_cmap(cmap)
-    a = _maps(maps, (3, 4), "maps")
+    a = as_maps(maps, (3, 4), "maps")
     whole = a.ndim == 4
     if not whole:
         a = a[None]
@@ -254,10 +244,10 @@ def heads_figure(
     else:
         p = picture_array(picture)
         tile = 224 if rows * cols <= 36 else 160
-        tw, th = _target_size(p.shape[1], p.shape[0], tile)
-        pic = _resized_picture(p, (tw, th))
+        tw, th = target_size(p.shape[1], p.shape[0], tile)
+        pic = resized_picture(p, (tw, th))
     flat = np.stack([a[li, hi] for li, hi in order])
-    rgb = _blend(pic, colorize(upsample(normalize(flat, vmin, vmax), (th, tw), smooth), cmap), alpha)
+    rgb = blend(pic, colorize(upsample(normalize(flat, vmin, vmax), (th, tw), smooth), cmap), alpha)
     panel_in = float(np.clip(11.0 / cols, 1.1, 3.4))  # a tile's width on the page, inches
     fsize = PANEL_TITLE_SIZE + 1 if panel_in >= 2.5 else PANEL_TITLE_SIZE if panel_in >= 1.5 else PANEL_TITLE_SIZE - 2
     px_per_in = tw / panel_in
@@ -277,7 +267,7 @@ def heads_figure(
         name = f"H{hi}" if layer_ids[li] is None else f"L{layer_ids[li]} H{hi}"
         ax.text(x + tw / 2, y + label_px * 0.5, name, ha="center", va="center", fontsize=fsize, color=TEXT_COLOR)
         if mark is not None:
-            x0, y0, x1, y1 = _patch_box(mark, (gh, gw), (tw, th))
+            x0, y0, x1, y1 = patch_box(mark, (gh, gw), (tw, th))
             for color, lw in (("black", 2.5), (HIGHLIGHT, 1.3)):
                 ax.add_patch(Rectangle((x + x0, y + label_px + y0), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
     if colorbar:
@@ -326,7 +316,7 @@ def compare_figure(
     pic = picture_array(picture)
     h, w = pic.shape[:2]
     panels: list[tuple[str, np.ndarray | None]] = [("model input", None)] if show_input else []
-    panels += [(str(k), _maps(v, (2,), f"map {k!r}")) for k, v in maps.items()]
+    panels += [(str(k), as_maps(v, (2,), f"map {k!r}")) for k, v in maps.items()]
     cols = min(len(panels), max_cols)
     rows = math.ceil(len(panels) / cols)
     panel_in = 3.0
@@ -558,7 +548,7 @@ def patch_grid_figure(
     pic = pic[: gh * p, : gw * p]
     prefix = list(prefix_names)
     if highlight is not None:
-        _patch_box(highlight, (gh, gw), (gw, gh))  # range check
+        patch_box(highlight, (gh, gw), (gw, gh))  # range check
 
     # a fixed layout (inches): title, picture, gap, sequence strip
     h, w = pic.shape[:2]
@@ -707,45 +697,3 @@ def _sequence_strip(ax, pic: np.ndarray, p: int, gw: int, prefix: list[str], hig
     ax.set_ylim(2.15, -0.75)
     ax.set_aspect("equal")
     ax.axis("off")
-
-# --------------------------------------------------------------------------------------
-# Saving
-# --------------------------------------------------------------------------------------
-
-
-def _content_box(fig: Figure, pad: float = 0.12) -> Bbox:
-    """The figure's drawn content in inches (after layout), plus ``pad``, within the figure."""
-    renderer = _renderer(fig)
-    fig.draw_without_rendering()
-    tight = fig.get_tightbbox(renderer)
-    w, h = fig.get_size_inches()
-    return Bbox.from_extents(max(0, tight.x0 - pad), max(0, tight.y0 - pad), min(w, tight.x1 + pad), min(h, tight.y1 + pad))
-
-
-def save_figure(fig: Figure, path: str | Path, width_px: int = 2400) -> Path:
-    """Write ``fig`` to ``path``; the suffix picks PNG, SVG or PDF.
-
-    The outer white margin is trimmed. PNG: exactly ``width_px`` pixels wide (the dpi
-    follows from the trimmed width in inches; keep it >= 2000 for slides). SVG / PDF are
-    vector; the pictures inside them are embedded at that same resolution. Metadata dates
-    are left out, so the same figure gives the same file.
-    """
-    path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
-    if fmt not in FIGURE_FORMATS:
-        raise ValueError(f"{path.name}: unsupported figure format {fmt!r}; use .png, .svg or .pdf")
-    box = _content_box(fig)
-    dpi = (int(width_px) + 0.25) / box.width  # a hair over, so truncation lands on width_px
-    path.parent.mkdir(parents=True, exist_ok=True)
-    metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
-    fig.savefig(path, format=fmt, dpi=dpi, bbox_inches=box, facecolor=fig.get_facecolor(), metadata=metadata)
-    return path
-
-
-def figure_to_image(fig: Figure, width_px: int = 1600) -> Image.Image:
-    """Render ``fig`` to an RGB PIL image ``width_px`` wide (e.g. to show a figure in the app)."""
-    buf = io.BytesIO()
-    box = _content_box(fig)
-    fig.savefig(buf, format="png", dpi=(int(width_px) + 0.25) / box.width, bbox_inches=box, facecolor=fig.get_facecolor())
-    buf.seek(0)
-    return Image.open(buf).convert("RGB")

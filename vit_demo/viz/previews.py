@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .arrays import Picture, _blend, _maps, _patch_box, _resized_picture, _target_size, normalize, picture_array, upsample
-from .style import _HIGHLIGHT_RGB, colorize, text_font, text_width
+from .arrays import Picture, as_maps, blend, normalize, patch_box, picture_array, resized_picture, target_size, upsample
+from .style import HIGHLIGHT_RGB, colorize, text_font, text_width
 
 
 def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], width: int) -> None:
     """A cyan box with a thin dark rim, visible on any background."""
     x0, y0, x1, y1 = (round(v) for v in box)
     draw.rectangle((x0, y0, x1 - 1, y1 - 1), outline=(0, 0, 0), width=width + 2)
-    draw.rectangle((x0 + 1, y0 + 1, x1 - 2, y1 - 2), outline=_HIGHLIGHT_RGB, width=width)
+    draw.rectangle((x0 + 1, y0 + 1, x1 - 2, y1 - 2), outline=HIGHLIGHT_RGB, width=width)
 
 
 def overlay_image(
@@ -43,20 +43,20 @@ def overlay_image(
     ``picture`` is None, which shows the map alone). ``mark``: a patch index to outline
     (e.g. the query patch).
     """
-    m = _maps(heat, (2,), "heat")
+    m = as_maps(heat, (2,), "heat")
     gh, gw = m.shape
     if picture is None:
-        w, h = _target_size(gw * 16, gh * 16, size)
+        w, h = target_size(gw * 16, gh * 16, size)
         pic = None
     else:
         pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
         w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-        w, h = _target_size(w0, h0, size)
-        pic = _resized_picture(pic0, (w, h))
+        w, h = target_size(w0, h0, size)
+        pic = resized_picture(pic0, (w, h))
     colours = colorize(upsample(normalize(m, vmin, vmax), (h, w), smooth), cmap)
-    img = Image.fromarray(_blend(pic, colours, alpha))
+    img = Image.fromarray(blend(pic, colours, alpha))
     if mark is not None:
-        _outline(ImageDraw.Draw(img), _patch_box(mark, (gh, gw), (w, h)), max(2, round(min(w, h) / 150)))
+        _outline(ImageDraw.Draw(img), patch_box(mark, (gh, gw), (w, h)), max(2, round(min(w, h) / 150)))
     return img
 
 
@@ -81,20 +81,20 @@ def heads_image(
     to its own min..max unless ``vmin`` / ``vmax``. ``tile``: longer side of a tile in pixels
     (default 160 for one layer, 96 for the whole model). ``mark``: a patch to outline.
     """
-    a = _maps(maps, (3, 4), "maps")
+    a = as_maps(maps, (3, 4), "maps")
     whole = a.ndim == 4
     L, H = (a.shape[0], a.shape[1]) if whole else (1, a.shape[0])
     gh, gw = a.shape[-2:]
     tile = int(tile or (96 if whole else 160))
     if picture is None:
-        tw, th = _target_size(gw, gh, tile)
+        tw, th = target_size(gw, gh, tile)
         pic = None
     else:
         pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
         w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-        tw, th = _target_size(w0, h0, tile)
-        pic = _resized_picture(pic0, (tw, th))
-    tiles = _blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
+        tw, th = target_size(w0, h0, tile)
+        pic = resized_picture(pic0, (tw, th))
+    tiles = blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
     tiles = tiles.reshape(L * H, th, tw, 3)
 
     gap = max(2, tile // 40)
@@ -124,7 +124,7 @@ def heads_image(
     draw = ImageDraw.Draw(img)
     if mark is not None:
         for x, y in origins:
-            x0, y0, x1, y1 = _patch_box(mark, (gh, gw), (tw, th))
+            x0, y0, x1, y1 = patch_box(mark, (gh, gw), (tw, th))
             _outline(draw, (x + x0, y + y0, x + x1, y + y1), 2)
     if titles:
         ink = (40, 40, 40)
@@ -167,9 +167,9 @@ def patch_grid_image(
     img = img.crop((0, 0, gw * p, gh * p)).resize((gw * cell, gh * cell), Image.Resampling.BICUBIC)
     box = None
     if highlight is not None:
-        box = tuple(round(v) for v in _patch_box(highlight, (gh, gw), img.size))
+        box = tuple(round(v) for v in patch_box(highlight, (gh, gw), img.size))
         region = img.crop(box)
-        img.paste(Image.blend(region, Image.new("RGB", region.size, _HIGHLIGHT_RGB), 0.35), box[:2])
+        img.paste(Image.blend(region, Image.new("RGB", region.size, HIGHLIGHT_RGB), 0.35), box[:2])
     lines, outline, glyphs = _grid_masks(gh, gw, cell, bool(numbers))
     img.paste((255, 255, 255), (0, 0, *img.size), lines)
     if numbers:

@@ -22,7 +22,7 @@ MUTED_COLOR = "#666666"
 ACCENT = "#1f77b4"
 HIGHLIGHT = "#00e5ff"  # a selected query patch: cyan reads on photos and on every colormap
 TOKEN_COLORS = {"class": "#7b3fa0", "dist": "#c0392b", "reg": "#5d6d7e"}
-_HIGHLIGHT_RGB = (0, 229, 255)
+HIGHLIGHT_RGB = (0, 229, 255)
 
 
 def check_cmap(name: str) -> str:

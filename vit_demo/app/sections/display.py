@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .common import friendly
-from .context import Context, Section, union, values
+from ..common import friendly
+from ..context import Context, Section, union, values
 
 COLORMAPS = ("inferno", "magma", "viridis", "plasma", "turbo", "jet", "gray")
 

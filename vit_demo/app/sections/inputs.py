@@ -10,13 +10,13 @@ import gradio as gr
 import numpy as np
 from PIL import Image
 
-from .. import viz
-from ..analysis import Analysis
-from ..weights import LoadedModel
-from .common import VIEW_SIZE, display_label, friendly, payload_path, png
-from .context import Context, Section
-from .exports import export_row, save, wire_export, wrap
-from .session import Session, Upload, open_image
+from ... import viz
+from ...analysis import Analysis
+from ...checkpoints.load import LoadedModel
+from ..common import VIEW_SIZE, display_label, friendly, payload_path, png
+from ..context import Context, Section
+from ..exports import export_row, save, wire_export, wrap
+from ..session import Session, Upload, open_image
 
 # ----------------------------------------------------------------------------- views
 
@@ -69,7 +69,7 @@ def export_predictions(a: Analysis, up: Upload, k: int) -> Path:
     return save(fig, f"{Path(up.name).stem}-top{int(k)}")
 
 
-# ----------------------------------------------------------------------------- the room
+# ----------------------------------------------------------------------------- the section
 
 
 class InputSection(Section):

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..weights import DEFAULT_CHECKPOINT, LoadedModel, weights_dir
-from .common import friendly, note
-from .context import Context, Section
-from .limits import CHECKPOINT_MAX_MB
-from .registry import ModelError, ModelSpec
-from .session import Session
+from ...checkpoints.load import DEFAULT_CHECKPOINT, LoadedModel, weights_dir
+from ..common import friendly, note
+from ..context import Context, Section
+from ..limits import CHECKPOINT_MAX_MB
+from ..registry import ModelError, ModelSpec
+from ..session import Session
 
 CHECKPOINT_TYPES = [".safetensors", ".pth", ".pt", ".bin", ".npz"]
 CHECKPOINTS_OFF = ("Loading your own checkpoint is **off** on this app: it is reachable from other computers "

@@ -13,14 +13,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .. import explain, viz
-from ..analysis import Analysis
-from ..weights import LoadedModel
-from .common import VIEW_SIZE, friendly, jpeg, png
-from .context import Context, Section
-from .exports import export_row, save, slug, wire_export
-from .motion import AnimationRow, animation_files
-from .session import Session, Upload
+from ... import viz
+from ...analysis import Analysis
+from ...checkpoints.load import LoadedModel
+from ...methods.attention import cls_attention, head_maps, query_attention
+from ..common import VIEW_SIZE, friendly, jpeg, png
+from ..context import Context, Section
+from ..exports import export_row, save, slug, wire_export
+from ..motion import AnimationRow, animation_files
+from ..session import Session, Upload
 
 CLASS_TOKEN = "[class] token"
 PATCH_QUERY = "a patch (click the picture)"
@@ -83,13 +84,13 @@ def attention_maps(a: Analysis, layer: int, head: str | int, query: int | None) 
     """[gh, gw], [H, gh, gw] or [L, H, gh, gw] maps for the explorer's settings."""
     head = _head(head)
     if head == HEAD_LAYERS:
-        return explain.head_maps(a.attentions, a.layout, None, query)[0]
+        return head_maps(a.attentions, a.layout, None, query)[0]
     if head == HEAD_ALL:
-        return explain.head_maps(a.attentions, a.layout, layer, query)[0]
+        return head_maps(a.attentions, a.layout, layer, query)[0]
     h = None if head == HEAD_MEAN else head
     if query is None:
-        return explain.cls_attention(a.attentions, a.layout, layer, h)[0]
-    return explain.query_attention(a.attentions, a.layout, layer, query, h)[0]
+        return cls_attention(a.attentions, a.layout, layer, h)[0]
+    return query_attention(a.attentions, a.layout, layer, query, h)[0]
 
 
 def attention_view(
@@ -174,7 +175,7 @@ def query_from(a: Analysis | None, mode: str, patch: Any) -> int | None:
     return q if a is None or 0 <= q < a.layout.num_patches else None
 
 
-# ----------------------------------------------------------------------------- the room
+# ----------------------------------------------------------------------------- the section
 
 
 class AttentionTab(Section):

@@ -9,22 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-import numpy as np
 
-from .. import viz
-from ..analysis import Analysis
-from ..weights import LoadedModel
-from .common import display_label, friendly
-from .context import Context, Section
-from .exports import export_row, save, wire_export, wrap
-from .session import Session, Upload
+from ...analysis import Analysis
+from ...checkpoints.load import LoadedModel
+from ...viz.charts import layer_diff_figure
+from ..common import display_label, friendly
+from ..context import Context, Section
+from ..exports import export_row, save, wire_export, wrap
+from ..session import Session, Upload
 
 # ----------------------------------------------------------------------------- views
 
 
 def compare_with_timm(a: Analysis, lm: LoadedModel, tm: Any, k: int = 5) -> dict[str, Any]:
     """Both models on this image (the cached input tensor), with a verdict sentence."""
-    from ..verify import compare_one, verdict
+    from ...checkpoints.verify import compare_one, verdict
 
     c = compare_one(lm.model, tm, a.x, k=int(k), repeats=3)
     c["verdict"] = verdict(c)
@@ -59,23 +58,7 @@ def compare_markdown(c: dict[str, Any]) -> str:
 
 
 def export_compare(a: Analysis, up: Upload, c: dict[str, Any]) -> Path:
-    from matplotlib.figure import Figure
-
-    diffs = np.maximum(np.asarray(c["layer_attn_max_diff"], dtype=float), 1e-12)
-    fig = Figure(figsize=(10, 4.8), layout="constrained", facecolor="white")
-    ax = fig.add_subplot()
-    ax.bar(np.arange(len(diffs)), diffs, color=viz.ACCENT)
-    ax.axhline(1e-4, color="#c0392b", linestyle="--", linewidth=1.2, label="tolerance 1e-4")
-    ax.set_yscale("log")
-    ax.set_ylim(1e-12, max(1e-3, diffs.max() * 10))
-    ax.set_xticks(np.arange(len(diffs)), [f"L{i}" for i in range(len(diffs))])
-    ax.set_xlabel("Layer", fontsize=viz.LABEL_SIZE)
-    ax.set_ylabel("max |attention difference|", fontsize=viz.LABEL_SIZE)
-    ax.legend(frameon=False)
-    for s in ("top", "right"):
-        ax.spines[s].set_visible(False)
-    fig.suptitle(f"Scratch ViT vs timm · {a.model_name}", fontsize=viz.TITLE_SIZE, fontweight="bold")
-    ax.set_title(wrap(c["verdict"], 100), fontsize=viz.TICK_SIZE + 1, color=viz.MUTED_COLOR)
+    fig = layer_diff_figure(c["layer_attn_max_diff"], f"Scratch ViT vs timm · {a.model_name}", wrap(c["verdict"], 100))
     return save(fig, f"{Path(up.name).stem}-scratch-vs-timm")
 
 
@@ -92,7 +75,7 @@ def need_comparison(sess: Session) -> dict:
     return sess.comparison
 
 
-# ----------------------------------------------------------------------------- the room
+# ----------------------------------------------------------------------------- the section
 
 
 class CompareTab(Section):

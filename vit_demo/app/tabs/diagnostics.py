@@ -9,13 +9,14 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
-from .. import explain, viz
-from ..analysis import Analysis
-from ..weights import LoadedModel
-from .common import png
-from .context import Context, Section
-from .exports import export_row, save, wire_export
-from .session import Session, Upload
+from ... import viz
+from ...analysis import Analysis
+from ...checkpoints.load import LoadedModel
+from ...methods.attention import mean_attention_distance, pos_embed_similarity
+from ..common import png
+from ..context import Context, Section
+from ..exports import export_row, save, wire_export
+from ..session import Session, Upload
 
 DIAGNOSTICS_CAPTION = (
     "**Mean attention distance** (ViT paper, Dosovitskiy et al. 2021, Fig. 7 right): for each head, how far in pixels "
@@ -29,7 +30,7 @@ DIAGNOSTICS_CAPTION = (
 
 
 def distance_figure(a: Analysis):
-    d = explain.mean_attention_distance(a.attentions, a.layout, a.patch_size)[0]
+    d = mean_attention_distance(a.attentions, a.layout, a.patch_size)[0]
     ref = viz.uniform_attention_distance(a.layout.grid, a.patch_size)
     return viz.distance_figure(d, title=f"Mean attention distance · {a.model_name}", reference=ref)
 
@@ -39,7 +40,7 @@ def distance_picture(a: Analysis, width: int = 1100) -> Image.Image:
 
 
 def pos_embed_figure(lm: LoadedModel):
-    sim = explain.pos_embed_similarity(lm.model).cpu()
+    sim = pos_embed_similarity(lm.model).cpu()
     return viz.pos_embed_figure(sim, title=f"Position-embedding similarity · {lm.name}")
 
 
@@ -56,7 +57,7 @@ def export_pos_embed(lm: LoadedModel) -> Path:
     return save(pos_embed_figure(lm), f"{lm.name}-position-embeddings")
 
 
-# ----------------------------------------------------------------------------- the room
+# ----------------------------------------------------------------------------- the section
 
 
 class DiagnosticsTab(Section):

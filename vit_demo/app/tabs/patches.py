@@ -11,13 +11,13 @@ import gradio as gr
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .. import viz
-from ..analysis import Analysis
-from ..weights import LoadedModel
-from .common import jpeg, png
-from .context import Context, Section
-from .exports import export_row, save, wire_export
-from .session import Session, Upload
+from ... import viz
+from ...analysis import Analysis
+from ...checkpoints.load import LoadedModel
+from ..common import jpeg, png
+from ..context import Context, Section
+from ..exports import export_row, save, wire_export
+from ..session import Session, Upload
 
 SEQ_WIDTH = 900  # px: the sequence picture in the tab
 
@@ -125,7 +125,7 @@ def export_patches(a: Analysis, up: Upload, highlight: int | None) -> Path:
     return save(fig, f"{Path(up.name).stem}-patches")
 
 
-# ----------------------------------------------------------------------------- the room
+# ----------------------------------------------------------------------------- the section
 
 
 class PatchesTab(Section):

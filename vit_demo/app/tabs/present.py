@@ -9,20 +9,26 @@ from typing import Any
 
 import gradio as gr
 
-from .. import deck, viz
-from ..images import ImageError
-from ..side_by_side import MAP_METHODS, MAX_IMAGES, METHOD_TITLES, compare_images, compare_models
-from ..viz.slides import write_pdf, write_pptx
-from .common import friendly, png
-from .context import Context, Section
-from .exports import slug
-from .motion import present_dir
-from .registry import ModelError
-from .session import Session, open_image
+from ... import methods, viz
+from ...images import ImageError
+from ...present import deck
+from ...present.side_by_side import MAX_IMAGES, compare_images, compare_models
+from ...present.slides import write_pdf, write_pptx
+from ..common import friendly, png
+from ..context import Context, Section
+from ..exports import slug
+from ..motion import present_dir
+from ..registry import ModelError
+from ..session import Session, open_image
 
 DECK_WIDTH = 2400  # px: the figures on the slides
 PREVIEW_WIDTH = 1600  # px: the side-by-side figures shown in the page
-METHOD_CHOICES = [(METHOD_TITLES[m], m) for m in MAP_METHODS]
+
+
+def method_choices() -> list[tuple[str, str]]:
+    """(menu text, name) of every registered method; the slow ones say so."""
+    return [(methods.get(m).title + (" (slow: hundreds of forward passes)" if methods.get(m).slow else ""), m)
+            for m in methods.names()]
 
 
 def deck_files(sess: Session, ctx: Context) -> tuple[Path, Path]:
@@ -63,7 +69,7 @@ class PresentTab(Section):
         with gr.Row(equal_height=True):
             self.more = gr.File(label=f"Up to {MAX_IMAGES - 1} more images", file_count="multiple",
                                 file_types=["image"], type="filepath", height=110, elem_id="more-images", scale=3)
-            self.method = gr.Dropdown(METHOD_CHOICES, value="chefer", label="Method", elem_id="sbs-method", scale=2)
+            self.method = gr.Dropdown(method_choices(), value="chefer", label="Method", elem_id="sbs-method", scale=2)
             self.sbs_btn = gr.Button("Compare the images", elem_id="compare-images", scale=1)
         self.sbs_img = gr.Image(show_label=False, interactive=False, format="png", elem_id="side-by-side",
                                 height=560, buttons=["download", "fullscreen"], visible=False)

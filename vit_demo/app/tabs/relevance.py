@@ -15,17 +15,24 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from .. import explain, viz
-from ..analysis import ON_DEMAND, Analysis, class_maps, on_demand_map
-from ..perturb import CausalSettings, RiseSettings
-from ..weights import LoadedModel
-from .common import friendly, jpeg
-from .context import Context, Section
-from .exports import export_row, save, slug, wire_export
-from .motion import AnimationRow, animation_files
-from .session import Session, Upload
+from ... import methods, viz
+from ...analysis import Analysis, class_maps, on_demand_map
+from ...checkpoints.load import LoadedModel
+from ...methods.attention import cls_attention
+from ...methods.rollout import rollout
+from ..common import friendly, jpeg
+from ..context import Context, Section
+from ..exports import export_row, save, slug, wire_export
+from ..motion import AnimationRow, animation_files
+from ..session import Session, Upload
 
 FUSIONS = ("mean", "max", "min")
+TOP_ROW = ("grad-rollout", "chefer")  # class-specific maps beside raw attention and rollout; the rest below
+
+
+def tile_title(name: str, label: str) -> str:
+    """A map's tile title: the method's title and the class it explains."""
+    return f"{methods.get(name).title}\nfor “{label}”"
 
 # ----------------------------------------------------------------------------- views
 
@@ -49,17 +56,16 @@ def method_maps(
     start_layer = int(np.clip(int(start_layer), 0, a.depth - 1))
     out = {
         "Raw attention\nlast layer, mean of heads":
-        explain.cls_attention(a.attentions, a.layout, a.depth - 1)[0].numpy(),
+        cls_attention(a.attentions, a.layout, a.depth - 1)[0].numpy(),
         f"Attention rollout\n{fusion} fusion" + (f", discard {float(discard):.0%}" if float(discard) > 0 else "")
         + (f", from layer {start_layer}" if start_layer else ""):
-        explain.rollout(a.attentions, a.layout, fusion, float(discard), start_layer)[0].numpy(),
+        rollout(a.attentions, a.layout, fusion, float(discard), start_layer)[0].numpy(),
     }
     if lm is not None and a.logits.numel():
         cls = a.top1 if cls is None else int(cls)
         cm = class_maps(a, lm, cls)
         label = a.labels[cls]
-        out[f"Gradient rollout\nfor “{label}”"] = cm["grad-rollout"]
-        out[f"Chefer relevance\nfor “{label}”"] = cm["chefer"]
+        out.update({tile_title(name, label): cm[name] for name in TOP_ROW})
     return out
 
 
@@ -68,22 +74,18 @@ def pending_titles(a: Analysis, cls: int | None) -> list[str]:
     if not a.logits.numel() or has_class_maps(a, cls):
         return []
     label = a.labels[a.top1 if cls is None else int(cls)]
-    return [f"Gradient rollout\nfor “{label}”", f"Chefer relevance\nfor “{label}”"]
+    return [tile_title(name, label) for name in TOP_ROW]
 
 
-RELEVANCE_TITLES = {  # key in class_maps -> tile title
-    "lrp": "CP-LRP",
-    "attnlrp": "AttnLRP",
-    "lrp-gated": "CP-LRP × grad-rollout",
-    "gradcam": "GradCAM",
-    "rise": f"RISE ({RiseSettings().masks} masks)",
-    "lrp-causal": f"Causal LRP ({CausalSettings().masks} masks)",
-}
-ON_DEMAND_BUTTONS = {  # on-demand method -> (button label, progress text)
-    "rise": (f"Run RISE ({RiseSettings().masks} forward passes)", "RISE: masked forward passes"),
-    "lrp-causal": (f"Run causal LRP ({CausalSettings().masks} forward passes)",
-                   "Causal LRP: testing the gated LRP map's patches"),
-}
+def relevance_names() -> list[str]:
+    """The relevance row: every class-specific method not in the top row, in the registry's
+    order (the slow ones last, shown once they have been run)."""
+    return [n for n in methods.names(class_specific=True) if n not in TOP_ROW]
+
+
+def on_demand_names() -> list[str]:
+    """The slow methods of the relevance row: one button each."""
+    return [n for n in relevance_names() if methods.get(n).slow]
 
 
 def relevance_maps(a: Analysis, lm: LoadedModel | None, cls: int | None) -> dict[str, np.ndarray]:
@@ -93,14 +95,14 @@ def relevance_maps(a: Analysis, lm: LoadedModel | None, cls: int | None) -> dict
         return {}
     cls = a.top1 if cls is None else int(cls)
     cm, label = class_maps(a, lm, cls), a.labels[cls]
-    return {f"{title}\nfor “{label}”": cm[key] for key, title in RELEVANCE_TITLES.items() if key in cm}
+    return {tile_title(name, label): cm[name] for name in relevance_names() if name in cm}
 
 
 def relevance_pending(a: Analysis, cls: int | None) -> list[str]:
     if not a.logits.numel() or has_class_maps(a, cls):
         return []
     label = a.labels[a.top1 if cls is None else int(cls)]
-    return [f"{t}\nfor “{label}”" for k, t in RELEVANCE_TITLES.items() if k not in ON_DEMAND]
+    return [tile_title(name, label) for name in relevance_names() if not methods.get(name).slow]
 
 
 def has_class_maps(a: Analysis, cls: int | None) -> bool:
@@ -118,16 +120,22 @@ def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, 
         label = a.labels[a.top1 if cls is None else int(cls)]
         parts.append(f"**Gradient rollout** and **Chefer relevance** (Chefer, Gur & Wolf 2021) explain the class "
                      f"*{label}*: heads weighted by how much that class's score depends on them (one backward pass).")
-        parts.append("Below, for the same class: **CP-LRP** (Ali et al. 2022) and **AttnLRP** (Achtibat et al. 2024), "
-                     "layer-wise relevance propagation in one backward pass; **CP-LRP × grad-rollout**, LRP kept where "
-                     "the class's attention flows (the most faithful single-pass map here); "
-                     "**GradCAM** on the last block. On request (hundreds of forward passes each): **RISE** (Petsiuk et al. "
-                     "2018), the class probability under random masks; and **causal LRP**, the gated LRP map "
-                     "weighted by how much the class probability depends on each of its patches when the map's top "
-                     "is shown alone or hidden (the most faithful map here under deletion and insertion).")
+        parts.append(relevance_caption())
     else:
         parts.append("This model has no classifier, so there are no class-specific maps.")
     return " ".join(parts)
+
+
+def relevance_caption() -> str:
+    """The relevance row in words: each method's title and paper, the slow ones on request."""
+    def cite(names: list[str]) -> str:
+        return "; ".join(f"**{methods.get(n).title}** ({methods.get(n).cite})" for n in names)
+
+    now = [n for n in relevance_names() if n not in on_demand_names()]
+    text = f"Below, for the same class: {cite(now)}."
+    if on_demand_names():
+        text += f" On request (hundreds of forward passes each): {cite(on_demand_names())}."
+    return text
 
 
 def export_methods(a: Analysis, lm: LoadedModel, up: Upload, fusion: str, discard: float, start_layer: int,
@@ -151,10 +159,10 @@ def chosen_class(a: Analysis | None, value: Any) -> int | None:
     return c if c in {t["index"] for t in a.topk(10)} else None
 
 
-# ----------------------------------------------------------------------------- the room
+# ----------------------------------------------------------------------------- the section
 
 
-class MethodsTab(Section):
+class RelevanceTab(Section):
     name, title = "methods", "Rollout & relevance"
 
     def layout(self, ctx: Context) -> None:
@@ -169,8 +177,8 @@ class MethodsTab(Section):
         self.relevance_img = gr.Image(label="Relevance for the same class", interactive=False, format="png",
                                       height=360, elem_id="relevance", buttons=["fullscreen"])
         with gr.Row():
-            self.on_demand_btns = {name: gr.Button(label, size="sm", elem_id=f"run-{name}")
-                                   for name, (label, _) in ON_DEMAND_BUTTONS.items()}
+            self.on_demand_btns = {name: gr.Button(f"Run {methods.get(name).title} ({methods.get(name).cite})", size="sm",
+                                                   elem_id=f"run-{name}") for name in on_demand_names()}
         self.methods_md = gr.Markdown(elem_classes="caption")
         self.btn, self.file = export_row()
         self.motion = AnimationRow()
@@ -248,7 +256,7 @@ class MethodsTab(Section):
                 if not sess.ready or not sess.analysis.logits.numel():
                     return gr.skip()
                 a = sess.analysis
-                desc = ON_DEMAND_BUTTONS[name][1]
+                desc = methods.get(name).title
                 on_demand_map(a, ctx.model(sess), name, chosen_class(a, rest[3]), progress=lambda f: progress(f, desc=desc))
                 return self.picture(sess, *rest, True)
 

@@ -1,0 +1,80 @@
+"""What the commands share: the one error type they report, the model flags, the class and
+method arguments, and the images-and-methods pair of the evaluation commands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import methods
+from ..checkpoints.load import LoadedModel, load_model
+from ..evaluate.faithfulness import spread
+from ..images import find_images
+
+DEVICES = ["auto", "cpu", "cuda", "mps"]
+
+
+class UserError(Exception):
+    """Reported as one line on stderr with exit code 2 (no traceback)."""
+
+
+def add_model_args(p: argparse.ArgumentParser, random_init: bool = False) -> None:
+    """--model / --weights / --device, shared by every command that loads a model."""
+    p.add_argument("--model", help="timm model name: weights/NAME.safetensors, else downloaded from the hub once "
+                   "(default: the embedded deit_tiny_patch16_224)")
+    p.add_argument("--weights", help="checkpoint file (.safetensors, .pth/.bin or .npz in timm layout) or a "
+                   "transformers model folder (default: weights/deit_tiny_patch16_224.safetensors)")
+    if random_init:
+        p.add_argument("--random-init", action="store_true", help="timm's random initialisation (no download)")
+    p.add_argument("--device", default="auto", choices=DEVICES)
+
+
+def load_from_args(args: argparse.Namespace) -> LoadedModel:
+    """The model the model flags name."""
+    return load_model(args.model, args.weights, random_init=getattr(args, "random_init", False), device=args.device)
+
+
+def parse_class(text: str, labels: tuple[str, ...]) -> int:
+    """A --class value: an index, or a label naming exactly one class."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        i = int(text)
+        if not 0 <= i < len(labels):
+            raise UserError(f"--class {i} is outside 0..{len(labels) - 1}")
+        return i
+    hits = [i for i, name in enumerate(labels) if name.lower() == text.lower()]
+    if not hits:
+        raise UserError(f"--class {text!r}: no class has that label; give its index (0..{len(labels) - 1})")
+    if len(hits) > 1:
+        raise UserError(f"--class {text!r} names classes {', '.join(map(str, hits))}; give the index")
+    return hits[0]
+
+
+def parse_methods(spec: str) -> list[str]:
+    """A --methods value: comma-separated registered names, or ``all`` (checked)."""
+    known = methods.names()
+    chosen = list(known) if spec.strip() == "all" else [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in known]
+    if unknown or not chosen:
+        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}, all")
+    return chosen
+
+
+def add_images_and_methods_args(p: argparse.ArgumentParser, images_help: str) -> None:
+    """--images, the model flags, --methods and --limit: what :func:`images_and_methods` reads."""
+    p.add_argument("--images", required=True, help=images_help)
+    add_model_args(p)
+    p.add_argument("--methods", default=",".join(methods.single_pass()),
+                   help=f"comma-separated, from {', '.join(methods.names())}; or 'all' "
+                        f"(default: all but {', '.join(methods.slow())})")
+    p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
+
+
+def images_and_methods(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    """--images (spread over --limit) and --methods (names or ``all``), checked."""
+    paths = find_images([args.images])
+    if not paths:
+        raise UserError(f"no images found in {args.images}")
+    if args.limit is not None:
+        paths = spread(paths, args.limit)
+    return paths, parse_methods(args.methods)

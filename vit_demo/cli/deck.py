@@ -1,0 +1,56 @@
+"""``deck``: a ready-made slide deck (PowerPoint or PDF) about one or more images."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..evaluate.curves import RANDOM_SEEDS
+from ..images import find_images, load_image
+from ..present.deck import build_slides, display_name
+from ..present.slides import FORMATS, write
+from .common import UserError, add_model_args, load_from_args, parse_class
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("deck", help="a ready-made slide deck (PowerPoint or PDF) about one or more images",
+                              description="Write a 16:9 slide deck: one section per image, then the check against "
+                                          "timm and the model. Speaker notes on every slide.")
+    p.add_argument("images", nargs="+", help="image files or folders")
+    add_model_args(p)
+    p.add_argument("--class", dest="target", help="class to explain: index or label (default each image's top-1)")
+    p.add_argument("--out", required=True, help="output file, e.g. talk.pptx")
+    p.add_argument("--format", choices=FORMATS, help="pptx (default) or pdf; default from the --out suffix")
+    p.add_argument("--width", type=int, default=2400, help="pixel width of the rendered figures (default 2400)")
+    p.add_argument("--cmap", default="inferno", help="any matplotlib colormap (default inferno)")
+    p.add_argument("--random-orders", type=int, default=len(RANDOM_SEEDS),
+                   help=f"random patch orders averaged for the faithfulness baseline (default {len(RANDOM_SEEDS)})")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = find_images(args.images)
+    if not paths:
+        raise UserError("no images found in " + ", ".join(args.images))
+    if args.random_orders < 1:
+        raise UserError("--random-orders: the random baseline needs at least 1 order")
+    out = Path(args.out)
+    fmt = args.format or (out.suffix.lstrip(".").lower() if out.suffix.lower() in (".pptx", ".pdf") else "pptx")
+    if out.suffix.lower() != f".{fmt}":
+        out = out.with_suffix(f".{fmt}")
+    lm = load_from_args(args)
+    target = None
+    if args.target is not None:
+        if lm.model.cfg.num_classes == 0:
+            raise UserError(f"--class: {lm.name} is headless (no classifier)")
+        target = parse_class(args.target, lm.labels)
+    if lm.model.cfg.num_classes == 0:
+        raise UserError(f"{lm.name} is headless: a deck needs a classifier (predictions, relevance)")
+    images = [load_image(p) for p in paths]
+    names = [display_name(p.stem) for p in paths]
+    slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap,
+                          tuple(range(args.random_orders)))
+    write(slides, out, fmt)
+    print(f"wrote {out} ({len(slides)} slides)")
+    return 0

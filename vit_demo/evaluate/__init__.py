@@ -1,0 +1,7 @@
+"""Measuring explanations (metrics only: the command line is :mod:`vit_demo.cli`).
+
+- :mod:`.curves`: deletion / insertion curves (Petsiuk et al. 2018), for any maps;
+- :mod:`.faithfulness`: those curves over a folder of photos, every method and a random baseline;
+- :mod:`.sanity`: the model-randomisation check (Adebayo et al. 2018);
+- :mod:`.pointing`: the pointing game on the shapes' boxes.
+"""

@@ -1,0 +1,159 @@
+"""The explanation methods' registry: every method is one record, and everything reads it.
+
+A method is a function ``fn(model, x [B, 3, H, W], target=None) -> [B, gh, gw]`` (``target``:
+None for each image's top-1 class, an int for one class, or a [B] tensor) registered with
+:func:`register`::
+
+    @register("gradcam", title="GradCAM", cite="Selvaraju et al., ICCV 2017")
+    def gradcam_map(model, x, target=None): ...
+
+The command line (``explain --method``, ``faithfulness/sanity/pointing --methods``), the app's
+relevance row (slow methods as on-request buttons), the analysis cache, the deck's scores,
+side-by-side and the benchmarks all list :func:`names` and call :func:`get`; titles and
+citations come from the record. Order: the class-agnostic methods, then the class-specific
+single-pass ones, then the slow ones (hundreds of forward passes), each group in the order
+the modules of :mod:`vit_demo.methods` register them (alphabetical by module).
+
+:func:`reuse` lets several methods on one input share their work: inside it, a registered
+method or a :func:`shared` pass called again with the same model, input and target returns
+its first result (the gated LRP map reuses the CP-LRP map and the gradient rollout computed
+just before it; causal LRP reuses the gated map).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..model import VisionTransformer
+
+Target = int | Tensor | None
+MapFn = Callable[[VisionTransformer, Tensor, Target], Tensor]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registered method: its function and how to present it."""
+
+    name: str  # what the CLI, the JSON and the app call it
+    fn: MapFn
+    title: str  # short, for figure and tile titles ("CP-LRP")
+    cite: str  # the paper ("Ali et al., ICML 2022"), or "this project"
+    slow: bool = False  # hundreds of forward passes: run only when asked for by name (or "all")
+    class_specific: bool = True  # explains one class (False: the map is the same for every class)
+
+    def __call__(self, model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
+        return self.fn(model, x, target)
+
+    @property
+    def label(self) -> str:
+        """Title and citation, for a figure: "CP-LRP (Ali et al., ICML 2022)"."""
+        return f"{self.title} ({self.cite})"
+
+
+_METHODS: dict[str, Method] = {}
+
+
+def register(name: str, *, title: str, cite: str, slow: bool = False, class_specific: bool = True
+             ) -> Callable[[MapFn], MapFn]:
+    """Decorator: add ``fn`` to the registry under ``name`` (a name may be registered once).
+    The function is returned wrapped so that :func:`reuse` can share its result."""
+
+    def add(fn: MapFn) -> MapFn:
+        if name in _METHODS:
+            raise ValueError(f"method {name!r} is registered twice ({_METHODS[name].fn.__module__} and {fn.__module__})")
+        wrapped = shared(name)(fn)
+        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific)
+        return wrapped
+
+    return add
+
+
+def names(*, slow: bool | None = None, class_specific: bool | None = None) -> list[str]:
+    """Registered names in the registry's order (see the module docstring); ``slow`` /
+    ``class_specific``: only those with that flag (None: either)."""
+    ms = sorted(_METHODS.values(), key=lambda m: (m.slow, m.class_specific))  # stable: registration order within
+    return [m.name for m in ms if (slow is None or m.slow == slow)
+            and (class_specific is None or m.class_specific == class_specific)]
+
+
+def single_pass() -> list[str]:
+    """Every method but the slow ones: what runs by default."""
+    return names(slow=False)
+
+
+def slow() -> list[str]:
+    """The methods that take hundreds of forward passes: run only on request."""
+    return names(slow=True)
+
+
+def get(name: str) -> Method:
+    """The record for ``name``; ValueError naming the known methods otherwise."""
+    try:
+        return _METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(names())}") from None
+
+
+# ----------------------------------------------------------------------------- sharing work between methods
+
+
+@dataclass
+class _Scope:
+    model: VisionTransformer
+    x: Tensor
+    memo: dict[tuple[str, Any], Any]
+
+
+_local = threading.local()
+
+
+def target_key(target: Target, batch: int) -> tuple[int, ...] | None:
+    """A hashable form of ``target`` for a batch of ``batch`` images (None: the top-1 classes)."""
+    if target is None:
+        return None
+    t = torch.as_tensor(target).reshape(-1).tolist()
+    return tuple(int(v) for v in (t * batch if len(t) == 1 else t))
+
+
+@contextmanager
+def reuse(model: VisionTransformer, x: Tensor, known: Mapping[tuple[str, Target], Any] | None = None) -> Iterator[None]:
+    """Within the block, a registered method or :func:`shared` pass called on exactly ``model``
+    and ``x`` (the same objects) runs once per target; later calls return its first result.
+    ``known``: results computed earlier, ``{(name, target): result}``. One scope per thread;
+    scopes nest (the inner one wins)."""
+    memo = {(name, target_key(t, x.shape[0])): v for (name, t), v in (known or {}).items()}
+    outer = getattr(_local, "scope", None)
+    _local.scope = _Scope(model, x, memo)
+    try:
+        yield
+    finally:
+        _local.scope = outer
+
+
+def shared(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for ``fn(model, x, target=None, ...)``: inside :func:`reuse` for this model
+    and input, the result is computed once per target (calls with more arguments, e.g.
+    ``settings``, and calls outside the scope run as usual)."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(model: VisionTransformer, x: Tensor, target: Target = None, *args: Any, **kwargs: Any) -> Any:
+            scope: _Scope | None = getattr(_local, "scope", None)
+            if args or kwargs or scope is None or scope.model is not model or scope.x is not x:
+                return fn(model, x, target, *args, **kwargs)
+            key = (name, target_key(target, x.shape[0]))
+            if key not in scope.memo:
+                scope.memo[key] = fn(model, x, target)
+            return scope.memo[key]
+
+        return call
+
+    return wrap

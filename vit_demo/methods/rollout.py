@@ -1,0 +1,142 @@
+"""Attention rollout (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", ACL 2020):
+the product over layers of the attention with the residual connection added.
+
+Pure and batch-safe, as :mod:`~vit_demo.methods.attention`: per-layer attention [B, H, N, N]
+and the token layout in, maps over the patch grid [B, gh, gw] out. The building blocks
+(:func:`with_residual`, :func:`chain`) are shared with the gradient-weighted rollout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ..model import TokenLayout, VisionTransformer
+from .attention import captured, class_row, query_index
+from .registry import Target, register
+
+Fusion = Literal["mean", "max", "min"]
+
+
+def _fuse(a: Tensor, fusion: Fusion) -> Tensor:
+    """[B, H, N, N] -> [B, N, N]: combine the heads of one layer."""
+    if fusion == "mean":
+        return a.mean(dim=1)
+    if fusion == "max":
+        return a.amax(dim=1)
+    if fusion == "min":
+        return a.amin(dim=1)
+    raise ValueError(f"unknown head fusion {fusion!r}: 'mean', 'max' or 'min'")
+
+
+def _discard_lowest(a: Tensor, layout: TokenLayout, fraction: float) -> Tensor:
+    """Zero the lowest ``fraction`` of the entries of each matrix in ``a`` [..., N, N], each
+    matrix (image) on its own.
+
+    The [class] token's row and column are never candidates, so its attention to and from
+    every token survives. Ties at the threshold are all discarded: every entry at or below
+    the k-th smallest candidate goes (k = floor(fraction * candidates)), which makes the
+    result independent of sort order. Models without [class] protect no entry.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"discard must be in [0, 1), got {fraction}")
+    N = a.shape[-1]
+    candidate = torch.ones(N, N, dtype=torch.bool, device=a.device)
+    q = query_index(layout)
+    if q is not None:
+        candidate[q, :] = False
+        candidate[:, q] = False
+    k = math.floor(fraction * int(candidate.sum()))
+    if k == 0:
+        return a
+    values = a[..., candidate]  # [..., candidates]
+    threshold = values.sort(dim=-1).values[..., k - 1]  # the k-th smallest, per matrix
+    drop = candidate & (a <= threshold[..., None, None])
+    return a.masked_fill(drop, 0.0)
+
+
+def with_residual(a: Tensor) -> Tensor:
+    """A + I with every ROW renormalised to sum to 1: a token's output is its attention mix
+    plus itself (the skip connection), as a distribution over the tokens it draws from."""
+    a = a + torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+    return a / a.sum(dim=-1, keepdim=True)
+
+
+def chain(mats: Sequence[Tensor]) -> Tensor:
+    """M_last @ ... @ M_first: how the output tokens draw on the input tokens."""
+    out = mats[0]
+    for m in mats[1:]:
+        out = m @ out
+    return out
+
+
+def _rollout_layers(attentions: Sequence[Tensor], layout: TokenLayout, fusion: Fusion, discard: float) -> list[Tensor]:
+    return [with_residual(_discard_lowest(_fuse(a, fusion), layout, discard)) for a in attentions]
+
+
+def _check_start(attentions: Sequence[Tensor], start_layer: int) -> None:
+    if not 0 <= start_layer < len(attentions):
+        raise ValueError(f"start_layer {start_layer} is outside 0..{len(attentions) - 1}")
+
+
+def rollout_matrix(
+    attentions: Sequence[Tensor],
+    layout: TokenLayout,
+    fusion: Fusion = "mean",
+    discard: float = 0.0,
+    start_layer: int = 0,
+) -> Tensor:
+    """Attention rollout (Abnar & Zuidema 2020) as a token-to-token matrix [B, N, N].
+
+    Per layer: fuse the heads (``mean``/``max``/``min``), optionally zero the lowest
+    ``discard`` fraction of the fused entries (per image, [class] row and column kept; the
+    discard is the heuristic of later implementations, not part of the paper), add the
+    identity for the residual and renormalise the rows. Then R = A_L ... A_start.
+
+    With mean fusion, row-normalised A + I is the paper's 0.5 A + 0.5 I. Every row of R sums to 1.
+    """
+    _check_start(attentions, start_layer)
+    return chain(_rollout_layers(attentions[start_layer:], layout, fusion, discard))
+
+
+def rollout(
+    attentions: Sequence[Tensor],
+    layout: TokenLayout,
+    fusion: Fusion = "mean",
+    discard: float = 0.0,
+    start_layer: int = 0,
+) -> Tensor:
+    """Attention rollout map [B, gh, gw]: the [class] row of :func:`rollout_matrix` over the
+    patches (the mean of the patch rows without [class])."""
+    return class_row(rollout_matrix(attentions, layout, fusion, discard, start_layer), layout)
+
+
+def per_head_rollout(
+    attentions: Sequence[Tensor],
+    layout: TokenLayout,
+    fusion: Fusion = "mean",
+    discard: float = 0.0,
+    start_layer: int = 0,
+) -> Tensor:
+    """One rollout map per head of the LAST layer [B, H, gh, gw]: that head alone (with the
+    same discard, residual and row normalisation) on top of the fused rollout of the layers
+    from ``start_layer`` to the one below the last. With mean fusion and no discard, the mean
+    over heads of these maps is :func:`rollout`."""
+    _check_start(attentions, start_layer)
+    last = attentions[-1]  # [B, H, N, N]
+    heads = with_residual(_discard_lowest(last, layout, discard))  # every head on its own
+    below = attentions[start_layer:-1]
+    if below:
+        heads = heads @ chain(_rollout_layers(below, layout, fusion, discard))[:, None]
+    return class_row(heads, layout)
+
+
+@register("rollout", title="Attention rollout", cite="Abnar & Zuidema, ACL 2020", class_specific=False)
+def rollout_map(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
+    """Attention rollout, mean fusion, no discard (class-agnostic: ``target`` unused)."""
+    out = captured(model, x)
+    return rollout(out.attentions, out.layout)

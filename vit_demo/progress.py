@@ -1,0 +1,50 @@
+"""Progress on long work, wherever the user is looking.
+
+Long loops say how far they are with :func:`report` (a share done and a few words, e.g.
+``report(0.375, "masked forward passes", done=96, total=256)``); whoever started the work
+decides where that goes with :func:`reporting`: a progress bar in the app, nothing in a test.
+:func:`batches` is the command line's way: a tqdm bar on stderr over chunks of a list.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+T = TypeVar("T")
+Callback = Callable[[float, str], Any]  # (share done in [0, 1], what is being done, e.g. "masks 96/256")
+
+_local = threading.local()
+
+
+@contextmanager
+def reporting(callback: Callback | None) -> Iterator[None]:
+    """Within the block (on this thread), every :func:`report` calls ``callback(share, text)``.
+    None: reports go nowhere. Blocks nest: the inner callback wins."""
+    outer = getattr(_local, "callback", None)
+    _local.callback = callback
+    try:
+        yield
+    finally:
+        _local.callback = outer
+
+
+def report(share: float, desc: str = "", done: int | None = None, total: int | None = None) -> None:
+    """Tell the current :func:`reporting` callback (if any) that ``share`` of the work is done;
+    the text is ``desc`` followed by ``done/total`` when they are given."""
+    callback = getattr(_local, "callback", None)
+    if callback is not None:
+        text = f"{desc} {done}/{total}".strip() if done is not None and total is not None else desc
+        callback(min(1.0, max(0.0, float(share))), text)
+
+
+def batches(items: Sequence[T], size: int, desc: str = "", progress: bool = True) -> Iterator[Sequence[T]]:
+    """``items`` in chunks of ``size``, with a tqdm bar (stderr) when there is more than one."""
+    starts = range(0, len(items), size)
+    bar = tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) <= 1, leave=False)
+    for i in bar:
+        yield items[i : i + size]
