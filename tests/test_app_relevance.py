@@ -14,13 +14,16 @@ from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, r
 
 
 def test_relevance_row(deit_tiny, package_photos):
-    from vit_demo.app.tabs.relevance import RELEVANCE_TITLES, relevance_maps, relevance_pending
+    from vit_demo.app.tabs.relevance import TOP_ROW, relevance_maps, relevance_names, relevance_pending
 
+    row = [n for n in methods.names(class_specific=True) if n not in TOP_ROW]  # the registry, less the top row
+    assert relevance_names() == row and {"lrp", "attnlrp", "lrp-gated", "gradcam"} <= set(row)
+    single = [n for n in row if not methods.get(n).slow]
     a = analyze(deit_tiny, Image.open(package_photos["coffee"]).convert("RGB"))
     assert relevance_maps(a, None, None) == {}
-    assert len(relevance_pending(a, None)) == 4  # placeholders before the backward passes
+    assert len(relevance_pending(a, None)) == len(single)  # placeholders before the backward passes
     rel = relevance_maps(a, deit_tiny, 7)
-    assert [t.split("\n")[0] for t in rel] == [RELEVANCE_TITLES[k] for k in ("lrp", "attnlrp", "lrp-gated", "gradcam")]
+    assert [t.split("\n")[0] for t in rel] == [methods.get(k).title for k in single]
     cm = class_maps(a, deit_tiny, 7)
     for key in ("gradcam", "lrp-gated"):  # lrp-gated recomputes lrp and grad-rollout; attnlrp: tests/test_lrp.py
         want = methods.get(key)(deit_tiny.model, a.x, 7)[0].numpy()

@@ -1,0 +1,74 @@
+"""The house's rules, checked on the code itself (the import layers are `lint-imports`' job, in CI):
+
+- at most 10 modules directly in ``vit_demo/`` (the rest lives in one folder per layer);
+- no private name (``_x``) imported from another module of the project;
+- no function over 60 lines unless its docstring says why ("Long because ...");
+- every command of the CLI is a module of ``vit_demo/cli/`` in ``COMMANDS``, every tab a module
+  of ``vit_demo/app/tabs/`` in ``TABS``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "vit_demo"
+MAX_LINES = 60
+REASON = "Long because"
+
+
+def sources() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_few_modules_at_the_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 10, top
+
+
+def test_no_private_name_crosses_a_module():
+    found = []
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            ours = isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").startswith("vit_demo"))
+            if ours:
+                found += [f"{path.relative_to(PACKAGE)}:{node.lineno} {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, found
+
+
+def long_functions(paths: list[Path]) -> list[str]:
+    out = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_LINES and REASON not in (ast.get_docstring(node) or ""):
+                    out.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)")
+    return out
+
+
+def test_no_long_function_without_a_reason(tmp_path):
+    assert not long_functions(sources())
+    sample = tmp_path / "vit_demo" / "sample.py"  # the check itself finds one
+    sample.parent.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
+    sample.write_text(f"def f():\n{body}\n")
+    global PACKAGE
+    old, PACKAGE = PACKAGE, sample.parent
+    try:
+        assert long_functions([sample]) == [f"sample.py:1 f ({MAX_LINES + 1} lines)"]
+        sample.write_text(f'def f():\n    """{REASON} it is a table."""\n{body}\n')
+        assert long_functions([sample]) == []
+    finally:
+        PACKAGE = old
+
+
+def test_every_command_and_tab_module_is_listed():
+    from vit_demo.app.build import TABS
+    from vit_demo.cli.main import COMMANDS
+
+    commands = {p.stem for p in (PACKAGE / "cli").glob("*.py")} - {"__init__", "main", "common"}
+    assert {c.__name__.rsplit(".", 1)[1] for c in COMMANDS} == commands
+    tabs = {p.stem for p in (PACKAGE / "app" / "tabs").glob("*.py")} - {"__init__"}
+    assert {t.__module__.rsplit(".", 1)[1] for t in TABS} == tabs

@@ -1,0 +1,122 @@
+"""The contract every registered method keeps (parametrised over the registry, so a new method is
+checked by being registered): the map's shape, a batch equals its images one by one, the target
+is respected, and the same call gives the same map. And the extension point itself: a module
+dropped into ``vit_demo/methods/`` appears in ``explain --method`` and ``faithfulness --methods``
+with no other edit."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from vit_demo import methods
+from vit_demo.methods.perturb import CausalSettings, RiseSettings
+from vit_demo.model import VisionTransformer, ViTConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+B = 3
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A small random ViT (PyTorch's default init: a head that tells classes apart) and 3 inputs."""
+    torch.manual_seed(0)
+    model = VisionTransformer(ViTConfig(img_size=(48, 64), patch_size=16, embed_dim=32, depth=2, num_heads=2,
+                                        num_classes=7)).eval()
+    x = torch.randn(B, 3, 48, 64, generator=torch.Generator().manual_seed(1))
+    return model, x
+
+
+def call(name: str, model, x, target):
+    """The registry's function; the slow ones with fewer masks (the contract does not depend on them)."""
+    fast = {"rise": {"settings": RiseSettings(masks=16, chunk=8)}, "lrp-causal": {"settings": CausalSettings(masks=16, chunk=8)}}
+    return methods.get(name).fn(model, x, target, **fast.get(name, {}))
+
+
+@pytest.mark.parametrize("name", methods.names())
+def test_method_contract(name, small):
+    model, x = small
+    t = torch.tensor([1, 4, 6])
+    got = call(name, model, x, t)
+    assert got.shape == (B, 3, 4) and got.dtype == torch.float32 and torch.isfinite(got).all()
+    for b in range(B):  # the batch is its images one by one
+        torch.testing.assert_close(call(name, model, x[b : b + 1], t[b : b + 1]), got[b : b + 1], atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(call(name, model, x, t), got, atol=0, rtol=0)  # same call (same seed), same map
+    other = call(name, model, x, torch.tensor([2, 0, 3]))
+    top1 = model(x).logits.argmax(-1)
+    if methods.get(name).class_specific:
+        assert not torch.allclose(other, got), "the map does not depend on the class explained"
+        torch.testing.assert_close(call(name, model, x, None), call(name, model, x, top1), atol=1e-6, rtol=1e-4)
+    else:
+        torch.testing.assert_close(other, got)
+
+
+def test_registry_order_and_records():
+    names = methods.names()
+    assert len(names) == len(set(names)) and {"attention", "rollout", "chefer", "lrp", "rise"} <= set(names)
+    flags = [(methods.get(n).slow, methods.get(n).class_specific) for n in names]
+    assert flags == sorted(flags), "class-agnostic first, then class-specific, the slow ones last"
+    assert methods.single_pass() + methods.slow() == names
+    for n in names:
+        m = methods.get(n)
+        assert m.title and m.cite and m.label == f"{m.title} ({m.cite})"
+    with pytest.raises(ValueError, match="unknown method 'nope'; known: attention"):
+        methods.get("nope")
+    with pytest.raises(ValueError, match="registered twice"):
+        methods.register("chefer", title="x", cite="y")(lambda model, x, target=None: x)
+
+
+def test_reuse_shares_passes_and_gives_the_same_maps(small):
+    """Inside methods.reuse, the gated LRP map reuses the CP-LRP map and the gradient rollout
+    computed before it: the same numbers, fewer passes."""
+    model, x = small
+    t = torch.tensor([1, 4, 6])
+    want = {n: methods.get(n)(model, x, t) for n in ("lrp", "grad-rollout", "lrp-gated")}
+    calls = []
+    hook = model.blocks[0].register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with methods.reuse(model, x):
+            got = {n: methods.get(n)(model, x, t) for n in ("lrp", "grad-rollout", "lrp-gated")}
+    finally:
+        hook.remove()
+    for n in want:
+        torch.testing.assert_close(got[n], want[n])
+    assert len(calls) == 2  # one LRP forward, one attention-gradient forward: lrp-gated ran none
+
+
+def test_a_new_method_is_one_file(tmp_path, deit_tiny_path, package_photos):
+    """Copy the package, drop one module into its methods/ folder, and use the new method from the
+    command line: explain writes its figure, faithfulness scores it."""
+    pkg = tmp_path / "vit_demo"
+    shutil.copytree(ROOT / "vit_demo", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "methods" / "centre_prior.py").write_text(textwrap.dedent('''
+        """A deliberately simple method: distance from the image centre (no model involved)."""
+        import torch
+
+        from .registry import register
+
+
+        @register("centre-prior", title="Centre prior", cite="a test", class_specific=False)
+        def centre_prior(model, x, target=None):
+            p = model.cfg.patch_size
+            gh, gw = x.shape[-2] // p, x.shape[-1] // p
+            ys, xs = torch.meshgrid(torch.arange(gh) - (gh - 1) / 2, torch.arange(gw) - (gw - 1) / 2, indexing="ij")
+            return (-(ys**2 + xs**2)).float().expand(x.shape[0], gh, gw).clone()
+    '''))
+    env = {"PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "vit_demo", *a, "--weights", str(deit_tiny_path)],  # noqa: E731
+                                    cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = run("explain", str(package_photos["coffee"]), "--method", "centre-prior", "--out", str(tmp_path / "out"),
+            "--width", "400")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "coffee_centre-prior.png").is_file()
+    r = run("faithfulness", "--images", str(package_photos["coffee"]), "--methods", "centre-prior,attention",
+            "--target", "predicted", "--json")
+    assert r.returncode == 0, r.stderr
+    assert '"centre-prior"' in r.stdout and '"attention"' in r.stdout
