@@ -25,17 +25,20 @@ B = 3
 
 @pytest.fixture(scope="module")
 def small():
-    """A small random ViT (PyTorch's default init: a head that tells classes apart) and 3 inputs."""
+    """A small random ViT (PyTorch's default init) with a decisive head, so that the class
+    probabilities react to masks well above float32's resolution, and 3 inputs."""
     torch.manual_seed(0)
     model = VisionTransformer(ViTConfig(img_size=(48, 64), patch_size=16, embed_dim=32, depth=2, num_heads=2,
                                         num_classes=7)).eval()
+    with torch.no_grad():
+        model.head.weight.mul_(3)
     x = torch.randn(B, 3, 48, 64, generator=torch.Generator().manual_seed(1))
     return model, x
 
 
 def call(name: str, model, x, target):
     """The registry's function; the slow ones with fewer masks (the contract does not depend on them)."""
-    fast = {"rise": {"settings": RiseSettings(masks=16, chunk=8)}, "lrp-causal": {"settings": CausalSettings(masks=16, chunk=8)}}
+    fast = {"rise": {"settings": RiseSettings(masks=16, chunk=8)}, "lrp-causal": {"settings": CausalSettings(masks=32, levels=2, chunk=16)}}
     return methods.get(name).fn(model, x, target, **fast.get(name, {}))
 
 
