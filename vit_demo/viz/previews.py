@@ -13,7 +13,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .arrays import Picture, as_maps, blend, normalize, patch_box, picture_array, resized_picture, target_size, upsample
-from .style import HIGHLIGHT_RGB, colorize, text_font, text_width
+from .sequence import sequence_slots
+from .style import HIGHLIGHT_RGB, colorize, text_font, text_width, token_color
 
 
 def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], width: int) -> None:
@@ -241,3 +242,103 @@ def tiles_image(
         if second:
             draw.text((x + tile / 2, 33), fit(second, small), font=small, fill=(102, 102, 102), anchor="mm")
     return canvas
+
+
+_SEQ_TAIL = 3  # the last patches a sequence picture always shows
+_SEQ_BOX, _SEQ_GAP, _SEQ_Y = 56, 10, 86  # px: a token's box, the gap between boxes, the boxes' top
+_INK, _MUTED, _POSITION_RGB = (34, 34, 34), (102, 102, 102), (155, 143, 184)
+
+
+def sequence_image(
+    picture: Picture,
+    patch_size: int,
+    prefix_names: Sequence[str] = ("[class]",),
+    highlight: int | None = None,
+    width: int = 1120,
+    embed_dim: int | None = None,
+) -> Image.Image:
+    """The flattened sequence the transformer reads (fast: PIL), ``width`` x 250 px: the
+    prefix tokens (``prefix_names``, e.g. ``TokenLayout.names()``), then the patches left to
+    right, top to bottom (the first ones, an ellipsis, the last ones, and the ``highlight``
+    patch wherever it sits), each with its patch number above and its position in the
+    sequence below. As many patches are shown as fit the width (slots from
+    :func:`~vit_demo.viz.sequence.sequence_slots`). ``embed_dim``: the token vectors' size,
+    for the caption.
+    """
+    pic = picture_array(picture)
+    p = int(patch_size)
+    gh, gw = pic.shape[0] // p, pic.shape[1] // p
+    if gh < 1 or gw < 1:
+        raise ValueError(f"a {pic.shape[1]}x{pic.shape[0]} picture holds no {p}-px patch")
+    names = list(prefix_names)
+    head = _sequence_head(width, len(names), highlight is not None)
+    slots = sequence_slots(names, gh * gw, head, _SEQ_TAIL, highlight)
+    img = Image.new("RGB", (width, 250), "white")
+    draw = ImageDraw.Draw(img)
+    x0 = max(80, (width - (len(slots) * (_SEQ_BOX + _SEQ_GAP) - _SEQ_GAP)) // 2)
+    _sequence_heading(draw, width, x0, names, gh * gw)
+    for k, slot in enumerate(slots):
+        x = x0 + k * (_SEQ_BOX + _SEQ_GAP)
+        if slot.kind == "patch":
+            r, c = divmod(slot.patch, gw)
+            _sequence_patch(img, draw, x, pic[r * p:(r + 1) * p, c * p:(c + 1) * p], slot.patch, slot.patch == highlight)
+        elif slot.kind == "prefix":
+            _sequence_prefix(draw, x, slot.name)
+        else:
+            draw.text((x + _SEQ_BOX / 2, _SEQ_Y + _SEQ_BOX / 2), "…", font=text_font(17, bold=True), fill=_MUTED, anchor="mm")
+            continue
+        _sequence_position(draw, x, slot.position)
+    _sequence_caption(draw, width, p, names, embed_dim)
+    return img
+
+
+def _sequence_head(width: int, num_prefix: int, highlight: bool) -> int:
+    """How many first patches :func:`sequence_image` shows at ``width`` px: what fits after
+    the ``num_prefix`` prefix tokens, the last patches, an ellipsis and (``highlight``) room
+    for a highlighted patch and a second ellipsis; at least 2."""
+    slots_fit = max(6, (width - 110) // (_SEQ_BOX + _SEQ_GAP))
+    return max(2, slots_fit - num_prefix - _SEQ_TAIL - 1 - (2 if highlight else 0))
+
+
+def _sequence_heading(draw: ImageDraw.ImageDraw, width: int, x0: int, names: list[str], n: int) -> None:
+    """The title line, and the "patch" / "position" row labels left of the first slot."""
+    head = f"{' + '.join(names)} + {n} patches = {len(names) + n} tokens" if names else f"{n} patches = {n} tokens"
+    draw.text((width / 2, 20), f"The sequence the transformer reads: {head}", font=text_font(17, bold=True), fill=_INK,
+              anchor="mm")
+    small = text_font(13)
+    draw.text((x0 - 8, _SEQ_Y - 14), "patch", font=small, fill=_MUTED, anchor="rm")
+    draw.text((x0 - 8, _SEQ_Y + _SEQ_BOX + 16), "position", font=small, fill=_MUTED, anchor="rm")
+
+
+def _sequence_prefix(draw: ImageDraw.ImageDraw, x: int, name: str) -> None:
+    """A prefix token: a rounded box in the token's colour, its name inside."""
+    draw.rounded_rectangle((x, _SEQ_Y, x + _SEQ_BOX, _SEQ_Y + _SEQ_BOX), radius=8, fill=token_color(name))
+    draw.text((x + _SEQ_BOX / 2, _SEQ_Y + _SEQ_BOX / 2), name, font=text_font(12, bold=True), fill="white", anchor="mm")
+
+
+def _sequence_patch(img: Image.Image, draw: ImageDraw.ImageDraw, x: int, cut: np.ndarray, index: int, lit: bool) -> None:
+    """A patch: its pixels enlarged (nearest), framed (cyan when ``lit``), its number above."""
+    img.paste(Image.fromarray(cut).resize((_SEQ_BOX, _SEQ_BOX), Image.Resampling.NEAREST), (x, _SEQ_Y))
+    draw.rectangle((x - 1, _SEQ_Y - 1, x + _SEQ_BOX, _SEQ_Y + _SEQ_BOX), outline=HIGHLIGHT_RGB if lit else (136, 136, 136),
+                   width=3 if lit else 1)
+    draw.text((x + _SEQ_BOX / 2, _SEQ_Y - 14), str(index), font=text_font(13), fill=_INK, anchor="mm")
+
+
+def _sequence_position(draw: ImageDraw.ImageDraw, x: int, position: int) -> None:
+    """A token's position in the sequence, in a small lilac pill under its box."""
+    y = _SEQ_Y + _SEQ_BOX
+    draw.rounded_rectangle((x + 8, y + 6, x + _SEQ_BOX - 8, y + 26), radius=6, fill=_POSITION_RGB)
+    draw.text((x + _SEQ_BOX / 2, y + 16), str(position), font=text_font(12, bold=True), fill="white", anchor="mm")
+
+
+def _sequence_caption(draw: ImageDraw.ImageDraw, width: int, p: int, names: list[str], embed_dim: int | None) -> None:
+    """Two lines under the sequence: how a patch becomes a token, and the position embedding."""
+    dim = f"a {embed_dim}-number vector" if embed_dim else "one vector"
+    lines = [
+        f"Each {p}×{p}×3-pixel patch is flattened and projected to {dim}; "
+        + (f"{' and '.join(names)} {'are learned vectors' if len(names) > 1 else 'is a learned vector'} "
+           "of the same size." if names else "there are no extra tokens."),
+        "A learned position embedding is added to every token: the model is told where each patch came from.",
+    ]
+    for i, line in enumerate(lines):
+        draw.text((width / 2, 192 + i * 22), line, font=text_font(13), fill=_MUTED, anchor="mm")
