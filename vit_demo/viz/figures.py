@@ -33,6 +33,7 @@ from .arrays import (
     upsample,
 )
 from .export import renderer
+from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
     HIGHLIGHT,
@@ -549,22 +550,50 @@ def patch_grid_figure(
     prefix = list(prefix_names)
     if highlight is not None:
         patch_box(highlight, (gh, gw), (gw, gh))  # range check
+    tail = max(2, max_patches // 4)
+    slots = sequence_slots(prefix, n, max_patches - tail, tail) if sequence else []
+    fig, ax, ax_s, pic_w = _patch_grid_axes(pic.shape[:2], len(slots) if sequence else None)
+    _draw_patch_grid(ax, pic, p, highlight)
+    if numbers:
+        _number_patches(ax, (gh, gw), p, pic_w * 72 / gw)
+    _image_axis(ax)
+    fig.suptitle(
+        title or f"{p}x{p}-pixel patches: a {gh}x{gw} grid = {n} patches",
+        y=1 - 0.12 / fig.get_figheight(),
+        va="top",
+        fontsize=TITLE_SIZE,
+        color=TEXT_COLOR,
+        fontweight="bold",
+    )
+    if ax_s is not None:
+        _sequence_strip(ax_s, pic, p, slots, highlight)
+        _strip_caption(ax_s, prefix, n, len(slots))
+    return fig
 
-    # a fixed layout (inches): title, picture, gap, sequence strip
-    h, w = pic.shape[:2]
+
+def _patch_grid_axes(size: tuple[int, int], slots: int | None) -> tuple[Figure, Any, Any, float]:
+    """A fixed layout (inches) for a picture of ``size`` (h, w): title, picture, gap and, when
+    ``slots`` is a number, a strip of that many tokens. Returns the figure, the picture's
+    axes, the strip's axes (or None) and the picture's width in inches."""
+    h, w = size
     fig_w = 12.0
     pic_w = min(6.4 * w / h, fig_w - 1.0)
     pic_h = pic_w * h / w
     top, gap = 0.6, 0.3
-    slots = len(prefix) + (n if n <= max_patches else max_patches + 1)
     strip_w = fig_w - 1.0
-    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3) if sequence else 0.0
-    fig_h = top + pic_h + (gap + strip_h if sequence else 0) + 0.15
+    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3) if slots is not None else 0.0
+    fig_h = top + pic_h + (gap + strip_h if slots is not None else 0) + 0.15
     fig = Figure(figsize=(fig_w, fig_h), facecolor="white")
     ax = fig.add_axes(((fig_w - pic_w) / 2 / fig_w, (fig_h - top - pic_h) / fig_h, pic_w / fig_w, pic_h / fig_h))
-    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h)) if sequence else None
+    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h)) if slots is not None else None
+    return fig, ax, ax_s, pic_w
 
-    # the picture, its grid and the numbers, in picture pixel coordinates (crisp as vectors)
+
+def _draw_patch_grid(ax, pic: np.ndarray, p: int, highlight: int | None) -> None:
+    """The picture and its grid lines in picture pixel coordinates (crisp as vectors), the
+    ``highlight`` patch tinted and outlined."""
+    h, w = pic.shape[:2]
+    gh, gw = h // p, w // p
     ax.imshow(pic, interpolation="bilinear", extent=(0, w, h, 0))
     ax.vlines(np.arange(1, gw) * p, 0, h, colors="white", linewidth=0.9, alpha=0.75)
     ax.hlines(np.arange(1, gh) * p, 0, w, colors="white", linewidth=0.9, alpha=0.75)
@@ -573,127 +602,99 @@ def patch_grid_figure(
         ax.add_patch(Rectangle((c * p, r * p), p, p, facecolor=HIGHLIGHT, alpha=0.3, edgecolor="none"))
         for color, lw in (("black", 4.0), (HIGHLIGHT, 2.2)):
             ax.add_patch(Rectangle((c * p, r * p), p, p, fill=False, edgecolor=color, linewidth=lw))
-    if numbers:
-        cell_pt = pic_w * 72 / gw
-        digits = len(str(n - 1))
-        fsize = float(np.clip(cell_pt * 0.72 / (0.66 * digits + 0.15), 3.0, 11.0))
-        for i in range(n):
-            r, c = divmod(i, gw)
-            ax.text(
-                (c + 0.5) * p,
-                (r + 0.5) * p,
-                str(i),
-                ha="center",
-                va="center",
-                fontsize=fsize,
-                color="white",
-                fontweight="bold",
-                path_effects=_stroke(max(0.8, fsize / 4.5)),
-            )
     ax.set_xlim(0, w)
     ax.set_ylim(h, 0)
-    _image_axis(ax)
-    fig.suptitle(
-        title or f"{p}x{p}-pixel patches: a {gh}x{gw} grid = {n} patches",
-        y=1 - 0.12 / fig_h,
-        va="top",
-        fontsize=TITLE_SIZE,
-        color=TEXT_COLOR,
-        fontweight="bold",
-    )
-    if ax_s is not None:
-        _sequence_strip(ax_s, pic, p, gw, prefix, highlight, max_patches)
-    return fig
 
 
-def _sequence_strip(ax, pic: np.ndarray, p: int, gw: int, prefix: list[str], highlight: int | None, max_patches: int) -> None:
+def _number_patches(ax, grid: tuple[int, int], p: int, cell_pt: float) -> None:
+    """Each patch's number at its centre, white with a dark rim, sized to a cell of
+    ``cell_pt`` points."""
+    gh, gw = grid
+    n = gh * gw
+    digits = len(str(n - 1))
+    fsize = float(np.clip(cell_pt * 0.72 / (0.66 * digits + 0.15), 3.0, 11.0))
+    for i in range(n):
+        r, c = divmod(i, gw)
+        ax.text(
+            (c + 0.5) * p,
+            (r + 0.5) * p,
+            str(i),
+            ha="center",
+            va="center",
+            fontsize=fsize,
+            color="white",
+            fontweight="bold",
+            path_effects=_stroke(max(0.8, fsize / 4.5)),
+        )
+
+
+_STEP, _BOX = 1.22, 1.0  # a token slot's pitch and box in the strip's units
+
+
+def _sequence_strip(ax, pic: np.ndarray, p: int, slots: list[SequenceSlot], highlight: int | None) -> None:
     """The token sequence: prefix boxes, patch thumbnails, patch numbers and positions."""
-    n = (pic.shape[0] // p) * gw
-    if n <= max_patches:
-        shown: list[int | None] = list(range(n))
-    else:
-        tail = max(2, max_patches // 4)
-        shown = [*range(max_patches - tail), None, *range(n - tail, n)]
-    slots = [("prefix", name) for name in prefix] + [("patch", i) if i is not None else ("dots", None) for i in shown]
-    step, box = 1.22, 1.0
-    pos_color = "#9b8fb8"
     fig = ax.get_figure()
-    box_pt = ax.get_position().width * fig.get_figwidth() * 72 / (len(slots) * step + 0.3)  # one unit in points
+    box_pt = ax.get_position().width * fig.get_figwidth() * 72 / (len(slots) * _STEP + 0.3)  # one unit in points
     small = float(np.clip(box_pt * 0.24, 6.0, 9.0))  # numbers under the tokens
-    longest = max((len(name) for name in prefix), default=7)
+    longest = max((len(s.name) for s in slots if s.kind == "prefix"), default=7)
     name_size = float(np.clip(box_pt * 0.86 / (0.56 * longest), 4.5, 9.0))  # one size for every prefix name
-    for k, (kind, val) in enumerate(slots):
-        x0 = k * step
-        if kind == "prefix":
-            ax.add_patch(
-                FancyBboxPatch(
-                    (x0 + 0.04, 0.04),
-                    box - 0.08,
-                    box - 0.08,
-                    facecolor=token_color(val),
-                    boxstyle="round,pad=0.02,rounding_size=0.12",
-                    edgecolor="none",
-                )
-            )
-            ax.text(
-                x0 + box / 2,
-                box / 2,
-                val,
-                ha="center",
-                va="center",
-                fontsize=name_size,
-                color="white",
-                fontweight="bold",
-            )
-            position = k
-        elif kind == "patch":
-            r, c = divmod(val, gw)
-            ax.imshow(pic[r * p : (r + 1) * p, c * p : (c + 1) * p], extent=(x0, x0 + box, box, 0), interpolation="nearest")
-            lit = val == highlight
-            ax.add_patch(
-                Rectangle(
-                    (x0, 0),
-                    box,
-                    box,
-                    fill=False,
-                    edgecolor=HIGHLIGHT if lit else "#888888",
-                    linewidth=2.4 if lit else 0.6,
-                )
-            )
-            ax.text(x0 + box / 2, -0.18, str(val), ha="center", va="bottom", fontsize=small, color=TEXT_COLOR)
-            position = len(prefix) + val
+    gw = pic.shape[1] // p
+    for k, slot in enumerate(slots):
+        x0 = k * _STEP
+        if slot.kind == "prefix":
+            _strip_prefix(ax, x0, slot.name, name_size)
+        elif slot.kind == "patch":
+            r, c = divmod(slot.patch, gw)
+            _strip_patch(ax, x0, pic[r * p : (r + 1) * p, c * p : (c + 1) * p], slot.patch, slot.patch == highlight, small)
         else:
-            ax.text(
-                x0 + box / 2,
-                box / 2,
-                "···",
-                ha="center",
-                va="center",
-                fontsize=18,
-                color=MUTED_COLOR,
-                fontweight="bold",
-            )
+            ax.text(x0 + _BOX / 2, _BOX / 2, "···", ha="center", va="center", fontsize=18, color=MUTED_COLOR, fontweight="bold")
             continue
         ax.text(
-            x0 + box / 2,
-            box + 0.33,
-            str(position),
+            x0 + _BOX / 2,
+            _BOX + 0.33,
+            str(slot.position),
             ha="center",
             va="center",
             fontsize=small,
             color="white",
-            bbox=dict(boxstyle="round,pad=0.25", facecolor=pos_color, edgecolor="none"),
+            bbox=dict(boxstyle="round,pad=0.25", facecolor="#9b8fb8", edgecolor="none"),
         )
+
+
+def _strip_prefix(ax, x0: float, name: str, size: float) -> None:
+    """A prefix token: a rounded box in the token's colour, its name inside."""
+    box = FancyBboxPatch(
+        (x0 + 0.04, 0.04),
+        _BOX - 0.08,
+        _BOX - 0.08,
+        facecolor=token_color(name),
+        boxstyle="round,pad=0.02,rounding_size=0.12",
+        edgecolor="none",
+    )
+    ax.add_patch(box)
+    ax.text(x0 + _BOX / 2, _BOX / 2, name, ha="center", va="center", fontsize=size, color="white", fontweight="bold")
+
+
+def _strip_patch(ax, x0: float, cut: np.ndarray, index: int, lit: bool, size: float) -> None:
+    """A patch: its pixels, framed (cyan when ``lit``), its number above."""
+    ax.imshow(cut, extent=(x0, x0 + _BOX, _BOX, 0), interpolation="nearest")
+    frame = Rectangle((x0, 0), _BOX, _BOX, fill=False, edgecolor=HIGHLIGHT if lit else "#888888", linewidth=2.4 if lit else 0.6)
+    ax.add_patch(frame)
+    ax.text(x0 + _BOX / 2, -0.18, str(index), ha="center", va="bottom", fontsize=size, color=TEXT_COLOR)
+
+
+def _strip_caption(ax, prefix: list[str], n: int, slots: int) -> None:
+    """The row labels ("patch", "position") and the caption under the strip; fixes its limits."""
     ax.text(-0.3, -0.18, "patch", ha="right", va="bottom", fontsize=9, color=MUTED_COLOR, style="italic")
-    ax.text(-0.3, box + 0.33, "position", ha="right", va="center", fontsize=9, color=MUTED_COLOR, style="italic")
+    ax.text(-0.3, _BOX + 0.33, "position", ha="right", va="center", fontsize=9, color=MUTED_COLOR, style="italic")
     order = "left to right, top to bottom"
     caption = (
         f"The sequence the transformer reads: {' '.join(prefix)} + {n} patches ({order}) = {len(prefix) + n} tokens"
         if prefix
         else f"The sequence the transformer reads: {n} patches ({order})"
     )
-    ax.text(len(slots) * step / 2, 1.9, caption, ha="center", va="center", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
-    ax.set_xlim(-0.3, len(slots) * step)
+    ax.text(slots * _STEP / 2, 1.9, caption, ha="center", va="center", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
+    ax.set_xlim(-0.3, slots * _STEP)
     ax.set_ylim(2.15, -0.75)
     ax.set_aspect("equal")
     ax.axis("off")
