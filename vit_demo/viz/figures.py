@@ -226,41 +226,19 @@ def heads_figure(
         a = a[None]
     L, H, gh, gw = a.shape
     layer_ids = list(range(L)) if whole else [layer]
-    if layers_along == "auto":
-        layers_along = "columns" if whole and L > H else "rows"
-    if layers_along not in ("rows", "columns"):
-        raise ValueError(f"layers_along must be 'rows', 'columns' or 'auto', not {layers_along!r}")
-    # the grid of panels: (row, col) -> (layer, head)
-    if whole:
-        rows, cols = (L, H) if layers_along == "rows" else (H, L)
-        order = [(r, c) if layers_along == "rows" else (c, r) for r in range(rows) for c in range(cols)]
-    else:
-        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
-        rows = math.ceil(H / cols)
-        order = [(0, i) for i in range(H)]
-
-    if picture is None:
-        th, tw = gh * 16, gw * 16
-        pic = None
-    else:
-        p = picture_array(picture)
-        tile = 224 if rows * cols <= 36 else 160
-        tw, th = target_size(p.shape[1], p.shape[0], tile)
-        pic = resized_picture(p, (tw, th))
+    rows, cols, order = _panel_grid(L, H, whole, layers_along)
+    pic, (tw, th) = _panel_picture(picture, (gh, gw), rows * cols)
     flat = np.stack([a[li, hi] for li, hi in order])
     rgb = blend(pic, colorize(upsample(normalize(flat, vmin, vmax), (th, tw), smooth), cmap), alpha)
     panel_in = float(np.clip(11.0 / cols, 1.1, 3.4))  # a tile's width on the page, inches
     fsize = PANEL_TITLE_SIZE + 1 if panel_in >= 2.5 else PANEL_TITLE_SIZE if panel_in >= 1.5 else PANEL_TITLE_SIZE - 2
     px_per_in = tw / panel_in
-    gap = max(2, round(0.08 * px_per_in))
     label_px = round((fsize * 1.6 / 72) * px_per_in)  # room for a panel title above each tile
     tiles = np.full((len(order), th + label_px, tw, 3), 255, dtype=np.uint8)
     tiles[:, label_px:] = rgb
-    mosaic, origins = _mosaic(tiles, rows, cols, gap, 255)
-    mh, mw = mosaic.shape[:2]
-    fig_w = mw / px_per_in + 0.1
-    fig_h = mh / px_per_in + (0.55 if title else 0.1) + (0.95 if colorbar else 0.1)
-    fig = _figure(fig_w, fig_h)
+    mosaic, origins = _mosaic(tiles, rows, cols, max(2, round(0.08 * px_per_in)), 255)
+    fig_w = mosaic.shape[1] / px_per_in + 0.1
+    fig = _figure(fig_w, mosaic.shape[0] / px_per_in + (0.55 if title else 0.1) + (0.95 if colorbar else 0.1))
     ax = fig.add_subplot()
     ax.imshow(mosaic, interpolation="bilinear" if smooth else "nearest")
     _image_axis(ax)
@@ -268,32 +246,62 @@ def heads_figure(
         name = f"H{hi}" if layer_ids[li] is None else f"L{layer_ids[li]} H{hi}"
         ax.text(x + tw / 2, y + label_px * 0.5, name, ha="center", va="center", fontsize=fsize, color=TEXT_COLOR)
         if mark is not None:
-            x0, y0, x1, y1 = patch_box(mark, (gh, gw), (tw, th))
-            for color, lw in (("black", 2.5), (HIGHLIGHT, 1.3)):
-                ax.add_patch(Rectangle((x + x0, y + label_px + y0), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
+            _mark_panel(ax, mark, (gh, gw), (tw, th), (x, y + label_px))
     if colorbar:
-        relative = vmin is None and vmax is None
-        norm = (
-            Normalize(0, 1)
-            if relative
-            else Normalize(vmin if vmin is not None else float(a.min()), vmax if vmax is not None else float(a.max()))
-        )
-        cb_label = f"{label} (each panel scaled to its own min–max)" if relative else label
-        _colorbar(
-            fig,
-            ax,
-            cmap,
-            norm,
-            cb_label,
-            relative,
-            orientation="horizontal",
-            shrink=min(0.5, 4.5 / fig_w + 0.15),
-            aspect=30,
-            pad=0.01,
-        )
+        _heads_colorbar(fig, ax, a, cmap, label, vmin, vmax, fig_w)
     if title:
         fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
     return _fit_height(fig)
+
+
+def _panel_grid(L: int, H: int, whole: bool, layers_along: str) -> tuple[int, int, list[tuple[int, int]]]:
+    """Rows and columns of :func:`heads_figure`'s panels, and each panel's (layer, head), row
+    by row: layers x heads as ``layers_along`` says, or one layer's heads in rows of <= 6."""
+    if layers_along == "auto":
+        layers_along = "columns" if whole and L > H else "rows"
+    if layers_along not in ("rows", "columns"):
+        raise ValueError(f"layers_along must be 'rows', 'columns' or 'auto', not {layers_along!r}")
+    if whole:
+        rows, cols = (L, H) if layers_along == "rows" else (H, L)
+        order = [(r, c) if layers_along == "rows" else (c, r) for r in range(rows) for c in range(cols)]
+    else:
+        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
+        rows = math.ceil(H / cols)
+        order = [(0, i) for i in range(H)]
+    return rows, cols, order
+
+
+def _panel_picture(picture: Picture | None, grid: tuple[int, int], panels: int) -> tuple[np.ndarray | None, tuple[int, int]]:
+    """The picture resized for one panel of a mosaic of ``panels`` (224 px on the longer side,
+    160 for more than 36 panels), and the panel's (width, height); without a picture, 16 px
+    per patch of ``grid`` (gh, gw)."""
+    if picture is None:
+        return None, (grid[1] * 16, grid[0] * 16)
+    p = picture_array(picture)
+    tw, th = target_size(p.shape[1], p.shape[0], 224 if panels <= 36 else 160)
+    return resized_picture(p, (tw, th)), (tw, th)
+
+
+def _mark_panel(ax, index: int, grid: tuple[int, int], size: tuple[int, int], origin: tuple[float, float]) -> None:
+    """Outline patch ``index`` in the panel of ``size`` (w, h) whose picture starts at ``origin``."""
+    x0, y0, x1, y1 = patch_box(index, grid, size)
+    for color, lw in (("black", 2.5), (HIGHLIGHT, 1.3)):
+        ax.add_patch(Rectangle((origin[0] + x0, origin[1] + y0), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
+
+
+def _heads_colorbar(fig: Figure, ax, a: np.ndarray, cmap: str, label: str, vmin: float | None, vmax: float | None,
+                    fig_w: float) -> None:
+    """The colour bar under :func:`heads_figure`: low..high when each panel has its own scale,
+    else the values of ``vmin`` / ``vmax`` (the maps' min / max where one is missing)."""
+    relative = vmin is None and vmax is None
+    norm = (
+        Normalize(0, 1)
+        if relative
+        else Normalize(vmin if vmin is not None else float(a.min()), vmax if vmax is not None else float(a.max()))
+    )
+    cb_label = f"{label} (each panel scaled to its own min–max)" if relative else label
+    _colorbar(fig, ax, cmap, norm, cb_label, relative, orientation="horizontal", shrink=min(0.5, 4.5 / fig_w + 0.15),
+              aspect=30, pad=0.01)
 
 
 def compare_figure(
