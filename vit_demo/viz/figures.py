@@ -390,9 +390,29 @@ def distance_figure(
         a = a.mean(axis=0)
     if a.ndim != 2:
         raise ValueError(f"distances must be [L, H] (or [B, L, H]), got shape {tuple(a.shape)}")
-    L, H = a.shape
     fig = _figure(9.0, 5.6)
     ax = fig.add_subplot()
+    _distance_points(ax, a)
+    if reference is not None:
+        ax.axhline(
+            reference,
+            color="#444444",
+            linestyle="--",
+            linewidth=1.2,
+            zorder=0,
+            label=f"{reference_label} ({reference:.0f} px)",
+        )
+    _distance_axes(ax, a.shape[0], max(float(a.max()), reference or 0.0))
+    _side_legend(ax)
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    return fig
+
+
+def _distance_points(ax, a: np.ndarray) -> None:
+    """The ``[L, H]`` distances: the mean over heads as a grey line, one dot per head and
+    layer coloured by head (each head in the legend when there are at most 16)."""
+    L, H = a.shape
     colours = colormaps["tab10" if H <= 10 else "tab20"] if H <= 20 else colormaps["viridis"].resampled(H)
     x = np.arange(L)
     ax.plot(x, a.mean(axis=1), color="#999999", linewidth=1.8, zorder=1, label="mean over heads")
@@ -407,26 +427,25 @@ def distance_figure(
             zorder=3,
             label=f"head {h}" if H <= 16 else None,
         )
-    if reference is not None:
-        ax.axhline(
-            reference,
-            color="#444444",
-            linestyle="--",
-            linewidth=1.2,
-            zorder=0,
-            label=f"{reference_label} ({reference:.0f} px)",
-        )
+
+
+def _distance_axes(ax, L: int, top: float) -> None:
+    """Labels, ticks, limits (layers 0..L-1, pixels 0..``top`` and a little room) and a light
+    horizontal grid; no top or right spine."""
     ax.set_xlabel("Network depth (layer)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
     ax.set_ylabel("Mean attention distance (pixels)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
-    ax.set_xticks(x)
+    ax.set_xticks(np.arange(L))
     ax.set_xlim(-0.6, L - 0.4)
-    top = max(float(a.max()), reference or 0.0)
     ax.set_ylim(0, top * 1.08 + 1e-9)
     ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
     ax.grid(True, axis="y", color="#e6e6e6", linewidth=0.8)
     ax.set_axisbelow(True)
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
+
+
+def _side_legend(ax) -> None:
+    """The axes' legend right of the plot, frameless, in two columns past 14 entries."""
     handles, labels = ax.get_legend_handles_labels()
     if labels:
         ax.legend(
@@ -438,9 +457,6 @@ def distance_figure(
             fontsize=TICK_SIZE,
             ncol=1 if len(labels) <= 14 else 2,
         )
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
-    return fig
 
 
 def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None = None) -> Figure:
