@@ -87,14 +87,7 @@ def heads_image(
     L, H = (a.shape[0], a.shape[1]) if whole else (1, a.shape[0])
     gh, gw = a.shape[-2:]
     tile = int(tile or (96 if whole else 160))
-    if picture is None:
-        tw, th = target_size(gw, gh, tile)
-        pic = None
-    else:
-        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
-        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-        tw, th = target_size(w0, h0, tile)
-        pic = resized_picture(pic0, (tw, th))
+    pic, (tw, th) = _tile_picture(picture, (gh, gw), tile)
     tiles = blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
     tiles = tiles.reshape(L * H, th, tw, 3)
 
@@ -102,43 +95,71 @@ def heads_image(
     fsize = max(10, min(15, tile // 8))
     font = text_font(fsize, bold=True)
     label_h = fsize + 6 if titles else 0
-    if whole:
+    if whole:  # labels once: heads above the columns, layers left of the rows
         rows, cols = L, H
         left = (text_width("L00", font) + 10) if titles else 0
-        top = label_h
-    else:
+        step_y = th + gap
+    else:  # a label above every tile
         cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
         rows = math.ceil(H / cols)
-        left, top = 0, 0
-    step_y = th + gap + (0 if whole else label_h)
-    width = left + cols * (tw + gap) - gap
-    height = top + rows * step_y - gap
-    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
-    origins = []
-    for i in range(L * H):
-        r, c = divmod(i, cols)
-        x = left + c * (tw + gap)
-        y = top + r * step_y + (0 if whole else label_h)
-        canvas[y : y + th, x : x + tw] = tiles[i]
-        origins.append((x, y))
+        left, step_y = 0, th + gap + label_h
+    canvas, origins = _tile_canvas(tiles, rows, cols, (left, label_h), (tw + gap, step_y))
     img = Image.fromarray(canvas)
     draw = ImageDraw.Draw(img)
     if mark is not None:
         for x, y in origins:
             x0, y0, x1, y1 = patch_box(mark, (gh, gw), (tw, th))
             _outline(draw, (x + x0, y + y0, x + x1, y + y1), 2)
-    if titles:
-        ink = (40, 40, 40)
-        if whole:
-            for h in range(H):
-                draw.text((left + h * (tw + gap) + tw / 2, top / 2), f"H{h}", font=font, fill=ink, anchor="mm")
-            for r in range(L):
-                draw.text((left - 6, top + r * step_y + th / 2), f"L{r}", font=font, fill=ink, anchor="rm")
-        else:
-            for i, (x, y) in enumerate(origins):
-                name = f"H{i}" if layer is None else f"L{layer} H{i}"
-                draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=ink, anchor="mm")
+    if titles and whole:
+        _title_rows_and_columns(draw, origins[:H], origins[::H], (tw, th), font)
+    elif titles:
+        for i, (x, y) in enumerate(origins):
+            name = f"H{i}" if layer is None else f"L{layer} H{i}"
+            draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=_TILE_INK, anchor="mm")
     return img
+
+
+_TILE_INK = (40, 40, 40)  # the tiles' labels
+
+
+def _tile_picture(picture: Picture | None, grid: tuple[int, int], tile: int) -> tuple[np.ndarray | None, tuple[int, int]]:
+    """The picture resized so its longer side is ``tile`` px, and that (width, height);
+    without a picture, the size of a ``grid`` (gh, gw) map scaled the same way."""
+    if picture is None:
+        return None, target_size(grid[1], grid[0], tile)
+    pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
+    w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
+    tw, th = target_size(w0, h0, tile)
+    return resized_picture(pic0, (tw, th)), (tw, th)
+
+
+def _tile_canvas(tiles: np.ndarray, rows: int, cols: int, first: tuple[int, int], step: tuple[int, int]
+                 ) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Tiles ``[n, th, tw, 3]`` on a white canvas, row-major in ``cols`` columns: tile 0's
+    top-left corner at ``first`` (x, y), ``step`` (dx, dy) pixels from one tile to the next
+    across and down. The canvas ends at the last row's and column's far edge. Returns the
+    canvas and each tile's top-left corner."""
+    n, th, tw = tiles.shape[:3]
+    height, width = first[1] + (rows - 1) * step[1] + th, first[0] + (cols - 1) * step[0] + tw
+    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
+    origins = []
+    for i in range(n):
+        r, c = divmod(i, cols)
+        x, y = first[0] + c * step[0], first[1] + r * step[1]
+        canvas[y : y + th, x : x + tw] = tiles[i]
+        origins.append((x, y))
+    return canvas, origins
+
+
+def _title_rows_and_columns(draw: ImageDraw.ImageDraw, top_row: list[tuple[int, int]], left_column: list[tuple[int, int]],
+                            size: tuple[int, int], font) -> None:
+    """Head labels "H0".. centred above the tiles of ``top_row``, layer labels "L0"..
+    right-aligned left of the tiles of ``left_column`` (tiles' top-left corners, of ``size``)."""
+    tw, th = size
+    for h, (x, y) in enumerate(top_row):
+        draw.text((x + tw / 2, y / 2), f"H{h}", font=font, fill=_TILE_INK, anchor="mm")
+    for r, (x, y) in enumerate(left_column):
+        draw.text((x - 6, y + th / 2), f"L{r}", font=font, fill=_TILE_INK, anchor="rm")
 
 
 def patch_grid_image(
