@@ -162,6 +162,24 @@ def test_patch_grid_image(scene):
     assert viz.patch_index_at(447.9, 447.9, g.size, (14, 14)) == 195
 
 
+
+def test_sequence_slots():
+    slots = viz.sequence_slots(["[class]", "[dist]"], 196, head=3, tail=2, highlight=100)
+    assert [s.kind for s in slots] == ["prefix"] * 2 + ["patch"] * 3 + ["gap", "patch", "gap"] + ["patch"] * 2
+    assert [s.patch for s in slots if s.kind == "patch"] == [0, 1, 2, 100, 194, 195]
+    assert [s.position for s in slots if s.kind != "gap"] == [0, 1, 2, 3, 4, 102, 196, 197]
+    assert [s.patch for s in viz.sequence_slots([], 5, head=3, tail=2, highlight=4)] == [0, 1, 2, 3, 4]  # all fit
+    assert [s.patch for s in viz.sequence_slots([], 9, head=3, tail=2, highlight=3)] == [0, 1, 2, 3, None, 7, 8]
+
+
+def test_sequence_image(scene):
+    pic, names = scene["pic"], scene["layout"].names()
+    img = viz.sequence_image(pic, 16, names, highlight=100, width=900, embed_dim=192)
+    assert img.size == (900, 250)
+    assert (np.asarray(img) == viz.HIGHLIGHT_RGB).all(-1).any()  # the highlighted patch's frame
+    assert not (np.asarray(viz.sequence_image(pic, 16, names, width=900)) == viz.HIGHLIGHT_RGB).all(-1).any()
+
+
 # ----------------------------------------------------------------------------- figures
 
 

@@ -5,7 +5,8 @@ Everything here takes numbers (numpy arrays or torch tensors, already computed b
 :func:`vit_demo.preprocess.preprocess`), and returns either
 
 - a ``PIL.Image`` from the *fast* renderers in :mod:`~vit_demo.viz.previews`
-  (:func:`overlay_image`, :func:`heads_image`, :func:`patch_grid_image`, :func:`tiles_image`):
+  (:func:`overlay_image`, :func:`heads_image`, :func:`patch_grid_image`, :func:`sequence_image`,
+  :func:`tiles_image`):
   numpy + PIL only, meant for the interactive app where a slider re-renders on every move; or
 - a ``matplotlib.figure.Figure`` from the *figure* functions (``*_figure``), for slides and
   papers: pictures of maps in :mod:`~vit_demo.viz.figures`, several images side by side in
@@ -14,7 +15,8 @@ Everything here takes numbers (numpy arrays or torch tensors, already computed b
   PNG at a chosen pixel width, SVG or PDF).
 
 :mod:`~vit_demo.viz.style` (sizes, colours, colormaps, fonts) and :mod:`~vit_demo.viz.arrays`
-(scaling, resampling, patch geometry) are shared by both. Every name is re-exported here, so
+(scaling, resampling, patch geometry) are shared by both, and so is :mod:`~vit_demo.viz.sequence`
+(which tokens a picture of the token sequence shows). Every name is re-exported here, so
 ``from vit_demo.viz import overlay_image`` works whichever module holds it.
 
 Conventions:
@@ -41,7 +43,8 @@ from .figures import (
     topk_figure,
     uniform_attention_distance,
 )
-from .previews import heads_image, overlay_image, patch_grid_image, tiles_image
+from .previews import heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image
+from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
     HIGHLIGHT,
@@ -63,9 +66,10 @@ from .style import (
 
 __all__ = [
     "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "HIGHLIGHT_RGB", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE",
-    "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "Picture", "as_array", "check_cmap", "colorize",
-    "colormap_lut", "compare_figure", "distance_figure", "figure_to_image", "heads_figure", "heads_image",
-    "heatmap_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image", "patch_index_at",
-    "picture_array", "pos_embed_figure", "render_png", "save_figure", "text_font", "text_width", "tiles_image",
-    "token_color", "topk_figure", "uniform_attention_distance", "upsample",
+    "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "Picture", "SequenceSlot", "as_array", "check_cmap",
+    "colorize", "colormap_lut", "compare_figure", "distance_figure", "figure_to_image", "heads_figure",
+    "heads_image", "heatmap_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
+    "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image",
+    "sequence_slots", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
+    "uniform_attention_distance", "upsample",
 ]

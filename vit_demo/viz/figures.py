@@ -33,6 +33,7 @@ from .arrays import (
     upsample,
 )
 from .export import renderer
+from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
     HIGHLIGHT,
@@ -225,41 +226,19 @@ def heads_figure(
         a = a[None]
     L, H, gh, gw = a.shape
     layer_ids = list(range(L)) if whole else [layer]
-    if layers_along == "auto":
-        layers_along = "columns" if whole and L > H else "rows"
-    if layers_along not in ("rows", "columns"):
-        raise ValueError(f"layers_along must be 'rows', 'columns' or 'auto', not {layers_along!r}")
-    # the grid of panels: (row, col) -> (layer, head)
-    if whole:
-        rows, cols = (L, H) if layers_along == "rows" else (H, L)
-        order = [(r, c) if layers_along == "rows" else (c, r) for r in range(rows) for c in range(cols)]
-    else:
-        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
-        rows = math.ceil(H / cols)
-        order = [(0, i) for i in range(H)]
-
-    if picture is None:
-        th, tw = gh * 16, gw * 16
-        pic = None
-    else:
-        p = picture_array(picture)
-        tile = 224 if rows * cols <= 36 else 160
-        tw, th = target_size(p.shape[1], p.shape[0], tile)
-        pic = resized_picture(p, (tw, th))
+    rows, cols, order = _panel_grid(L, H, whole, layers_along)
+    pic, (tw, th) = _panel_picture(picture, (gh, gw), rows * cols)
     flat = np.stack([a[li, hi] for li, hi in order])
     rgb = blend(pic, colorize(upsample(normalize(flat, vmin, vmax), (th, tw), smooth), cmap), alpha)
     panel_in = float(np.clip(11.0 / cols, 1.1, 3.4))  # a tile's width on the page, inches
     fsize = PANEL_TITLE_SIZE + 1 if panel_in >= 2.5 else PANEL_TITLE_SIZE if panel_in >= 1.5 else PANEL_TITLE_SIZE - 2
     px_per_in = tw / panel_in
-    gap = max(2, round(0.08 * px_per_in))
     label_px = round((fsize * 1.6 / 72) * px_per_in)  # room for a panel title above each tile
     tiles = np.full((len(order), th + label_px, tw, 3), 255, dtype=np.uint8)
     tiles[:, label_px:] = rgb
-    mosaic, origins = _mosaic(tiles, rows, cols, gap, 255)
-    mh, mw = mosaic.shape[:2]
-    fig_w = mw / px_per_in + 0.1
-    fig_h = mh / px_per_in + (0.55 if title else 0.1) + (0.95 if colorbar else 0.1)
-    fig = _figure(fig_w, fig_h)
+    mosaic, origins = _mosaic(tiles, rows, cols, max(2, round(0.08 * px_per_in)), 255)
+    fig_w = mosaic.shape[1] / px_per_in + 0.1
+    fig = _figure(fig_w, mosaic.shape[0] / px_per_in + (0.55 if title else 0.1) + (0.95 if colorbar else 0.1))
     ax = fig.add_subplot()
     ax.imshow(mosaic, interpolation="bilinear" if smooth else "nearest")
     _image_axis(ax)
@@ -267,32 +246,62 @@ def heads_figure(
         name = f"H{hi}" if layer_ids[li] is None else f"L{layer_ids[li]} H{hi}"
         ax.text(x + tw / 2, y + label_px * 0.5, name, ha="center", va="center", fontsize=fsize, color=TEXT_COLOR)
         if mark is not None:
-            x0, y0, x1, y1 = patch_box(mark, (gh, gw), (tw, th))
-            for color, lw in (("black", 2.5), (HIGHLIGHT, 1.3)):
-                ax.add_patch(Rectangle((x + x0, y + label_px + y0), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
+            _mark_panel(ax, mark, (gh, gw), (tw, th), (x, y + label_px))
     if colorbar:
-        relative = vmin is None and vmax is None
-        norm = (
-            Normalize(0, 1)
-            if relative
-            else Normalize(vmin if vmin is not None else float(a.min()), vmax if vmax is not None else float(a.max()))
-        )
-        cb_label = f"{label} (each panel scaled to its own min–max)" if relative else label
-        _colorbar(
-            fig,
-            ax,
-            cmap,
-            norm,
-            cb_label,
-            relative,
-            orientation="horizontal",
-            shrink=min(0.5, 4.5 / fig_w + 0.15),
-            aspect=30,
-            pad=0.01,
-        )
+        _heads_colorbar(fig, ax, a, cmap, label, vmin, vmax, fig_w)
     if title:
         fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
     return _fit_height(fig)
+
+
+def _panel_grid(L: int, H: int, whole: bool, layers_along: str) -> tuple[int, int, list[tuple[int, int]]]:
+    """Rows and columns of :func:`heads_figure`'s panels, and each panel's (layer, head), row
+    by row: layers x heads as ``layers_along`` says, or one layer's heads in rows of <= 6."""
+    if layers_along == "auto":
+        layers_along = "columns" if whole and L > H else "rows"
+    if layers_along not in ("rows", "columns"):
+        raise ValueError(f"layers_along must be 'rows', 'columns' or 'auto', not {layers_along!r}")
+    if whole:
+        rows, cols = (L, H) if layers_along == "rows" else (H, L)
+        order = [(r, c) if layers_along == "rows" else (c, r) for r in range(rows) for c in range(cols)]
+    else:
+        cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
+        rows = math.ceil(H / cols)
+        order = [(0, i) for i in range(H)]
+    return rows, cols, order
+
+
+def _panel_picture(picture: Picture | None, grid: tuple[int, int], panels: int) -> tuple[np.ndarray | None, tuple[int, int]]:
+    """The picture resized for one panel of a mosaic of ``panels`` (224 px on the longer side,
+    160 for more than 36 panels), and the panel's (width, height); without a picture, 16 px
+    per patch of ``grid`` (gh, gw)."""
+    if picture is None:
+        return None, (grid[1] * 16, grid[0] * 16)
+    p = picture_array(picture)
+    tw, th = target_size(p.shape[1], p.shape[0], 224 if panels <= 36 else 160)
+    return resized_picture(p, (tw, th)), (tw, th)
+
+
+def _mark_panel(ax, index: int, grid: tuple[int, int], size: tuple[int, int], origin: tuple[float, float]) -> None:
+    """Outline patch ``index`` in the panel of ``size`` (w, h) whose picture starts at ``origin``."""
+    x0, y0, x1, y1 = patch_box(index, grid, size)
+    for color, lw in (("black", 2.5), (HIGHLIGHT, 1.3)):
+        ax.add_patch(Rectangle((origin[0] + x0, origin[1] + y0), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
+
+
+def _heads_colorbar(fig: Figure, ax, a: np.ndarray, cmap: str, label: str, vmin: float | None, vmax: float | None,
+                    fig_w: float) -> None:
+    """The colour bar under :func:`heads_figure`: low..high when each panel has its own scale,
+    else the values of ``vmin`` / ``vmax`` (the maps' min / max where one is missing)."""
+    relative = vmin is None and vmax is None
+    norm = (
+        Normalize(0, 1)
+        if relative
+        else Normalize(vmin if vmin is not None else float(a.min()), vmax if vmax is not None else float(a.max()))
+    )
+    cb_label = f"{label} (each panel scaled to its own min–max)" if relative else label
+    _colorbar(fig, ax, cmap, norm, cb_label, relative, orientation="horizontal", shrink=min(0.5, 4.5 / fig_w + 0.15),
+              aspect=30, pad=0.01)
 
 
 def compare_figure(
@@ -381,9 +390,29 @@ def distance_figure(
         a = a.mean(axis=0)
     if a.ndim != 2:
         raise ValueError(f"distances must be [L, H] (or [B, L, H]), got shape {tuple(a.shape)}")
-    L, H = a.shape
     fig = _figure(9.0, 5.6)
     ax = fig.add_subplot()
+    _distance_points(ax, a)
+    if reference is not None:
+        ax.axhline(
+            reference,
+            color="#444444",
+            linestyle="--",
+            linewidth=1.2,
+            zorder=0,
+            label=f"{reference_label} ({reference:.0f} px)",
+        )
+    _distance_axes(ax, a.shape[0], max(float(a.max()), reference or 0.0))
+    _side_legend(ax)
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    return fig
+
+
+def _distance_points(ax, a: np.ndarray) -> None:
+    """The ``[L, H]`` distances: the mean over heads as a grey line, one dot per head and
+    layer coloured by head (each head in the legend when there are at most 16)."""
+    L, H = a.shape
     colours = colormaps["tab10" if H <= 10 else "tab20"] if H <= 20 else colormaps["viridis"].resampled(H)
     x = np.arange(L)
     ax.plot(x, a.mean(axis=1), color="#999999", linewidth=1.8, zorder=1, label="mean over heads")
@@ -398,26 +427,25 @@ def distance_figure(
             zorder=3,
             label=f"head {h}" if H <= 16 else None,
         )
-    if reference is not None:
-        ax.axhline(
-            reference,
-            color="#444444",
-            linestyle="--",
-            linewidth=1.2,
-            zorder=0,
-            label=f"{reference_label} ({reference:.0f} px)",
-        )
+
+
+def _distance_axes(ax, L: int, top: float) -> None:
+    """Labels, ticks, limits (layers 0..L-1, pixels 0..``top`` and a little room) and a light
+    horizontal grid; no top or right spine."""
     ax.set_xlabel("Network depth (layer)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
     ax.set_ylabel("Mean attention distance (pixels)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
-    ax.set_xticks(x)
+    ax.set_xticks(np.arange(L))
     ax.set_xlim(-0.6, L - 0.4)
-    top = max(float(a.max()), reference or 0.0)
     ax.set_ylim(0, top * 1.08 + 1e-9)
     ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
     ax.grid(True, axis="y", color="#e6e6e6", linewidth=0.8)
     ax.set_axisbelow(True)
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
+
+
+def _side_legend(ax) -> None:
+    """The axes' legend right of the plot, frameless, in two columns past 14 entries."""
     handles, labels = ax.get_legend_handles_labels()
     if labels:
         ax.legend(
@@ -429,9 +457,6 @@ def distance_figure(
             fontsize=TICK_SIZE,
             ncol=1 if len(labels) <= 14 else 2,
         )
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
-    return fig
 
 
 def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None = None) -> Figure:
@@ -549,22 +574,50 @@ def patch_grid_figure(
     prefix = list(prefix_names)
     if highlight is not None:
         patch_box(highlight, (gh, gw), (gw, gh))  # range check
+    tail = max(2, max_patches // 4)
+    slots = sequence_slots(prefix, n, max_patches - tail, tail) if sequence else []
+    fig, ax, ax_s, pic_w = _patch_grid_axes(pic.shape[:2], len(slots) if sequence else None)
+    _draw_patch_grid(ax, pic, p, highlight)
+    if numbers:
+        _number_patches(ax, (gh, gw), p, pic_w * 72 / gw)
+    _image_axis(ax)
+    fig.suptitle(
+        title or f"{p}x{p}-pixel patches: a {gh}x{gw} grid = {n} patches",
+        y=1 - 0.12 / fig.get_figheight(),
+        va="top",
+        fontsize=TITLE_SIZE,
+        color=TEXT_COLOR,
+        fontweight="bold",
+    )
+    if ax_s is not None:
+        _sequence_strip(ax_s, pic, p, slots, highlight)
+        _strip_caption(ax_s, prefix, n, len(slots))
+    return fig
 
-    # a fixed layout (inches): title, picture, gap, sequence strip
-    h, w = pic.shape[:2]
+
+def _patch_grid_axes(size: tuple[int, int], slots: int | None) -> tuple[Figure, Any, Any, float]:
+    """A fixed layout (inches) for a picture of ``size`` (h, w): title, picture, gap and, when
+    ``slots`` is a number, a strip of that many tokens. Returns the figure, the picture's
+    axes, the strip's axes (or None) and the picture's width in inches."""
+    h, w = size
     fig_w = 12.0
     pic_w = min(6.4 * w / h, fig_w - 1.0)
     pic_h = pic_w * h / w
     top, gap = 0.6, 0.3
-    slots = len(prefix) + (n if n <= max_patches else max_patches + 1)
     strip_w = fig_w - 1.0
-    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3) if sequence else 0.0
-    fig_h = top + pic_h + (gap + strip_h if sequence else 0) + 0.15
+    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3) if slots is not None else 0.0
+    fig_h = top + pic_h + (gap + strip_h if slots is not None else 0) + 0.15
     fig = Figure(figsize=(fig_w, fig_h), facecolor="white")
     ax = fig.add_axes(((fig_w - pic_w) / 2 / fig_w, (fig_h - top - pic_h) / fig_h, pic_w / fig_w, pic_h / fig_h))
-    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h)) if sequence else None
+    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h)) if slots is not None else None
+    return fig, ax, ax_s, pic_w
 
-    # the picture, its grid and the numbers, in picture pixel coordinates (crisp as vectors)
+
+def _draw_patch_grid(ax, pic: np.ndarray, p: int, highlight: int | None) -> None:
+    """The picture and its grid lines in picture pixel coordinates (crisp as vectors), the
+    ``highlight`` patch tinted and outlined."""
+    h, w = pic.shape[:2]
+    gh, gw = h // p, w // p
     ax.imshow(pic, interpolation="bilinear", extent=(0, w, h, 0))
     ax.vlines(np.arange(1, gw) * p, 0, h, colors="white", linewidth=0.9, alpha=0.75)
     ax.hlines(np.arange(1, gh) * p, 0, w, colors="white", linewidth=0.9, alpha=0.75)
@@ -573,127 +626,99 @@ def patch_grid_figure(
         ax.add_patch(Rectangle((c * p, r * p), p, p, facecolor=HIGHLIGHT, alpha=0.3, edgecolor="none"))
         for color, lw in (("black", 4.0), (HIGHLIGHT, 2.2)):
             ax.add_patch(Rectangle((c * p, r * p), p, p, fill=False, edgecolor=color, linewidth=lw))
-    if numbers:
-        cell_pt = pic_w * 72 / gw
-        digits = len(str(n - 1))
-        fsize = float(np.clip(cell_pt * 0.72 / (0.66 * digits + 0.15), 3.0, 11.0))
-        for i in range(n):
-            r, c = divmod(i, gw)
-            ax.text(
-                (c + 0.5) * p,
-                (r + 0.5) * p,
-                str(i),
-                ha="center",
-                va="center",
-                fontsize=fsize,
-                color="white",
-                fontweight="bold",
-                path_effects=_stroke(max(0.8, fsize / 4.5)),
-            )
     ax.set_xlim(0, w)
     ax.set_ylim(h, 0)
-    _image_axis(ax)
-    fig.suptitle(
-        title or f"{p}x{p}-pixel patches: a {gh}x{gw} grid = {n} patches",
-        y=1 - 0.12 / fig_h,
-        va="top",
-        fontsize=TITLE_SIZE,
-        color=TEXT_COLOR,
-        fontweight="bold",
-    )
-    if ax_s is not None:
-        _sequence_strip(ax_s, pic, p, gw, prefix, highlight, max_patches)
-    return fig
 
 
-def _sequence_strip(ax, pic: np.ndarray, p: int, gw: int, prefix: list[str], highlight: int | None, max_patches: int) -> None:
+def _number_patches(ax, grid: tuple[int, int], p: int, cell_pt: float) -> None:
+    """Each patch's number at its centre, white with a dark rim, sized to a cell of
+    ``cell_pt`` points."""
+    gh, gw = grid
+    n = gh * gw
+    digits = len(str(n - 1))
+    fsize = float(np.clip(cell_pt * 0.72 / (0.66 * digits + 0.15), 3.0, 11.0))
+    for i in range(n):
+        r, c = divmod(i, gw)
+        ax.text(
+            (c + 0.5) * p,
+            (r + 0.5) * p,
+            str(i),
+            ha="center",
+            va="center",
+            fontsize=fsize,
+            color="white",
+            fontweight="bold",
+            path_effects=_stroke(max(0.8, fsize / 4.5)),
+        )
+
+
+_STEP, _BOX = 1.22, 1.0  # a token slot's pitch and box in the strip's units
+
+
+def _sequence_strip(ax, pic: np.ndarray, p: int, slots: list[SequenceSlot], highlight: int | None) -> None:
     """The token sequence: prefix boxes, patch thumbnails, patch numbers and positions."""
-    n = (pic.shape[0] // p) * gw
-    if n <= max_patches:
-        shown: list[int | None] = list(range(n))
-    else:
-        tail = max(2, max_patches // 4)
-        shown = [*range(max_patches - tail), None, *range(n - tail, n)]
-    slots = [("prefix", name) for name in prefix] + [("patch", i) if i is not None else ("dots", None) for i in shown]
-    step, box = 1.22, 1.0
-    pos_color = "#9b8fb8"
     fig = ax.get_figure()
-    box_pt = ax.get_position().width * fig.get_figwidth() * 72 / (len(slots) * step + 0.3)  # one unit in points
+    box_pt = ax.get_position().width * fig.get_figwidth() * 72 / (len(slots) * _STEP + 0.3)  # one unit in points
     small = float(np.clip(box_pt * 0.24, 6.0, 9.0))  # numbers under the tokens
-    longest = max((len(name) for name in prefix), default=7)
+    longest = max((len(s.name) for s in slots if s.kind == "prefix"), default=7)
     name_size = float(np.clip(box_pt * 0.86 / (0.56 * longest), 4.5, 9.0))  # one size for every prefix name
-    for k, (kind, val) in enumerate(slots):
-        x0 = k * step
-        if kind == "prefix":
-            ax.add_patch(
-                FancyBboxPatch(
-                    (x0 + 0.04, 0.04),
-                    box - 0.08,
-                    box - 0.08,
-                    facecolor=token_color(val),
-                    boxstyle="round,pad=0.02,rounding_size=0.12",
-                    edgecolor="none",
-                )
-            )
-            ax.text(
-                x0 + box / 2,
-                box / 2,
-                val,
-                ha="center",
-                va="center",
-                fontsize=name_size,
-                color="white",
-                fontweight="bold",
-            )
-            position = k
-        elif kind == "patch":
-            r, c = divmod(val, gw)
-            ax.imshow(pic[r * p : (r + 1) * p, c * p : (c + 1) * p], extent=(x0, x0 + box, box, 0), interpolation="nearest")
-            lit = val == highlight
-            ax.add_patch(
-                Rectangle(
-                    (x0, 0),
-                    box,
-                    box,
-                    fill=False,
-                    edgecolor=HIGHLIGHT if lit else "#888888",
-                    linewidth=2.4 if lit else 0.6,
-                )
-            )
-            ax.text(x0 + box / 2, -0.18, str(val), ha="center", va="bottom", fontsize=small, color=TEXT_COLOR)
-            position = len(prefix) + val
+    gw = pic.shape[1] // p
+    for k, slot in enumerate(slots):
+        x0 = k * _STEP
+        if slot.kind == "prefix":
+            _strip_prefix(ax, x0, slot.name, name_size)
+        elif slot.kind == "patch":
+            r, c = divmod(slot.patch, gw)
+            _strip_patch(ax, x0, pic[r * p : (r + 1) * p, c * p : (c + 1) * p], slot.patch, slot.patch == highlight, small)
         else:
-            ax.text(
-                x0 + box / 2,
-                box / 2,
-                "···",
-                ha="center",
-                va="center",
-                fontsize=18,
-                color=MUTED_COLOR,
-                fontweight="bold",
-            )
+            ax.text(x0 + _BOX / 2, _BOX / 2, "···", ha="center", va="center", fontsize=18, color=MUTED_COLOR, fontweight="bold")
             continue
         ax.text(
-            x0 + box / 2,
-            box + 0.33,
-            str(position),
+            x0 + _BOX / 2,
+            _BOX + 0.33,
+            str(slot.position),
             ha="center",
             va="center",
             fontsize=small,
             color="white",
-            bbox=dict(boxstyle="round,pad=0.25", facecolor=pos_color, edgecolor="none"),
+            bbox=dict(boxstyle="round,pad=0.25", facecolor="#9b8fb8", edgecolor="none"),
         )
+
+
+def _strip_prefix(ax, x0: float, name: str, size: float) -> None:
+    """A prefix token: a rounded box in the token's colour, its name inside."""
+    box = FancyBboxPatch(
+        (x0 + 0.04, 0.04),
+        _BOX - 0.08,
+        _BOX - 0.08,
+        facecolor=token_color(name),
+        boxstyle="round,pad=0.02,rounding_size=0.12",
+        edgecolor="none",
+    )
+    ax.add_patch(box)
+    ax.text(x0 + _BOX / 2, _BOX / 2, name, ha="center", va="center", fontsize=size, color="white", fontweight="bold")
+
+
+def _strip_patch(ax, x0: float, cut: np.ndarray, index: int, lit: bool, size: float) -> None:
+    """A patch: its pixels, framed (cyan when ``lit``), its number above."""
+    ax.imshow(cut, extent=(x0, x0 + _BOX, _BOX, 0), interpolation="nearest")
+    frame = Rectangle((x0, 0), _BOX, _BOX, fill=False, edgecolor=HIGHLIGHT if lit else "#888888", linewidth=2.4 if lit else 0.6)
+    ax.add_patch(frame)
+    ax.text(x0 + _BOX / 2, -0.18, str(index), ha="center", va="bottom", fontsize=size, color=TEXT_COLOR)
+
+
+def _strip_caption(ax, prefix: list[str], n: int, slots: int) -> None:
+    """The row labels ("patch", "position") and the caption under the strip; fixes its limits."""
     ax.text(-0.3, -0.18, "patch", ha="right", va="bottom", fontsize=9, color=MUTED_COLOR, style="italic")
-    ax.text(-0.3, box + 0.33, "position", ha="right", va="center", fontsize=9, color=MUTED_COLOR, style="italic")
+    ax.text(-0.3, _BOX + 0.33, "position", ha="right", va="center", fontsize=9, color=MUTED_COLOR, style="italic")
     order = "left to right, top to bottom"
     caption = (
         f"The sequence the transformer reads: {' '.join(prefix)} + {n} patches ({order}) = {len(prefix) + n} tokens"
         if prefix
         else f"The sequence the transformer reads: {n} patches ({order})"
     )
-    ax.text(len(slots) * step / 2, 1.9, caption, ha="center", va="center", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
-    ax.set_xlim(-0.3, len(slots) * step)
+    ax.text(slots * _STEP / 2, 1.9, caption, ha="center", va="center", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
+    ax.set_xlim(-0.3, slots * _STEP)
     ax.set_ylim(2.15, -0.75)
     ax.set_aspect("equal")
     ax.axis("off")

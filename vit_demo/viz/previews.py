@@ -13,7 +13,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .arrays import Picture, as_maps, blend, normalize, patch_box, picture_array, resized_picture, target_size, upsample
-from .style import HIGHLIGHT_RGB, colorize, text_font, text_width
+from .sequence import sequence_slots
+from .style import HIGHLIGHT_RGB, colorize, text_font, text_width, token_color
 
 
 def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], width: int) -> None:
@@ -86,14 +87,7 @@ def heads_image(
     L, H = (a.shape[0], a.shape[1]) if whole else (1, a.shape[0])
     gh, gw = a.shape[-2:]
     tile = int(tile or (96 if whole else 160))
-    if picture is None:
-        tw, th = target_size(gw, gh, tile)
-        pic = None
-    else:
-        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
-        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-        tw, th = target_size(w0, h0, tile)
-        pic = resized_picture(pic0, (tw, th))
+    pic, (tw, th) = _tile_picture(picture, (gh, gw), tile)
     tiles = blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
     tiles = tiles.reshape(L * H, th, tw, 3)
 
@@ -101,43 +95,71 @@ def heads_image(
     fsize = max(10, min(15, tile // 8))
     font = text_font(fsize, bold=True)
     label_h = fsize + 6 if titles else 0
-    if whole:
+    if whole:  # labels once: heads above the columns, layers left of the rows
         rows, cols = L, H
         left = (text_width("L00", font) + 10) if titles else 0
-        top = label_h
-    else:
+        step_y = th + gap
+    else:  # a label above every tile
         cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
         rows = math.ceil(H / cols)
-        left, top = 0, 0
-    step_y = th + gap + (0 if whole else label_h)
-    width = left + cols * (tw + gap) - gap
-    height = top + rows * step_y - gap
-    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
-    origins = []
-    for i in range(L * H):
-        r, c = divmod(i, cols)
-        x = left + c * (tw + gap)
-        y = top + r * step_y + (0 if whole else label_h)
-        canvas[y : y + th, x : x + tw] = tiles[i]
-        origins.append((x, y))
+        left, step_y = 0, th + gap + label_h
+    canvas, origins = _tile_canvas(tiles, rows, cols, (left, label_h), (tw + gap, step_y))
     img = Image.fromarray(canvas)
     draw = ImageDraw.Draw(img)
     if mark is not None:
         for x, y in origins:
             x0, y0, x1, y1 = patch_box(mark, (gh, gw), (tw, th))
             _outline(draw, (x + x0, y + y0, x + x1, y + y1), 2)
-    if titles:
-        ink = (40, 40, 40)
-        if whole:
-            for h in range(H):
-                draw.text((left + h * (tw + gap) + tw / 2, top / 2), f"H{h}", font=font, fill=ink, anchor="mm")
-            for r in range(L):
-                draw.text((left - 6, top + r * step_y + th / 2), f"L{r}", font=font, fill=ink, anchor="rm")
-        else:
-            for i, (x, y) in enumerate(origins):
-                name = f"H{i}" if layer is None else f"L{layer} H{i}"
-                draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=ink, anchor="mm")
+    if titles and whole:
+        _title_rows_and_columns(draw, origins[:H], origins[::H], (tw, th), font)
+    elif titles:
+        for i, (x, y) in enumerate(origins):
+            name = f"H{i}" if layer is None else f"L{layer} H{i}"
+            draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=_TILE_INK, anchor="mm")
     return img
+
+
+_TILE_INK = (40, 40, 40)  # the tiles' labels
+
+
+def _tile_picture(picture: Picture | None, grid: tuple[int, int], tile: int) -> tuple[np.ndarray | None, tuple[int, int]]:
+    """The picture resized so its longer side is ``tile`` px, and that (width, height);
+    without a picture, the size of a ``grid`` (gh, gw) map scaled the same way."""
+    if picture is None:
+        return None, target_size(grid[1], grid[0], tile)
+    pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
+    w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
+    tw, th = target_size(w0, h0, tile)
+    return resized_picture(pic0, (tw, th)), (tw, th)
+
+
+def _tile_canvas(tiles: np.ndarray, rows: int, cols: int, first: tuple[int, int], step: tuple[int, int]
+                 ) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Tiles ``[n, th, tw, 3]`` on a white canvas, row-major in ``cols`` columns: tile 0's
+    top-left corner at ``first`` (x, y), ``step`` (dx, dy) pixels from one tile to the next
+    across and down. The canvas ends at the last row's and column's far edge. Returns the
+    canvas and each tile's top-left corner."""
+    n, th, tw = tiles.shape[:3]
+    height, width = first[1] + (rows - 1) * step[1] + th, first[0] + (cols - 1) * step[0] + tw
+    canvas = np.full((height, width, 3), 255, dtype=np.uint8)
+    origins = []
+    for i in range(n):
+        r, c = divmod(i, cols)
+        x, y = first[0] + c * step[0], first[1] + r * step[1]
+        canvas[y : y + th, x : x + tw] = tiles[i]
+        origins.append((x, y))
+    return canvas, origins
+
+
+def _title_rows_and_columns(draw: ImageDraw.ImageDraw, top_row: list[tuple[int, int]], left_column: list[tuple[int, int]],
+                            size: tuple[int, int], font) -> None:
+    """Head labels "H0".. centred above the tiles of ``top_row``, layer labels "L0"..
+    right-aligned left of the tiles of ``left_column`` (tiles' top-left corners, of ``size``)."""
+    tw, th = size
+    for h, (x, y) in enumerate(top_row):
+        draw.text((x + tw / 2, y / 2), f"H{h}", font=font, fill=_TILE_INK, anchor="mm")
+    for r, (x, y) in enumerate(left_column):
+        draw.text((x - 6, y + th / 2), f"L{r}", font=font, fill=_TILE_INK, anchor="rm")
 
 
 def patch_grid_image(
@@ -241,3 +263,103 @@ def tiles_image(
         if second:
             draw.text((x + tile / 2, 33), fit(second, small), font=small, fill=(102, 102, 102), anchor="mm")
     return canvas
+
+
+_SEQ_TAIL = 3  # the last patches a sequence picture always shows
+_SEQ_BOX, _SEQ_GAP, _SEQ_Y = 56, 10, 86  # px: a token's box, the gap between boxes, the boxes' top
+_INK, _MUTED, _POSITION_RGB = (34, 34, 34), (102, 102, 102), (155, 143, 184)
+
+
+def sequence_image(
+    picture: Picture,
+    patch_size: int,
+    prefix_names: Sequence[str] = ("[class]",),
+    highlight: int | None = None,
+    width: int = 1120,
+    embed_dim: int | None = None,
+) -> Image.Image:
+    """The flattened sequence the transformer reads (fast: PIL), ``width`` x 250 px: the
+    prefix tokens (``prefix_names``, e.g. ``TokenLayout.names()``), then the patches left to
+    right, top to bottom (the first ones, an ellipsis, the last ones, and the ``highlight``
+    patch wherever it sits), each with its patch number above and its position in the
+    sequence below. As many patches are shown as fit the width (slots from
+    :func:`~vit_demo.viz.sequence.sequence_slots`). ``embed_dim``: the token vectors' size,
+    for the caption.
+    """
+    pic = picture_array(picture)
+    p = int(patch_size)
+    gh, gw = pic.shape[0] // p, pic.shape[1] // p
+    if gh < 1 or gw < 1:
+        raise ValueError(f"a {pic.shape[1]}x{pic.shape[0]} picture holds no {p}-px patch")
+    names = list(prefix_names)
+    head = _sequence_head(width, len(names), highlight is not None)
+    slots = sequence_slots(names, gh * gw, head, _SEQ_TAIL, highlight)
+    img = Image.new("RGB", (width, 250), "white")
+    draw = ImageDraw.Draw(img)
+    x0 = max(80, (width - (len(slots) * (_SEQ_BOX + _SEQ_GAP) - _SEQ_GAP)) // 2)
+    _sequence_heading(draw, width, x0, names, gh * gw)
+    for k, slot in enumerate(slots):
+        x = x0 + k * (_SEQ_BOX + _SEQ_GAP)
+        if slot.kind == "patch":
+            r, c = divmod(slot.patch, gw)
+            _sequence_patch(img, draw, x, pic[r * p:(r + 1) * p, c * p:(c + 1) * p], slot.patch, slot.patch == highlight)
+        elif slot.kind == "prefix":
+            _sequence_prefix(draw, x, slot.name)
+        else:
+            draw.text((x + _SEQ_BOX / 2, _SEQ_Y + _SEQ_BOX / 2), "…", font=text_font(17, bold=True), fill=_MUTED, anchor="mm")
+            continue
+        _sequence_position(draw, x, slot.position)
+    _sequence_caption(draw, width, p, names, embed_dim)
+    return img
+
+
+def _sequence_head(width: int, num_prefix: int, highlight: bool) -> int:
+    """How many first patches :func:`sequence_image` shows at ``width`` px: what fits after
+    the ``num_prefix`` prefix tokens, the last patches, an ellipsis and (``highlight``) room
+    for a highlighted patch and a second ellipsis; at least 2."""
+    slots_fit = max(6, (width - 110) // (_SEQ_BOX + _SEQ_GAP))
+    return max(2, slots_fit - num_prefix - _SEQ_TAIL - 1 - (2 if highlight else 0))
+
+
+def _sequence_heading(draw: ImageDraw.ImageDraw, width: int, x0: int, names: list[str], n: int) -> None:
+    """The title line, and the "patch" / "position" row labels left of the first slot."""
+    head = f"{' + '.join(names)} + {n} patches = {len(names) + n} tokens" if names else f"{n} patches = {n} tokens"
+    draw.text((width / 2, 20), f"The sequence the transformer reads: {head}", font=text_font(17, bold=True), fill=_INK,
+              anchor="mm")
+    small = text_font(13)
+    draw.text((x0 - 8, _SEQ_Y - 14), "patch", font=small, fill=_MUTED, anchor="rm")
+    draw.text((x0 - 8, _SEQ_Y + _SEQ_BOX + 16), "position", font=small, fill=_MUTED, anchor="rm")
+
+
+def _sequence_prefix(draw: ImageDraw.ImageDraw, x: int, name: str) -> None:
+    """A prefix token: a rounded box in the token's colour, its name inside."""
+    draw.rounded_rectangle((x, _SEQ_Y, x + _SEQ_BOX, _SEQ_Y + _SEQ_BOX), radius=8, fill=token_color(name))
+    draw.text((x + _SEQ_BOX / 2, _SEQ_Y + _SEQ_BOX / 2), name, font=text_font(12, bold=True), fill="white", anchor="mm")
+
+
+def _sequence_patch(img: Image.Image, draw: ImageDraw.ImageDraw, x: int, cut: np.ndarray, index: int, lit: bool) -> None:
+    """A patch: its pixels enlarged (nearest), framed (cyan when ``lit``), its number above."""
+    img.paste(Image.fromarray(cut).resize((_SEQ_BOX, _SEQ_BOX), Image.Resampling.NEAREST), (x, _SEQ_Y))
+    draw.rectangle((x - 1, _SEQ_Y - 1, x + _SEQ_BOX, _SEQ_Y + _SEQ_BOX), outline=HIGHLIGHT_RGB if lit else (136, 136, 136),
+                   width=3 if lit else 1)
+    draw.text((x + _SEQ_BOX / 2, _SEQ_Y - 14), str(index), font=text_font(13), fill=_INK, anchor="mm")
+
+
+def _sequence_position(draw: ImageDraw.ImageDraw, x: int, position: int) -> None:
+    """A token's position in the sequence, in a small lilac pill under its box."""
+    y = _SEQ_Y + _SEQ_BOX
+    draw.rounded_rectangle((x + 8, y + 6, x + _SEQ_BOX - 8, y + 26), radius=6, fill=_POSITION_RGB)
+    draw.text((x + _SEQ_BOX / 2, y + 16), str(position), font=text_font(12, bold=True), fill="white", anchor="mm")
+
+
+def _sequence_caption(draw: ImageDraw.ImageDraw, width: int, p: int, names: list[str], embed_dim: int | None) -> None:
+    """Two lines under the sequence: how a patch becomes a token, and the position embedding."""
+    dim = f"a {embed_dim}-number vector" if embed_dim else "one vector"
+    lines = [
+        f"Each {p}×{p}×3-pixel patch is flattened and projected to {dim}; "
+        + (f"{' and '.join(names)} {'are learned vectors' if len(names) > 1 else 'is a learned vector'} "
+           "of the same size." if names else "there are no extra tokens."),
+        "A learned position embedding is added to every token: the model is told where each patch came from.",
+    ]
+    for i, line in enumerate(lines):
+        draw.text((width / 2, 192 + i * 22), line, font=text_font(13), fill=_MUTED, anchor="mm")

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import gradio as gr
-import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from ... import viz
 from ...analysis import Analysis
@@ -50,74 +48,9 @@ def patch_picture_size(a: Analysis) -> tuple[int, int]:
 def sequence_picture(
     a: Analysis, highlight: int | None = None, width: int = 1120, embed_dim: int | None = None
 ) -> Image.Image:
-    """The flattened sequence the transformer reads (fast: PIL): the prefix tokens, then the
-    patches left to right, top to bottom (the first ones, an ellipsis, the last ones, and the
-    ``highlight`` patch wherever it sits), each with its patch number above and its position in
-    the sequence below."""
-    P, n, p = a.layout.num_prefix, a.layout.num_patches, a.patch_size
-    names = a.layout.names()
-    pic = np.asarray(a.picture)
-    gw = a.layout.grid[1]
-    box, gap = 56, 10
-    slots_fit = max(6, (width - 110) // (box + gap))
-    tail = 3
-    first = max(2, slots_fit - P - tail - 1 - (2 if highlight is not None else 0))
-    shown: list[int | None] = list(range(min(first, n)))
-    if highlight is not None and first <= highlight < n - tail:
-        if highlight > first:
-            shown.append(None)
-        shown.append(highlight)
-    if n > len([s for s in shown if s is not None]):
-        if shown[-1] is not None and shown[-1] + 1 < n - tail:
-            shown.append(None)
-        shown += [i for i in range(max(n - tail, (shown[-1] or 0) + 1), n)]
-    slots: list[tuple[str, Any]] = [("prefix", t) for t in names]
-    slots += [("patch", i) if i is not None else ("dots", None) for i in shown]
-
-    title_font, small, tiny = viz.text_font(17, bold=True), viz.text_font(13), viz.text_font(12, bold=True)
-    height = 250
-    img = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(img)
-    total = len(slots) * (box + gap) - gap
-    x0 = max(80, (width - total) // 2)
-    y_box = 86
-    head = f"{' + '.join(names)} + {n} patches = {P + n} tokens" if names else f"{n} patches = {n} tokens"
-    draw.text((width / 2, 20), f"The sequence the transformer reads: {head}", font=title_font, fill=(34, 34, 34),
-              anchor="mm")
-    draw.text((x0 - 8, y_box - 14), "patch", font=small, fill=(102, 102, 102), anchor="rm")
-    draw.text((x0 - 8, y_box + box + 16), "position", font=small, fill=(102, 102, 102), anchor="rm")
-    for k, (kind, val) in enumerate(slots):
-        x = x0 + k * (box + gap)
-        if kind == "prefix":
-            colour = viz.token_color(val)
-            draw.rounded_rectangle((x, y_box, x + box, y_box + box), radius=8, fill=colour)
-            draw.text((x + box / 2, y_box + box / 2), val, font=tiny, fill="white", anchor="mm")
-            pos = k
-        elif kind == "patch":
-            r, c = divmod(val, gw)
-            cut = pic[r * p:(r + 1) * p, c * p:(c + 1) * p]
-            thumb = Image.fromarray(cut).resize((box, box), Image.Resampling.NEAREST)
-            img.paste(thumb, (x, y_box))
-            hl = val == highlight
-            draw.rectangle((x - 1, y_box - 1, x + box, y_box + box), outline=(0, 229, 255) if hl else (136, 136, 136),
-                           width=3 if hl else 1)
-            draw.text((x + box / 2, y_box - 14), str(val), font=small, fill=(34, 34, 34), anchor="mm")
-            pos = P + val
-        else:
-            draw.text((x + box / 2, y_box + box / 2), "…", font=title_font, fill=(102, 102, 102), anchor="mm")
-            continue
-        draw.rounded_rectangle((x + 8, y_box + box + 6, x + box - 8, y_box + box + 26), radius=6, fill=(155, 143, 184))
-        draw.text((x + box / 2, y_box + box + 16), str(pos), font=tiny, fill="white", anchor="mm")
-    dim = f"a {embed_dim}-number vector" if embed_dim else "one vector"
-    lines = [
-        f"Each {p}×{p}×3-pixel patch is flattened and projected to {dim}; "
-        + (f"{' and '.join(names)} {'are learned vectors' if len(names) > 1 else 'is a learned vector'} "
-           "of the same size." if names else "there are no extra tokens."),
-        "A learned position embedding is added to every token: the model is told where each patch came from.",
-    ]
-    for i, line in enumerate(lines):
-        draw.text((width / 2, 192 + i * 22), line, font=small, fill=(102, 102, 102), anchor="mm")
-    return img
+    """The flattened sequence the transformer reads for this analysis (fast: PIL), drawn by
+    :func:`vit_demo.viz.previews.sequence_image`."""
+    return viz.sequence_image(a.picture, a.patch_size, a.layout.names(), highlight, width, embed_dim)
 
 
 def export_patches(a: Analysis, up: Upload, highlight: int | None) -> Path:
