@@ -79,6 +79,18 @@ _view_count = 0
 _view_lock = threading.Lock()
 
 
+def sweep(folder: Path, max_age_s: float, suffixes: tuple[str, ...] | None = None) -> None:
+    """Remove the files in ``folder`` older than ``max_age_s`` seconds (only those ending in one of
+    ``suffixes``, when given); files that vanish or cannot be removed meanwhile are left alone."""
+    now = time.time()
+    for f in folder.iterdir():
+        try:
+            if (suffixes is None or f.suffix in suffixes) and f.is_file() and now - f.stat().st_mtime > max_age_s:
+                f.unlink()
+        except OSError:
+            pass
+
+
 def save_view(img: Image.Image, fmt: str = "jpeg") -> str:
     """Write a picture for the browser, fast: JPEG (quality 92, ~2 ms) for photos and heat maps,
     PNG at the lowest compression (~15 ms) for pictures with text and thin lines. PIL's default
@@ -91,13 +103,7 @@ def save_view(img: Image.Image, fmt: str = "jpeg") -> str:
         _view_count += 1
         n = _view_count
         if n % 200 == 0:
-            now = time.time()
-            for f in _VIEW_DIR.iterdir():
-                try:
-                    if now - f.stat().st_mtime > 600:
-                        f.unlink()
-                except OSError:
-                    pass
+            sweep(_VIEW_DIR, 600)
     path = _VIEW_DIR / f"view_{os.getpid()}_{n:08d}.{'jpg' if fmt == 'jpeg' else 'png'}"
     if fmt == "jpeg":
         img.convert("RGB").save(path, "JPEG", quality=92)

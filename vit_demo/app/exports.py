@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import tempfile
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
-from .common import friendly
+from .common import friendly, sweep
 from .context import Component, Context
 
 EXPORT = "⬇ PNG for slides (2400 px)"
@@ -31,13 +30,7 @@ def export_dir() -> Path:
     global _EXPORT_DIR
     if _EXPORT_DIR is None:
         _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="vit_demo_exports_"))
-    now = time.time()
-    for f in _EXPORT_DIR.glob("*.png"):
-        try:
-            if now - f.stat().st_mtime > 3600:
-                f.unlink()
-        except OSError:
-            pass
+    sweep(_EXPORT_DIR, 3600, (".png",))
     return _EXPORT_DIR
 
 

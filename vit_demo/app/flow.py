@@ -25,24 +25,43 @@ from .sections.models import model_summary
 from .session import Session, open_image
 
 
-def wire(ctx: Context) -> None:
-    """Attach the upload event, its follow-ups, the tab selections and ``ctx.reanalyze``."""
-    sections, state = ctx.sections, ctx.state
-    show_inputs = union(s.show_inputs for s in sections)
-    views = [c for s in sections for c in s.views]
-    files = [c for s in sections for c in s.files]
-    lazy_outputs = union(s.lazy_outputs for s in sections)
-    inputs = [ctx.image, ctx.model_dd, *show_inputs, state]
-    outputs = [state, ctx.model_md, ctx.status, *views, *(c for s in sections for c in s.controls), *files]
-    by_name = {s.name: s for s in sections if s.name}
+def random_or_headless_notes(lm: Any, a: Any, up: Any) -> str:
+    """Status notes for a new analysis: the upload's own notes, random weights, no classifier."""
+    notes = note("Note:", "; ".join(up.notes) + ".", "info") if up.notes else ""
+    if lm.random_weights:
+        notes += note("Random weights:", "every step below is real, but the predictions are noise. "
+                      "Load a checkpoint for meaningful ones (see weights/README.md).", "info")
+    elif not a.logits.numel():
+        notes += note("No classifier:", f"{lm.name} outputs features only, so there are no predictions "
+                      "and no class-specific maps.", "info")
+    return notes
 
-    def clear(sess: Session) -> dict:
+
+class UploadFlow:
+    """The upload event and what hangs on it, for the sections of one page (see the module docstring)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx, self.sections, self.state = ctx, ctx.sections, ctx.state
+        self.show_inputs = union(s.show_inputs for s in self.sections)
+        self.views = [c for s in self.sections for c in s.views]
+        self.files = [c for s in self.sections for c in s.files]
+        self.lazy_outputs = union(s.lazy_outputs for s in self.sections)
+        self.inputs = [ctx.image, ctx.model_dd, *self.show_inputs, self.state]
+        self.outputs = [self.state, ctx.model_md, ctx.status, *self.views,
+                        *(c for s in self.sections for c in s.controls), *self.files]
+        self.by_name = {s.name: s for s in self.sections if s.name}
+
+    def hidden_files(self) -> dict:
+        return {f: gr.update(value=None, visible=False) for f in self.files}
+
+    def clear(self, sess: Session) -> dict:
         sess.upload = sess.analysis = None
         sess.rendered = {}
-        return {c: None for c in views} | {f: gr.update(value=None, visible=False) for f in files}
+        return {c: None for c in self.views} | self.hidden_files()
 
-    @friendly
-    def on_image(payload, key, *rest):
+    def on_image(self, payload: Any, key: str | None, *rest: Any) -> Any:
+        """A new image or model: open the upload, analyse it once, show the open sections."""
+        ctx, state = self.ctx, self.state
         *args, sess = rest
         sess = ctx.session(sess)
         path, name = payload_path(payload)
@@ -51,12 +70,12 @@ def wire(ctx: Context) -> None:
             return gr.skip()  # the browser sends one upload's change event twice: run it once
         sess.shown = (path, key)
         if path is None:
-            return {state: sess, ctx.status: "", **clear(sess)}
+            return {state: sess, ctx.status: "", **self.clear(sess)}
         try:
             up = open_image(path, max_bytes=ctx.cfg.limits.max_upload_bytes)
         except ImageError as e:
             gr.Warning(str(e), duration=15)
-            return {state: sess, ctx.status: note("Cannot use this image.", str(e)), **clear(sess)}
+            return {state: sess, ctx.status: note("Cannot use this image.", str(e)), **self.clear(sess)}
         up.name = name or up.name
         for n in up.notes:
             gr.Info(n)
@@ -66,38 +85,36 @@ def wire(ctx: Context) -> None:
             gr.Warning(str(e), duration=15)
             sess.shown = None
             return {state: sess, ctx.status: note("Could not load that model.", str(e))}
-        a = ctx.reg.analyze(key, up.picture)
+        return self.show_new(sess, key, lm, up, args)
+
+    def show_new(self, sess: Session, key: str, lm: Any, up: Any, args: list[Any]) -> dict:
+        """Analyse ``up`` with ``lm`` and show it: the sections above the tabs and the open tab
+        draw now, a closed tab is cleared (it draws when opened)."""
+        a = self.ctx.reg.analyze(key, up.picture)
         old = sess.peek()  # the previous analysis, if still cached (an evicted one is not computed again)
         same_grid = old is not None and old.layout.grid == a.layout.grid
         sess.model_key, sess.upload, sess.analysis = key, up, a
         sess.rendered, sess.comparison = {}, None
         if not same_grid:
             sess.query = None
-        notes = note("Note:", "; ".join(up.notes) + ".", "info") if up.notes else ""
-        if lm.random_weights:
-            notes += note("Random weights:", "every step below is real, but the predictions are noise. "
-                          "Load a checkpoint for meaningful ones (see weights/README.md).", "info")
-        elif not a.logits.numel():
-            notes += note("No classifier:", f"{lm.name} outputs features only, so there are no predictions "
-                          "and no class-specific maps.", "info")
-        out: dict = {state: sess, ctx.model_md: model_summary(lm), ctx.status: notes}
-        vals = values(show_inputs, args)
+        out: dict = {self.state: sess, self.ctx.model_md: model_summary(lm),
+                     self.ctx.status: random_or_headless_notes(lm, a, up)}
+        vals = values(self.show_inputs, args)
         sess.drawn = {}
-        for s in sections:
+        for s in self.sections:
             if s.gr_tab is not None and s.name != sess.open_tab:  # closed: drawn when opened (on_tab)
                 out.update({c: None for c in s.views})
                 continue
             out.update(s.show(sess, lm, vals))
             sess.drawn[s.name] = sess.view_key
-        out.update({f: gr.update(value=None, visible=False) for f in files})
-        return out
+        return out | self.hidden_files()
 
-    def on_image_again(payload, _key, *rest):
+    def on_image_again(self, payload: Any, _key: Any, *rest: Any) -> Any:
         """After a model pick: the image again with the session's model (the menu's value may
         still be the pick that failed)."""
-        return on_image(payload, ctx.session(rest[-1]).model_key, *rest)
+        return self.on_image(payload, self.ctx.session(rest[-1]).model_key, *rest)
 
-    def draw_lazy(sess: Session, section: Section | None) -> dict:
+    def draw_lazy(self, sess: Session, section: Section | None) -> dict:
         """The open tab's slower pictures, once per analysis."""
         if section is None or not sess.ready or sess.rendered.get(section.name) == sess.view_key:
             return {}
@@ -106,37 +123,45 @@ def wire(ctx: Context) -> None:
             sess.rendered[section.name] = sess.view_key
         return out
 
-    @friendly
-    def on_lazy(sess):
-        sess = ctx.session(sess)
-        return draw_lazy(sess, by_name.get(sess.open_tab)) or gr.skip()
+    def on_lazy(self, sess: Session | None) -> Any:
+        sess = self.ctx.session(sess)
+        return self.draw_lazy(sess, self.by_name.get(sess.open_tab)) or gr.skip()
 
-    def tab_handler(section: Section):
+    def tab_handler(self, section: Section):
+        """The handler of ``section``'s tab selection: show the analysis if the tab was closed at
+        the upload, then its lazy pictures."""
         @friendly
         def on_tab(sess, *args):
-            sess = ctx.session(sess)
+            sess = self.ctx.session(sess)
             sess.open_tab = section.name
-            out = {state: sess}
+            out = {self.state: sess}
             if sess.ready and sess.drawn.get(section.name) != sess.view_key:  # closed at the upload
-                out.update(section.show(sess, ctx.model(sess), values(section.show_inputs, args)))
+                out.update(section.show(sess, self.ctx.model(sess), values(section.show_inputs, args)))
                 sess.drawn[section.name] = sess.view_key
-            return {**out, **draw_lazy(sess, section)}
+            return {**out, **self.draw_lazy(sess, section)}
 
         return on_tab
 
-    def chain(dep: Any) -> Any:
-        for s in sections:
-            dep = s.follow_up(dep, ctx)
-        return dep.then(on_lazy, [state], lazy_outputs, api_visibility="private", show_progress="minimal")
+    def chain(self, dep: Any) -> Any:
+        """Every section's follow-up, then the open tab's lazy pictures, after ``dep``."""
+        for s in self.sections:
+            dep = s.follow_up(dep, self.ctx)
+        return dep.then(friendly(self.on_lazy), [self.state], self.lazy_outputs, api_visibility="private",
+                        show_progress="minimal")
 
-    def reanalyze(step) -> Any:
-        return chain(step(on_image_again, inputs, outputs, api_visibility="private", preprocess=False, **ctx.heavy))
+    def reanalyze(self, step: Any) -> Any:
+        return self.chain(step(friendly(self.on_image_again), self.inputs, self.outputs, api_visibility="private",
+                               preprocess=False, **self.ctx.heavy))
 
-    ctx.reanalyze = reanalyze
-    chain(ctx.image.change(on_image, inputs, outputs, api_name="analyze", trigger_mode="always_last",
-                           preprocess=False, **ctx.heavy))
-    for s in sections:
+
+def wire(ctx: Context) -> None:
+    """Attach the upload event (``/analyze``), its follow-ups, the tab selections and ``ctx.reanalyze``."""
+    flow = UploadFlow(ctx)
+    ctx.reanalyze = flow.reanalyze
+    flow.chain(ctx.image.change(friendly(flow.on_image), flow.inputs, flow.outputs, api_name="analyze",
+                                trigger_mode="always_last", preprocess=False, **ctx.heavy))
+    for s in ctx.sections:
         if s.gr_tab is not None:
-            s.gr_tab.select(tab_handler(s), [state, *s.show_inputs],
-                         union([[state], s.views, s.controls, s.lazy_outputs]), api_visibility="private",
-                         show_progress="minimal", preprocess=False)
+            s.gr_tab.select(flow.tab_handler(s), [ctx.state, *s.show_inputs],
+                            union([[ctx.state], s.views, s.controls, s.lazy_outputs]), api_visibility="private",
+                            show_progress="minimal", preprocess=False)

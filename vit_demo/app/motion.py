@@ -5,7 +5,6 @@ and the relevance; each lays out an :class:`AnimationRow` and wires it with what
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import gradio as gr
 from ..analysis import Analysis
 from ..checkpoints.load import LoadedModel
 from ..present import animate
-from .common import friendly
+from .common import friendly, sweep
 from .context import Context
 from .exports import export_dir, slug
 from .session import Session
@@ -28,13 +27,7 @@ def present_dir() -> Path:
     """Where animations and decks go (inside the export folder); files older than an hour go."""
     d = export_dir() / "present"
     d.mkdir(exist_ok=True)
-    now = time.time()
-    for f in d.iterdir():
-        try:
-            if f.suffix in PRESENT_SUFFIXES and now - f.stat().st_mtime > 3600:
-                f.unlink()
-        except OSError:
-            pass
+    sweep(d, 3600, PRESENT_SUFFIXES)
     return d
 
 

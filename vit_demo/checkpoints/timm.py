@@ -24,10 +24,9 @@ HUB_HOST = ("huggingface.co", 443)
 # ----------------------------------------------------------------------------- timm -> config
 
 
-def config_from_timm(tm: nn.Module) -> ViTConfig:
-    """Read the architecture off a timm ``VisionTransformer`` instance (no table of names)."""
-    name = getattr(getattr(tm, "pretrained_cfg", {}), "get", lambda k, d=None: d)("architecture", type(tm).__name__)
-    problems = []
+def _unsupported_model_parts(tm: nn.Module, name: str) -> list[str]:
+    """What of the model outside its blocks the scratch ViT does not implement (its head, embedding)."""
+    problems: list[str] = []
     if not hasattr(tm, "blocks") or not hasattr(tm, "patch_embed") or not hasattr(tm, "pos_embed"):
         raise UnsupportedModelError(f"{name}: not a timm VisionTransformer (no blocks / patch_embed / pos_embed)")
     if getattr(tm, "attn_pool", None) is not None:
@@ -40,6 +39,12 @@ def config_from_timm(tm: nn.Module) -> ViTConfig:
         problems.append("pooling that includes prefix tokens")
     if tm.global_pool not in ("token", "avg", ""):
         problems.append(f"global_pool={tm.global_pool!r}")
+    return problems
+
+
+def _unsupported_block_parts(tm: nn.Module) -> list[str]:
+    """What of the blocks the scratch ViT does not implement (norms, activations, attention)."""
+    problems: list[str] = []
     b0 = tm.blocks[0]
     attn, mlp = b0.attn, b0.mlp
     for part, what in ((getattr(attn, "q_norm", None), "qk_norm"), (getattr(attn, "norm", None), "attention scale norm"),
@@ -60,6 +65,16 @@ def config_from_timm(tm: nn.Module) -> ViTConfig:
     norms = [m for m in tm.modules() if isinstance(m, nn.LayerNorm)]
     if not norms or any(type(m).__name__ not in ("LayerNorm",) for m in norms):
         problems.append("a norm layer other than LayerNorm")
+    return problems
+
+
+def config_from_timm(tm: nn.Module) -> ViTConfig:
+    """Read the architecture off a timm ``VisionTransformer`` instance (no table of names)."""
+    name = getattr(getattr(tm, "pretrained_cfg", {}), "get", lambda k, d=None: d)("architecture", type(tm).__name__)
+    problems = _unsupported_model_parts(tm, name) + _unsupported_block_parts(tm)
+    b0 = tm.blocks[0]
+    attn, mlp = b0.attn, b0.mlp
+    act = type(mlp.act).__name__
     if problems:
         raise UnsupportedModelError(f"{name}: not a plain ViT this project implements: " + ", ".join(problems))
 

@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from .. import methods, viz
-from ..analysis import analyze, class_maps
+from ..analysis import Analysis, analyze, class_maps
 from ..checkpoints.verify import DEFAULT_TOL, compare_one, timm_twin, verdict
 from ..evaluate.curves import RANDOM_SEEDS, auc_table, method_curves
 from ..evaluate.faithfulness import method_maps
@@ -113,69 +113,86 @@ def _pct(p: float) -> str:
     return f"{p * 100:.1f}%"
 
 
-def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
-                 cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
-    """The six slides of one image's section (``seeds``: the random baseline's patch orders)."""
-    a = analyze(lm, image)
-    L, H, p = a.depth, a.num_heads, a.patch_size
-    gh, gw = a.layout.grid
-    section = f"Image: {name}"
+def prediction_slide(a: Analysis, lm, name: str, width_px: int) -> Slide:
+    """The picture the model sees and its top five classes."""
     top = a.topk(5)
-    cls = a.top1 if target is None else int(target)
-    cls_name = lm.labels[cls]
-    explained = f"'{cls_name}' ({_pct(float(a.probs[cls]))})"
-    slides = [Slide(
+    return Slide(
         f"What the model sees: {name}",
         [_big_picture(a.picture, width_px), _render(_narrow(viz.topk_figure(top, title=None), 6.0), width_px // 2)],
         f"This is the picture the model actually sees: resized and centre-cropped to {a.picture.width}x{a.picture.height}. "
         f"{lm.name} predicts '{top[0]['label']}' with {_pct(top[0]['prob'])}; the bars show its top five classes. "
         f"The model is a Vision Transformer ({PAPERS['vit']})"
         + (f", here trained as in {PAPERS['deit']}." if _is_deit(lm) else "."),
-        section, f"Predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
+        f"Image: {name}", f"Predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
         {"predictions": top, "x": a.x, "panel": None}, columns=[0.45, 0.55],
-    )]
-    slides.append(Slide(
+    )
+
+
+def tokens_slide(a: Analysis, name: str, width_px: int) -> Slide:
+    """The patch grid and the token sequence."""
+    p, (gh, gw) = a.patch_size, a.layout.grid
+    return Slide(
         "From pixels to tokens",
         [_render(viz.patch_grid_figure(a.picture, p, a.layout.names(), title=" "), width_px)],
         f"The image is cut into {p}x{p}-pixel patches, a {gh}x{gw} grid of {gh * gw} patches, read left to right and "
         f"top to bottom. Each patch becomes one token; a learned [class] token goes first, and its final state is what "
         f"the classifier reads. This is the core idea of {PAPERS['vit']}: an image is a sequence of words.",
-        section, f"{gh * gw} patches + {a.layout.num_prefix} prefix token(s) = {gh * gw + a.layout.num_prefix} tokens",
-    ))
+        f"Image: {name}", f"{gh * gw} patches + {a.layout.num_prefix} prefix token(s) = {gh * gw + a.layout.num_prefix} tokens",
+    )
+
+
+def heads_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
+    """The [class] attention of every head of the last layer."""
+    L, H = a.depth, a.num_heads
     heads = head_maps(a.attentions, a.layout, L - 1)[0]
-    slides.append(Slide(
+    return Slide(
         f"The {H} heads of the last layer",
         [_render(viz.heads_figure(a.picture, heads, cmap=cmap, layer=L - 1), width_px)],
         f"Each attention head of layer {L - 1} (counted from 0) looks at the image its own way: here is where the "
         f"[class] token looks, one panel per head, each scaled to its own range. Heads specialise, some on the object, "
         f"some on the background, as observed in {PAPERS['vit']}.",
-        section, f"[class] attention per head, layer {L - 1}",
-    ))
+        f"Image: {name}", f"[class] attention per head, layer {L - 1}",
+    )
+
+
+def layers_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
+    """The [class] attention of every layer, heads averaged."""
+    L = a.depth
     per_layer = {f"layer {i}": cls_attention(a.attentions, a.layout, i)[0] for i in range(L)}
-    slides.append(Slide(
+    return Slide(
         "Attention across the layers",
         [_render(viz.compare_figure(a.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
         "The [class] token's attention, averaged over heads, in every layer from the first to the last. Early layers "
         "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
-        section, "[class] attention, mean of heads, each layer on its own scale",
-    ))
-    roll = rollout(a.attentions, a.layout)[0]
-    slides.append(Slide(
+        f"Image: {name}", "[class] attention, mean of heads, each layer on its own scale",
+    )
+
+
+def rollout_slide(a: Analysis, name: str, width_px: int, cmap: str, roll: torch.Tensor) -> Slide:
+    """Attention rollout through all the layers."""
+    return Slide(
         "Attention rollout",
         [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label="rollout", show_input=True), width_px)],
-        f"Rollout multiplies the attention of all {L} layers, with the skip connection added as an identity, to "
+        f"Rollout multiplies the attention of all {a.depth} layers, with the skip connection added as an identity, to "
         f"follow how much each input patch flows into the [class] token ({PAPERS['rollout']}). It is class-agnostic: "
         "it shows where the model looks, not why it chose this class.",
-        section, "All layers multiplied, residual included (class-agnostic)",
-    ))
+        f"Image: {name}", "All layers multiplied, residual included (class-agnostic)",
+    )
+
+
+def relevance_slide(a: Analysis, lm, name: str, cls: int, width_px: int, cmap: str, roll: torch.Tensor,
+                    seeds: Sequence[int]) -> Slide:
+    """Class-specific relevance for ``cls``, with every method's deletion / insertion on this image."""
+    cls_name = lm.labels[cls]
+    explained = f"'{cls_name}' ({_pct(float(a.probs[cls]))})"
     maps = class_maps(a, lm, cls)
-    last = cls_attention(a.attentions, a.layout, L - 1)[0]
+    last = cls_attention(a.attentions, a.layout, a.depth - 1)[0]
     scores = faithfulness_scores(lm.model, a.x, cls, {"attention": last, "rollout": roll, **maps}, seeds)
     ch, rnd = scores["chefer"], scores["random"]
     compare = viz.compare_figure(a.picture, {"gradient-weighted rollout": maps["grad-rollout"],
                                              "relevance (Chefer et al.)": maps["chefer"]}, cmap=cmap, show_input=False)
-    slides.append(Slide(
+    return Slide(
         f"Why '{shorten(cls_name, 28)}'? Class-specific relevance",
         [_render(compare, width_px // 2), _render(faithfulness_figure(scores), width_px)],
         f"Relevance weights each head's attention by the gradient of the class score and accumulates it block by block "
@@ -183,11 +200,24 @@ def image_slides(lm, image: Image.Image, name: str, target: int | None = None, w
         f"Faithfulness on this image ({PAPERS['rise']}): deleting patches in the relevance order gives a deletion AUC of "
         f"{ch['deletion_auc']:.3f} (random order {rnd['deletion_auc']:.3f}; lower is better) and revealing them an "
         f"insertion AUC of {ch['insertion_auc']:.3f} (random {rnd['insertion_auc']:.3f}; higher is better).",
-        section, f"For {explained}.  Relevance: deletion AUC {ch['deletion_auc']:.3f} (random "
-                 f"{rnd['deletion_auc']:.3f}), insertion AUC {ch['insertion_auc']:.3f} (random {rnd['insertion_auc']:.3f})",
+        f"Image: {name}", f"For {explained}.  Relevance: deletion AUC {ch['deletion_auc']:.3f} (random "
+                          f"{rnd['deletion_auc']:.3f}), insertion AUC {ch['insertion_auc']:.3f} "
+                          f"(random {rnd['insertion_auc']:.3f})",
         {"faithfulness": scores, "target": cls}, columns=[0.42, 0.58],
-    ))
-    slides[0].meta["panel"] = Panel(a.picture, maps["chefer"], a.topk(1), lm.name, cls)
+    )
+
+
+def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
+                 cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
+    """The six slides of one image's section (``seeds``: the random baseline's patch orders)."""
+    a = analyze(lm, image)
+    cls = a.top1 if target is None else int(target)
+    roll = rollout(a.attentions, a.layout)[0]
+    slides = [prediction_slide(a, lm, name, width_px), tokens_slide(a, name, width_px),
+              heads_slide(a, name, width_px, cmap), layers_slide(a, name, width_px, cmap),
+              rollout_slide(a, name, width_px, cmap, roll),
+              relevance_slide(a, lm, name, cls, width_px, cmap, roll, seeds)]
+    slides[0].meta["panel"] = Panel(a.picture, a.class_maps[cls]["chefer"], a.topk(1), lm.name, cls)
     return slides
 
 

@@ -78,8 +78,14 @@ class ModelPicker(Section):
             self.ckpt_btn = gr.Button("Load checkpoint", variant="secondary")
 
     def wire(self, ctx: Context) -> None:
+        self.wire_menu(ctx)
+        if self.ckpt_btn is not None:  # the loader is there (not an exposed app without uploads)
+            self.wire_loader(ctx)
+
+    def wire_menu(self, ctx: Context) -> None:
+        """A pick from the model menu (downloading a hub model once), and the model's description
+        on page load."""
         reg, state, model_dd, model_md, status = ctx.reg, ctx.state, ctx.model_dd, ctx.model_md, ctx.status
-        no_weights = self.no_weights
 
         @friendly
         def on_model(key: str, sess: Session | None, progress=gr.Progress(track_tqdm=True)):  # noqa: B008 (gradio's way)
@@ -99,6 +105,19 @@ class ModelPicker(Section):
                         status: note("Could not load that model.", str(e))}
             sess.model_key = key
             return {state: sess, model_md: model_summary(lm), status: ""}
+
+        ctx.reanalyze(model_dd.input(on_model, [model_dd, state], [state, model_dd, model_md, status],
+                                     api_visibility="private", **ctx.heavy).then)
+
+        def on_page_load():  # describe the model at once when the warm-up has loaded it (never waits)
+            return model_summary(reg.get(ctx.default_key)) if reg.is_loaded(ctx.default_key) else gr.skip()
+
+        ctx.demo.load(on_page_load, None, [model_md], api_visibility="private", show_progress="hidden", queue=False)
+
+    def wire_loader(self, ctx: Context) -> None:
+        """"Use your own checkpoint": the button (a typed path, else the uploaded file) and an upload."""
+        reg, state, model_dd, model_md, status = ctx.reg, ctx.state, ctx.model_dd, ctx.model_md, ctx.status
+        no_weights = self.no_weights
 
         @friendly
         def on_checkpoint(path_text, upload, arch, sess):
@@ -128,17 +147,9 @@ class ModelPicker(Section):
             return {state: sess, model_dd: gr.update(choices=reg.choices(sess.extra_models), value=spec.key),
                     model_md: model_summary(lm), status: "", no_weights: gr.update(visible=False)}
 
-        ctx.reanalyze(model_dd.input(on_model, [model_dd, state], [state, model_dd, model_md, status],
-                                     api_visibility="private", **ctx.heavy).then)
         ckpt_outputs = [state, model_dd, model_md, status, no_weights]
-        if self.ckpt_btn is not None:  # the loader is there (not an exposed app without uploads)
-            for dep in (self.ckpt_btn.click(on_checkpoint, [self.ckpt_path, self.ckpt_file, self.ckpt_arch, state],
-                                            ckpt_outputs, api_visibility="private", **ctx.heavy),
-                        self.ckpt_file.upload(on_checkpoint_upload, [self.ckpt_file, self.ckpt_arch, state],  # at once
-                                              ckpt_outputs, api_visibility="private", **ctx.heavy)):
-                ctx.reanalyze(dep.success)
-
-        def on_page_load():  # describe the model at once when the warm-up has loaded it (never waits)
-            return model_summary(reg.get(ctx.default_key)) if reg.is_loaded(ctx.default_key) else gr.skip()
-
-        ctx.demo.load(on_page_load, None, [model_md], api_visibility="private", show_progress="hidden", queue=False)
+        for dep in (self.ckpt_btn.click(on_checkpoint, [self.ckpt_path, self.ckpt_file, self.ckpt_arch, state],
+                                        ckpt_outputs, api_visibility="private", **ctx.heavy),
+                    self.ckpt_file.upload(on_checkpoint_upload, [self.ckpt_file, self.ckpt_arch, state],  # at once
+                                          ckpt_outputs, api_visibility="private", **ctx.heavy)):
+            ctx.reanalyze(dep.success)
