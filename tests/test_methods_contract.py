@@ -38,7 +38,8 @@ def small():
 
 def call(name: str, model, x, target):
     """The registry's function; the slow ones with fewer masks (the contract does not depend on them)."""
-    fast = {"rise": {"settings": RiseSettings(masks=16, chunk=8)}, "lrp-causal": {"settings": CausalSettings(masks=32, levels=2, chunk=16)}}
+    fast = {"rise": {"settings": RiseSettings(masks=16, chunk=8)},
+            "lrp-causal": {"settings": CausalSettings(masks=32, levels=2, chunk=16)}}
     return methods.get(name).fn(model, x, target, **fast.get(name, {}))
 
 
