@@ -3,7 +3,7 @@
     python benchmarks/bench_memory.py [--photos 24] [--json] [--root DIR] [--kill-above-gib G] [-- APP_ARGS...]
 
 Saves a random-initialised ViT-B/8 (``timm_model('vit_base_patch8_224')``, ported with
-``vit_demo.port.save``) to a temporary folder, starts ``app.py --weights`` on it with the
+``vit_demo.checkpoints.files.save``) to a temporary folder, starts ``app.py --weights`` on it with the
 default settings (plus any APP_ARGS after ``--``, e.g. ``--cache-mb 4096``), sends the photos to
 ``/predict`` through ``gradio_client`` one after another, and samples the server process's
 resident memory (RSS, psutil, every 0.1 s) once the app's warm-up (one forward and one

@@ -1,4 +1,4 @@
-"""Attention in motion (vit_demo.animate): the maps per layer end where the methods end, and
+"""Attention in motion (vit_demo.present.animate): the maps per layer end where the methods end, and
 the GIF / MP4 files open with imageio with the expected frame count and size."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The slide deck (vit_demo.deck): structure of the PowerPoint file (slides, pictures, notes,
+"""The slide deck (vit_demo.present.deck): structure of the PowerPoint file (slides, pictures, notes,
 sections), the numbers it quotes, and the PDF rendered page by page with pdftoppm.
 
 One two-image deck is built once per module (figures at 900 px, one random order for the
@@ -72,7 +72,7 @@ def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_pat
 
 
 def test_faithfulness_scores_default_maps_are_the_single_pass_methods(deit_tiny, slides, photos):
-    """With no maps given, the scores cover explain.DEFAULT_METHODS (never the slow RISE or causal
+    """With no maps given, the scores cover methods.single_pass() (never the slow RISE or causal
     LRP, hundreds of forward passes each) and agree with the deck's own, which passed its maps."""
     from vit_demo import methods
     from vit_demo.preprocess import preprocess

@@ -1,4 +1,4 @@
-"""Side by side (vit_demo.side_by_side): one colour scale across images, the maps are the
+"""Side by side (vit_demo.present.side_by_side): one colour scale across images, the maps are the
 methods' own, and two models on one image show their own predictions."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ builds on the same skeleton: DeiT (distillation token), DeiT-III (LayerScale, po
 embedding without the prefix tokens), CLIP (pre-norm, QuickGELU), register tokens, and
 average-pool heads with ``fc_norm``.
 
-Parameter names follow timm's state_dict layout, so porting is a checked copy (see port.py).
+Parameter names follow timm's state_dict layout, so porting is a checked copy (see checkpoints/timm.py).
 Nothing here imports timm: timm is the reference we compare against, not a building block.
 
 Shapes in comments: B batch, C embed dim, N tokens, P prefix tokens, gh x gw patch grid,

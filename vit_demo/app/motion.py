@@ -1,5 +1,5 @@
 """Attention in motion, in the app: a button that renders the current image's maps through the
-layers (:mod:`vit_demo.animate`), the GIF playing in the page, and the GIF and an H.264 MP4 to
+layers (:mod:`vit_demo.present.animate`), the GIF playing in the page, and the GIF and an H.264 MP4 to
 download. The Attention tab animates the raw attention, the Rollout & relevance tab the rollout
 and the relevance; each lays out an :class:`AnimationRow` and wires it with what to animate."""
 

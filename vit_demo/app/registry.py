@@ -168,7 +168,7 @@ class ModelRegistry:
 
     def add_checkpoint(self, path: str | os.PathLike, name: str | None = None, uploaded: bool = False) -> ModelSpec:
         """A checkpoint the user pointed at from the UI (a typed path or an upload). It is
-        loaded right away, only through :mod:`vit_demo.port` (safetensors, or ``torch.load``
+        loaded right away, only through :mod:`vit_demo.checkpoints` (safetensors, or ``torch.load``
         with ``weights_only=True``), so a file that is not a checkpoint fails here."""
         if not uploaded and not self.allow_paths:
             raise ModelError("loading a server-side path is disabled while the app is exposed; upload the file instead")

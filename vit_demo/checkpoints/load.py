@@ -163,7 +163,7 @@ def load_model(
 
     - nothing: the embedded default checkpoint (``weights/deit_tiny_patch16_224.safetensors``);
     - ``weights``: that file (``name`` gives the architecture for plain timm-layout files), or a
-      Hugging Face transformers model folder (ported on the fly; see hf_port.py);
+      Hugging Face transformers model folder (ported on the fly; see checkpoints/hf.py);
     - ``random_init``: timm's random initialisation of ``name`` (no download);
     - ``name`` alone: ``weights/NAME.*`` if present, else timm's pretrained weights from the
       hub, ported once to ``weights/NAME.safetensors`` (fails fast offline).

@@ -1,6 +1,6 @@
 """The pointing game on the shapes set: does an explanation map point at the shape?
 
-Each shape comes with its bounding box (``boxes.json``, see vit_demo.data). Maps live on the
+Each shape comes with its bounding box (``boxes.json``, see vit_demo.train.data). Maps live on the
 model's patch grid, so the box is carried into patch coordinates first:
 
 1. the eval transform's resize and center-crop map picture pixels to model-input pixels

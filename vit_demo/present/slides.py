@@ -1,5 +1,5 @@
 """Slides as plain records, laid out as an editable PowerPoint file or as a PDF: pure layout,
-no model calls. :mod:`vit_demo.deck` decides what the slides say and show.
+no model calls. :mod:`vit_demo.present.deck` decides what the slides say and show.
 
 A :class:`Slide` has a title, an optional one-line subtitle, one or more rendered pictures
 (side by side, as large as the slide allows) and speaker notes. :func:`write_pptx` writes a

@@ -1,7 +1,7 @@
 """Pictures of what a ViT looks at: pure renderers, no model calls.
 
 Everything here takes numbers (numpy arrays or torch tensors, already computed by
-:mod:`vit_demo.explain`) and pictures (the model-input picture from
+:mod:`vit_demo.methods`) and pictures (the model-input picture from
 :func:`vit_demo.preprocess.preprocess`), and returns either
 
 - a ``PIL.Image`` from the *fast* renderers in :mod:`~vit_demo.viz.previews`
@@ -38,6 +38,7 @@ from .figures import (
     distance_figure,
     heads_figure,
     heatmap_figure,
+    input_figure,
     patch_grid_figure,
     pos_embed_figure,
     topk_figure,
@@ -68,7 +69,7 @@ __all__ = [
     "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "HIGHLIGHT_RGB", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE",
     "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "Picture", "SequenceSlot", "as_array", "check_cmap",
     "colorize", "colormap_lut", "compare_figure", "distance_figure", "figure_to_image", "heads_figure",
-    "heads_image", "heatmap_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
+    "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
     "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image",
     "sequence_slots", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
     "uniform_attention_distance", "upsample",

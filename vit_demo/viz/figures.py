@@ -510,7 +510,7 @@ def topk_figure(
 ) -> Figure:
     """Horizontal bars of the top-k classes, most likely on top, with percentages.
 
-    ``predictions``: ``[{"label", "prob", "index"?}, ...]`` (as :func:`vit_demo.inference.topk`
+    ``predictions``: ``[{"label", "prob", "index"?}, ...]`` (as :func:`vit_demo.labels.topk`
     returns) or ``{label: prob}``. ``highlight``: a class index or label drawn in the accent
     colour (default the first).
     """
@@ -722,3 +722,19 @@ def _strip_caption(ax, prefix: list[str], n: int, slots: int) -> None:
     ax.set_ylim(2.15, -0.75)
     ax.set_aspect("equal")
     ax.axis("off")
+
+
+def input_figure(original: Picture, model_input: Picture, original_title: str, input_title: str, caption: str) -> Figure:
+    """The user's picture beside what the model sees (shown pixel for pixel), the preprocessing
+    in words under them."""
+    fig = Figure(figsize=(10, 5.4), layout="constrained", facecolor="white")
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.imshow(picture_array(original))
+    ax1.set_title(original_title, fontsize=PANEL_TITLE_SIZE + 1)
+    ax2.imshow(picture_array(model_input), interpolation="nearest")
+    ax2.set_title(input_title, fontsize=PANEL_TITLE_SIZE + 1)
+    for ax in (ax1, ax2):
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.supxlabel(caption, fontsize=TICK_SIZE, color=MUTED_COLOR)
+    return fig

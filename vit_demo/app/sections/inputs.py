@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-import numpy as np
 from PIL import Image
 
 from ... import viz
@@ -48,19 +47,9 @@ def input_picture(a: Analysis, size: int = VIEW_SIZE) -> Image.Image:
 
 
 def export_input(a: Analysis, up: Upload, lm: LoadedModel) -> Path:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 5.4), layout="constrained", facecolor="white")
-    ax1, ax2 = fig.subplots(1, 2)
-    ax1.imshow(np.asarray(up.picture))
-    ax1.set_title(f"Your image · {up.size[0]}×{up.size[1]} px", fontsize=viz.PANEL_TITLE_SIZE + 1)
     h, w = lm.data_config.input_size
-    ax2.imshow(np.asarray(a.picture), interpolation="nearest")
-    ax2.set_title(f"What the model sees · {w}×{h} px", fontsize=viz.PANEL_TITLE_SIZE + 1)
-    for ax in (ax1, ax2):
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.supxlabel(wrap(lm.data_config.describe(), 110), fontsize=viz.TICK_SIZE, color=viz.MUTED_COLOR)
+    fig = viz.input_figure(up.picture, a.picture, f"Your image · {up.size[0]}×{up.size[1]} px",
+                           f"What the model sees · {w}×{h} px", wrap(lm.data_config.describe(), 110))
     return save(fig, f"{Path(up.name).stem}-input")
 
 

@@ -1,6 +1,6 @@
 """The "For presentations" tab: a ready-made slide deck for the current image (PowerPoint and
-PDF, :mod:`vit_demo.deck`), up to four images side by side with one method on one colour scale,
-and the current image under two models (:mod:`vit_demo.side_by_side`)."""
+PDF, :mod:`vit_demo.present.deck`), up to four images side by side with one method on one colour scale,
+and the current image under two models (:mod:`vit_demo.present.side_by_side`)."""
 
 from __future__ import annotations
 
