@@ -172,8 +172,22 @@ def test_batch_equals_singles(small_pair):
             torch.testing.assert_close(methods.get(method)(model, x[b : b + 1], None), batch[b : b + 1], atol=1e-6, rtol=1e-4)
 
 
+MODE_LOGIT_RTOL = 1e-5
+"""How close the explanation mode's logits are to the plain forward's, relative to the logits'
+scale (max |logit| of the batch). The mode changes gradients, not values, but it computes some
+values another way: the patch convolution as a matrix product of the flattened patches (the
+gamma rule's form) and LayerNorm from its own mean and variance (the std held constant). Each
+sums in another order than the fused kernel, a float32 rounding difference (~1e-6 of the
+activations' scale: 1.1e-5 on patch embeddings of size 13) that 12 blocks carry to the logits:
+measured 1.4e-6 of the logits' scale on the six package photos (2.2e-6 for the worst single
+photo), with 1 or 2 threads; which photos, which CPU and its BLAS kernels move it around, and an
+absolute 1e-5 bound failed on a clean clone once the difference reached 1.4e-5. 1e-5 of the
+scale leaves 4x headroom and would still catch a rule that changed a value (those are O(1))."""
+
+
 def test_mode_leaves_plain_gradients_alone(deit_tiny, two_photos):
-    """The rules live on this instance only while the mode is on; outside, gradients are plain."""
+    """The rules live on this instance only while the mode is on; outside, gradients are plain.
+    Inside, the logits equal the plain ones within :data:`MODE_LOGIT_RTOL` of their scale."""
     model = deit_tiny.model
     x, t = two_photos
     before = attention_gradients(model, x, t)
@@ -191,7 +205,7 @@ def test_mode_leaves_plain_gradients_alone(deit_tiny, two_photos):
     with torch.no_grad():
         plain = model(x).logits
     with torch.no_grad(), lrp.explanation_mode(model, lrp.CP_LRP):
-        torch.testing.assert_close(model(x).logits, plain, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(x).logits, plain, atol=MODE_LOGIT_RTOL * float(plain.abs().max()), rtol=0)
 
 
 def test_gradient_passes_on_other_threads_keep_their_own_rules():
