@@ -101,12 +101,14 @@ def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str
     if lm.model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
     cls = a.top1 if cls is None else int(cls)
-    maps = a.class_maps.setdefault(cls, {})
+    maps = dict(a.class_maps.get(cls, {}))
     todo = [n for n in methods.names(slow=False, class_specific=True) if n not in maps]
-    with methods.reuse(lm.model, a.x):
-        for name in todo:
-            maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
-    return maps
+    if todo:
+        with methods.reuse(lm.model, a.x):
+            for name in todo:
+                maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
+        a.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
+    return a.class_maps[cls]
 
 
 def analysis_nbytes(a: Analysis) -> int:
