@@ -50,11 +50,12 @@ def test_talk_order_titles_pictures_and_notes(slides):
 
 
 def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_path):
+    from vit_demo import methods
     from vit_demo.evaluate.faithfulness import evaluate
 
     rel = slides[5]
     scores, target = rel.meta["faithfulness"], rel.meta["target"]
-    assert set(scores) == {"attention", "rollout", "grad-rollout", "chefer", "lrp", "attnlrp", "gradcam", "lrp-gated",
+    assert set(scores) == {"attention", "rollout", *methods.names(slow=False, class_specific=True),
                            "random"}  # every map the app's relevance tab has (analysis.class_maps)
     assert f"{scores['chefer']['deletion_auc']:.3f}" in rel.notes and f"{scores['chefer']['insertion_auc']:.3f}" in rel.notes
     # the same protocol as the faithfulness command, on the same picture
