@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vit_demo import methods
 from vit_demo.analysis import AnalysisCache, analysis_nbytes, analyze, class_maps
 from vit_demo.app.examples import builtin_examples
 from vit_demo.budget import ByteLRU, module_nbytes, tensor_nbytes
@@ -48,7 +49,8 @@ def test_analysis_bytes(deit_tiny, photos):
     assert cache.nbytes == analysis_nbytes(a)
     maps = class_maps(cache.get(deit_tiny, photos[0]), deit_tiny)  # the maps grow the record ...
     cache.get(deit_tiny, photos[0])  # ... and the next visit weighs it again
-    assert cache.nbytes == analysis_nbytes(a) + sum(m.nbytes for m in maps.values()) == 6_345_136 + 6 * 14 * 14 * 4  # 6 maps
+    assert len(maps) == len(methods.names(slow=False, class_specific=True)) == 7
+    assert cache.nbytes == analysis_nbytes(a) + sum(m.nbytes for m in maps.values()) == 6_345_136 + 7 * 14 * 14 * 4
 
 
 def test_eviction_least_recently_used(deit_tiny, photos, reference):
