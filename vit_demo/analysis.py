@@ -109,6 +109,21 @@ def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str
     return maps
 
 
+def attention_nbytes(lm: LoadedModel) -> int:
+    """Bytes of one forward pass's attention maps for ``lm`` (every layer and head, float32)."""
+    cfg = lm.model.cfg
+    gh, gw = cfg.grid_size
+    n = gh * gw + cfg.num_prefix_tokens
+    return cfg.depth * cfg.num_heads * n * n * 4
+
+
+def forward_working_set(lm: LoadedModel) -> int:
+    """Bytes an :func:`analyze` of ``lm`` takes while it runs: the attention it captures, plus
+    the scores and softmax of the layer being computed."""
+    cfg = lm.model.cfg
+    return attention_nbytes(lm) * (cfg.depth + 3) // cfg.depth
+
+
 def analysis_nbytes(a: Analysis) -> int:
     """Bytes one analysis holds: attention (it dominates: layers x heads x N x N floats), the
     input tensor, the logits, the class-specific maps so far and the model-input picture."""
@@ -143,6 +158,7 @@ class AnalysisCache:
     """
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_MB * MB) -> None:
+        """``max_bytes``: the budget of the analyses kept AND of the ones being computed."""
         self._lru: ByteLRU[tuple[str, str], Analysis] = ByteLRU(max_bytes, analysis_nbytes)
         self.hits = self.misses = 0
 
@@ -157,10 +173,18 @@ class AnalysisCache:
             self._lru.reweigh(key)  # class-specific maps may have been added since it was stored
             self.hits += 1
             return a
-        a = analyze(lm, img)  # outside any lock: concurrent users analyse in parallel
+        with self._lru.reserve(forward_working_set(lm)):  # the analysis in flight counts in the budget
+            a = analyze(lm, img)  # outside any lock: concurrent users analyse in parallel
         self.misses += 1
         self._lru.put(key, a)
         return a
+
+    def room(self, nbytes: int, keep: Analysis | None = None):
+        """A block that needs ``nbytes`` of working memory (a backward pass, a slow method):
+        the least recently used analyses leave to make room for it, never ``keep`` (the one
+        it works on)."""
+        protect = [k for k in self._lru.keys() if keep is not None and self._lru.get_quiet(k) is keep]
+        return self._lru.reserve(nbytes, protect)
 
     @property
     def max_bytes(self) -> int:

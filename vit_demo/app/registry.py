@@ -9,7 +9,9 @@ an :class:`~vit_demo.analysis.AnalysisCache` with a budget of its own. No Gradio
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from ..checkpoints.load import (
 from ..checkpoints.timm import HubUnavailableError
 from ..checkpoints.verify import timm_twin
 from ..methods.attention import head_maps
+from ..progress import check
 
 RANDOM_MODEL = "deit_tiny_patch16_224"
 HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (tried only when picked)
@@ -51,7 +54,8 @@ HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (t
 class ModelSpec:
     """One entry of the model menu. ``key`` is what the menu and the API pass around."""
 
-    key: str  # "file:/abs/path", "random:NAME" or "hub:NAME"
+    key: str  # "file:NAME.safetensors" (with "~" and a short hash when two files share a name), "random:NAME",
+    # "hub:NAME", or "upload:NAME~RANDOM" (a user's checkpoint): never a server path
     label: str
     kind: str  # "file", "random", "hub"
     name: str | None  # timm architecture name (None: read it from the file)
@@ -109,13 +113,12 @@ class ModelRegistry:
         for p in given:
             self._add(self._file_spec(p, model_name))
         default = DEFAULT_CHECKPOINT
-        if default.is_file():  # the embedded DeiT-Tiny: the first pick when no --weights is given
-            self._add(ModelSpec(f"file:{default.resolve()}", f"{DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
+        if default.is_file() and self.find_path(default) is None:  # the embedded DeiT-Tiny: first when no --weights
+            self._add(ModelSpec(f"file:{default.name}", f"{DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
                                 f"ships with vit_demo)", "file", DEFAULT_MODEL, default.resolve()))
         for p in discover_checkpoints():
-            spec = self._file_spec(p, None)
-            if spec.key not in self._specs:
-                self._add(spec)
+            if self.find_path(p) is None:
+                self._add(self._file_spec(p, None))
         self.has_checkpoint = bool(self._specs)
         self._add(ModelSpec(f"random:{RANDOM_MODEL}", f"{RANDOM_MODEL}  ·  RANDOM weights (no checkpoint needed)",
                             "random", RANDOM_MODEL))
@@ -132,15 +135,30 @@ class ModelRegistry:
     @staticmethod
     def _file_spec(path: Path, name: str | None) -> ModelSpec:
         p = path.expanduser().resolve()
-        return ModelSpec(f"file:{p}", _file_label(p, name), "file", name, p)
+        return ModelSpec(f"file:{p.name}", _file_label(p, name), "file", name, p)
 
     def _add(self, spec: ModelSpec) -> ModelSpec:
+        """Put ``spec`` on the menu; a file whose name another file already has gets a short
+        hash of its path after its key (the key names the file, never where it is)."""
+        old = self._specs.get(spec.key)
+        if old is not None and spec.path is not None and old.path != spec.path:
+            digest = hashlib.sha256(str(spec.path).encode()).hexdigest()[:8]
+            spec = ModelSpec(f"{spec.key}~{digest}", spec.label, spec.kind, spec.name, spec.path)
         self._specs.setdefault(spec.key, spec)
         return self._specs[spec.key]
 
+    def find_path(self, path: str | os.PathLike, private: bool | None = False) -> ModelSpec | None:
+        """The menu entry of the checkpoint at ``path`` (a public one; a private one with
+        ``private=True``; either with None), if there is one."""
+        p = Path(path).expanduser().resolve()
+        for s in self._specs.values():
+            if s.path == p and (private is None or (s.key in self._private) == private):
+                return s
+        return None
+
     def specs(self, extra: Sequence[str] = ()) -> list[ModelSpec]:
         """The public menu, plus the session's own checkpoints (``extra`` keys) after the files."""
-        base = [s for s in self._specs.values() if not s.key.startswith("file:") or s.key not in self._private]
+        base = [s for s in self._specs.values() if s.key not in self._private]
         mine = [self._specs[k] for k in extra if k in self._specs and k in self._private]
         files = [s for s in base if s.kind == "file"]
         rest = [s for s in base if s.kind != "file"]
@@ -162,9 +180,10 @@ class ModelRegistry:
         return files[0].key if files else f"random:{RANDOM_MODEL}"
 
     def spec(self, key: str) -> ModelSpec:
-        if key in self._specs:
+        if isinstance(key, str) and key in self._specs:
             return self._specs[key]
-        raise ModelError(f"unknown model {key!r}: pick one from the menu")
+        shown = str(key)[:40] + ("…" if len(str(key)) > 40 else "")
+        raise ModelError(f"unknown model {shown!r}: pick one from the menu")
 
     def add_checkpoint(self, path: str | os.PathLike, name: str | None = None, uploaded: bool = False) -> ModelSpec:
         """A checkpoint the user pointed at from the UI (a typed path or an upload). It is
@@ -178,14 +197,21 @@ class ModelRegistry:
         if not str(path).strip():
             raise ModelError("give the path of a checkpoint file (.safetensors, .pth, .bin or .npz)")
         if not p.is_file() and not is_hf_folder(p):  # a file, or a transformers model folder
-            raise ModelError(f"{p}: no such file (or transformers folder with a config.json)")
-        spec = self._file_spec(p, (name or "").strip() or None)
-        if spec.key in self._specs and spec.key not in self._private:  # already on everyone's menu
-            self.get(spec.key)
-            return self._specs[spec.key]
+            shown = p.name[:40]
+            raise ModelError(f"{shown}: no such file (or transformers folder with a config.json)")
+        spec = self._file_spec(p, (name or "").strip()[:80] or None)
+        public = self.find_path(p)
+        if public is not None:  # already on everyone's menu
+            self.get(public.key)
+            return public
+        mine = self.find_path(p, private=True)
+        tag = mine.key.rsplit("~", 1)[-1] if mine is not None else secrets.token_hex(4)
+        short = p.name if len(p.name) <= 40 else p.name[:32] + "…" + p.suffix[:7]
         if uploaded:
-            label = f"{spec.name or 'uploaded'}  ·  {p.name} (uploaded)"
-            spec = ModelSpec(spec.key, label, "file", spec.name, spec.path)
+            label = f"{spec.name or 'uploaded'}  ·  {short} (uploaded)"
+            spec = ModelSpec(f"upload:{short}~{tag}", label, "file", spec.name, spec.path)
+        else:
+            spec = ModelSpec(f"file:{short}~{tag}", spec.label, "file", spec.name, spec.path)
         with self._lock:
             self._specs[spec.key] = spec
             self._private.add(spec.key)
@@ -243,6 +269,9 @@ class ModelRegistry:
             raise ModelError(str(e)) from e
         if spec.kind == "file" and spec.name is None and lm.timm_name is None:
             lm.name = spec.path.name if spec.path else lm.name
+        if spec.kind == "file":  # the menu's name for it (unique here), never the server path: slides show it
+            lm.source = "file " + spec.key.split(":", 1)[1]
+        lm.model.register_forward_pre_hook(lambda _module, _args: check())  # a job past its time limit stops here
         return lm
 
     def is_private(self, key: str) -> bool:
