@@ -204,6 +204,11 @@ class ByteLRU(Generic[K, V]):
         """Bytes of work in flight counted in the budget now."""
         return self._reserved
 
+    def items(self) -> list[tuple[K, V]]:
+        """(key, value) pairs, least recently used first (nothing is touched)."""
+        with self._lock:
+            return [(k, v) for k, (v, _) in self._items.items()]
+
     def keys(self) -> list[K]:
         """Keys, least recently used first."""
         with self._lock:

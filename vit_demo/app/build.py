@@ -72,7 +72,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     # client to one job in the slow lane and caps its share of the queue.
     demo.queue(max_size=cfg.max_queue, default_concurrency_limit=4, api_open=False)
     guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files), lim.exposed)
-    limit_slow_jobs(demo, lim.job_seconds)
+    limit_slow_jobs(demo, lim.job_seconds, reg.slow_job_room)
     demo.limits = lim  # launch_kwargs(demo): the upload cap, the gate
     demo.example_paths = [str(e.path) for e in ctx.examples]  # launch(allowed_paths=...) serves exactly these files
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)

@@ -21,6 +21,7 @@ No Gradio import: the queue is reached through ``demo._queue``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import warnings
 from collections.abc import Callable
@@ -121,22 +122,24 @@ def guard_queue(demo: Any, per_client: int, per_host: int | None = None, join_gu
     return door
 
 
-def time_limited(fn: Callable, seconds: float) -> Callable:
-    """``fn`` run under :func:`vit_demo.progress.time_limit` (its signature kept for Gradio)."""
+def time_limited(fn: Callable, seconds: float, room: Callable[[], Any] | None = None) -> Callable:
+    """``fn`` run under :func:`vit_demo.progress.time_limit` (its signature kept for Gradio),
+    and within ``room()`` (the memory it may need, counted in a budget) when given."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        with time_limit(seconds):
+        with time_limit(seconds), (room() if room is not None else contextlib.nullcontext()):
             return fn(*args, **kwargs)
 
     return run
 
 
-def limit_slow_jobs(demo: Any, seconds: float) -> int:
-    """Every event of the slow lane gets a time limit of ``seconds``; returns how many."""
+def limit_slow_jobs(demo: Any, seconds: float, room: Callable[[], Any] | None = None) -> int:
+    """Every event of the slow lane gets a time limit of ``seconds`` (and its working memory
+    counted through ``room``); returns how many."""
     n = 0
     for fn in demo.fns.values():
         if getattr(fn, "concurrency_id", None) == SLOW and fn.fn is not None:
-            fn.fn = time_limited(fn.fn, seconds)
+            fn.fn = time_limited(fn.fn, seconds, room)
             n += 1
     return n

@@ -21,7 +21,15 @@ from typing import Any
 from PIL import Image
 
 from .. import viz
-from ..analysis import Analysis, AnalysisCache, analyze, class_maps
+from ..analysis import (
+    Analysis,
+    AnalysisCache,
+    analyze,
+    attention_nbytes,
+    backward_working_set,
+    class_maps,
+    forward_working_set,
+)
 from ..budget import DEFAULT_CACHE_MB, DEFAULT_MODELS_MB, MB, ByteLRU, module_nbytes
 from ..checkpoints.files import CheckpointError, UnsupportedModelError
 from ..checkpoints.hf import is_hf_folder
@@ -39,6 +47,7 @@ from ..methods.attention import head_maps
 from ..progress import check
 
 RANDOM_MODEL = "deit_tiny_patch16_224"
+WARM_UP_BACKWARD_BYTES = 64 << 20  # the warm-up computes class maps only for models with this much attention or less
 HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (tried only when picked)
     "deit_tiny_patch16_224",
     "deit_small_patch16_224",
@@ -310,6 +319,14 @@ class ModelRegistry:
     def analyze(self, key: str, img: Image.Image) -> Analysis:
         return self.analyses.get(self.get(key), img)
 
+    def slow_job_room(self):
+        """Room in the analyses' budget for one slow job (a deck, an animation, a side-by-side
+        figure: an analysis and its class maps of their own): the working set of the largest
+        model loaded, so that the job's peak counts in the budget too."""
+        models = [m for (kind, _), m in self._models.items() if kind == "model"]
+        need = max((forward_working_set(m) + backward_working_set(m) for m in models), default=0)
+        return self.analyses.room(need)
+
     def model_picture(self, key: str, what: str, draw: Callable[[LoadedModel], Image.Image]) -> Image.Image:
         """A picture that depends on the model only (e.g. its position-embedding similarity),
         drawn by ``draw`` once per model and ``what``."""
@@ -323,6 +340,6 @@ class ModelRegistry:
         lm = self.get(key)
         img = Image.new("RGB", tuple(reversed(lm.data_config.input_size)), (128, 128, 128))
         a = analyze(lm, img)  # not kept: a grey square is nobody's photo (and 0.35 GB for a ViT-B/8)
-        if lm.model.cfg.num_classes:
-            class_maps(a, lm)
+        if lm.model.cfg.num_classes and attention_nbytes(lm) <= WARM_UP_BACKWARD_BYTES:
+            class_maps(a, lm)  # (a big model's backward passes would take minutes and GBs for nobody)
         viz.heads_image(a.picture, head_maps(a.attentions, a.layout, a.depth - 1)[0])  # warms the renderers

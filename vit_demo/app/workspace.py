@@ -148,6 +148,7 @@ def trim(folder: str | os.PathLike, max_bytes: int, keep: int = 1, max_age_s: fl
     freed = 0
     files.sort()
     now = time.time()
+    emptied = set()
     for mtime, size, p in files[: max(0, len(files) - keep)]:
         old = max_age_s is not None and now - mtime > max_age_s
         if total - freed <= max_bytes and not old:
@@ -155,11 +156,12 @@ def trim(folder: str | os.PathLike, max_bytes: int, keep: int = 1, max_age_s: fl
         try:
             os.unlink(p)
             freed += size
+            emptied.add(os.path.dirname(p))
         except OSError:
             pass
     for d in sorted(dirs, key=len, reverse=True):  # the deepest first
         try:
-            if now - os.stat(d).st_mtime > 60:  # not one just made for a file about to be written
+            if d in emptied or now - os.stat(d).st_mtime > 600:  # not one just made for a file about to be written
                 os.rmdir(d)  # only if empty
         except OSError:
             pass
