@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     return_large_frees_to_os()  # freed attention maps leave the process, so the budgets bound its memory
     lim = limits(args)
-    prepare_server(lim)
+    prepare_server(lim, graceful=args.share)
     if lim.exposed:
         if args.share:
             what = "--share makes the app public on the internet through a gradio.live link"
@@ -152,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def prepare_server(lim) -> None:
+def prepare_server(lim, graceful: bool = False) -> None:
     """Before Gradio is imported: the app's own temp folder (stale ones removed) as Gradio's, the
     proxies whose X-Forwarded-For uvicorn may believe (none unless --trusted-proxy), and SIGTERM
-    removing the folder before the process ends (Ctrl-C: Gradio closes the server, then atexit
-    removes it)."""
+    removing the folder before the process ends, at once (``graceful``, with --share: like
+    Ctrl-C, Gradio closes the server and its tunnel first, then atexit removes the folder)."""
     from vit_demo.app.workspace import workspace
 
     ws = workspace()
@@ -164,6 +164,8 @@ def prepare_server(lim) -> None:
     os.environ["FORWARDED_ALLOW_IPS"] = ",".join(lim.trusted_proxies)  # "": no address is trusted
 
     def stop(_signum, _frame):
+        if graceful:
+            raise KeyboardInterrupt  # Gradio's launch() closes the server and the share tunnel on it
         ws.remove()
         sys.stdout.flush()
         sys.stderr.flush()

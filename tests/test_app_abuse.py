@@ -4,7 +4,8 @@ budgets: ``--upload-budget-mb 2 --max-upload-mb 1 --exports-mb 1``):
 
 - request bodies: 30 MB of JSON is refused at once (declared or streamed), memory unchanged;
   no error sends back more than a few dozen characters of what came in;
-- uploads: one client stores at most its budget; exports stay within their disk budget;
+- uploads: one client stores at most its budget; exports stay within their disk budget; one
+  address opens at most 60 new sessions per 10 minutes;
 - the app's folder is removed when it stops, and a killed app's folder at the next start;
 - leaks: no server path in /config, the API docs or any error; picture names are random;
   a value no check foresaw gets plain words, not an exception's type.
@@ -186,6 +187,20 @@ def test_app_folder_removed_on_exit_and_after_a_kill(deit_tiny_path: Path, packa
         t0 = time.perf_counter()
         second.stop()
     assert not own.exists() and time.perf_counter() - t0 < 5
+
+
+def test_one_address_cannot_open_endless_sessions(app) -> None:
+    """Gradio keeps a copy of the page's state per session (220 KB): one address opens at most
+    60 new ones per 10 minutes. (Near the end of the module: it uses up the address's share.)"""
+    from vit_demo.app.lanes import TOO_MANY_SESSIONS
+
+    raw = Raw(app.url)
+    fn = raw.fn_index("on_lazy")  # the cheapest event there is
+    codes = [raw.join(fn, [None], session=f"many{i}") for i in range(80)]
+    accepted = sum(c == 200 for c, _ in codes)
+    refused = [a for c, a in codes if c != 200]
+    assert accepted <= 60 and len(refused) >= 20 and set(refused) == {TOO_MANY_SESSIONS}, (accepted, set(refused))
+    assert raw.join(fn, [None], session="many0")[0] == 200  # a session it already has goes on
 
 
 def test_one_client_cannot_store_more_than_its_budget(app, tmp_path: Path) -> None:

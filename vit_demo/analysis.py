@@ -137,9 +137,10 @@ def forward_working_set(lm: LoadedModel) -> int:
 
 def backward_working_set(lm: LoadedModel) -> int:
     """Bytes the class-specific maps of ``lm`` take while they are computed: measured on a
-    ViT-B/8 (785 tokens), the attention maps of the gradient passes and their gradients and
-    relevances come to about four times one forward pass's attention."""
-    return 4 * attention_nbytes(lm)
+    ViT-B/8 (785 tokens, benchmarks/bench_memory.py --class-maps), the attention maps of the
+    gradient passes, their gradients and relevances come to about five times one forward pass's
+    attention (1.8 GB)."""
+    return 5 * attention_nbytes(lm)
 
 
 def analysis_nbytes(a: Analysis) -> int:

@@ -5,9 +5,12 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
 
 1. refuses a request whose values do not fit its event (:class:`~vit_demo.app.guard.JoinGuard`:
    server files, odd shapes, over-long strings), before anything runs;
-2. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
+2. (exposed) lets one address open at most :data:`NEW_SESSIONS` new sessions per 10 minutes:
+   Gradio keeps a copy of the page's state for every session (220 KB here), up to
+   :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
+3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
    first has finished; exposed, an address may hold two, for two browser tabs);
-3. caps how many requests one session, and (exposed) one address, may have waiting, so that a
+4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
    flood is told "queue is full" while other clients still get in.
 
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
@@ -29,8 +32,11 @@ from typing import Any
 
 from ..progress import time_limit
 from .guard import JoinGuard
+from .middleware import UploadBudget
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
+NEW_SESSIONS = 60  # new sessions one address may open per 10 minutes, when exposed (a tab is one)
+TOO_MANY_SESSIONS = "Too many new sessions from this address: wait a few minutes, or keep using the page you have open."
 SLOW_BUSY = ("This client already has a slow job (a slide deck, a slow method, an animation, a side-by-side figure "
              "or a slide export) in progress: wait for it to finish, then ask again.")
 
@@ -68,6 +74,12 @@ class Door:
                  per_host: int | None, exposed: bool, slow_per_host: int = 2) -> None:
         self.queue, self.fns, self.join_guard = queue, fns, join_guard
         self.per_client, self.per_host, self.exposed, self.slow_per_host = per_client, per_host, exposed, slow_per_host
+        self.new_sessions = UploadBudget(NEW_SESSIONS, window_s=600)
+
+    def known(self, session: str) -> bool:
+        """Whether Gradio already keeps a state for ``session`` (True when it cannot tell)."""
+        holder = getattr(getattr(self.queue, "blocks", None), "state_holder", None)
+        return holder is None or session in holder
 
     def refusal(self, body: Any, request: Any) -> tuple[str, str] | None:
         """(message, Gradio's state for it) when the request must be turned away, else None."""
@@ -80,6 +92,8 @@ class Door:
                 return why, "error"
         session = getattr(body, "session_hash", None)
         host = getattr(getattr(request, "client", None), "host", None)
+        if self.exposed and session and host and not self.known(session) and not self.new_sessions.take(host, 1):
+            return TOO_MANY_SESSIONS, "queue_full"
         if getattr(fn, "concurrency_id", None) == SLOW:
             slow = _slow_in_flight(self.queue)
             if session and sum(e.session_hash == session for e in slow) >= 1:

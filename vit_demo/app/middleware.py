@@ -51,7 +51,8 @@ def host_name(header: str) -> str:
 
 
 class UploadBudget:
-    """Bytes each client may upload within ``window_s`` seconds, and all clients together."""
+    """How much each client may take within ``window_s`` seconds (bytes of uploads; or new
+    sessions, :mod:`vit_demo.app.lanes`), and all clients together (``total``)."""
 
     def __init__(self, per_client: int, total: int | None = None, window_s: float = 600) -> None:
         self.per_client, self.total, self.window_s = int(per_client), total, window_s
@@ -65,7 +66,7 @@ class UploadBudget:
         return sum(n for _, n in log)
 
     def take(self, client: str, nbytes: int) -> bool:
-        """Charge ``nbytes`` to ``client`` if it (and the total) stays within budget."""
+        """Charge ``nbytes`` to ``client`` if it (and the total) stays within budget; else False."""
         now = time.monotonic()
         with self._lock:
             if self._used(client, now) + nbytes > self.per_client:

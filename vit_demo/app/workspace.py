@@ -57,7 +57,8 @@ def clean_stale(parent: str | os.PathLike | None = None) -> list[Path]:
     now = time.time()
     for d in entries:
         try:
-            if not d.is_dir() or d.is_symlink() or d.stat().st_uid != os.getuid():
+            mine = not hasattr(os, "getuid") or d.stat().st_uid == os.getuid()
+            if not d.is_dir() or d.is_symlink() or not mine:
                 continue
             if d.name.startswith(PREFIX) and (d / ".lock").is_file():
                 if fcntl is None:
