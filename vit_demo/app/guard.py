@@ -61,7 +61,7 @@ def whole(value: Any, name: str, lo: int, hi: int) -> int:
     except (TypeError, ValueError, OverflowError):
         raise InputError(f"{name} must be a whole number from {lo} to {hi}.") from None
     if not lo <= n <= hi:
-        raise InputError(f"{name} must be a whole number from {lo} to {hi} (got {n}).")
+        raise InputError(f"{name} must be a whole number from {lo} to {hi} (got {clip(n, 12)}).")
     return n
 
 
