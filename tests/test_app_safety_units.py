@@ -182,3 +182,27 @@ def test_default_budgets_scale_with_the_machine() -> None:
     assert laptop == {"cache_mb": 512, "models_mb": 819.2, "sessions_mb": 128}
     assert tiny["cache_mb"] == 256 and tiny["models_mb"] == 512 and tiny["sessions_mb"] == 64
     assert default_budgets() and all(v > 0 for v in default_budgets().values())
+
+
+def test_model_keys_name_files_never_paths(tmp_path: Path, deit_tiny_path: Path) -> None:
+    """The menu's keys (what /config, the API docs and /predict's ``model`` carry): the file's name,
+    cut and made unique when long or shared, never a folder; short enough for the door's limit."""
+    import shutil
+
+    from vit_demo.app.guard import MAX_VALUE
+    from vit_demo.app.registry import ModelRegistry
+
+    long = "deit_tiny_patch16_224_" + "x" * 60 + ".safetensors"
+    files = []
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        for name in (long, "deit_tiny_patch16_224.safetensors"):
+            files.append(tmp_path / d / name)
+            shutil.copy(deit_tiny_path, files[-1])
+    reg = ModelRegistry(files, "deit_tiny_patch16_224", hub_names=("deit_small_patch16_224",))
+    keys = [k for _, k in reg.choices()]
+    assert len(set(keys)) == len(keys) and all(len(k) <= MAX_VALUE and str(tmp_path) not in k and "/" not in k
+                                                 for k in keys), keys
+    assert "file:deit_tiny_patch16_224.safetensors" in keys
+    spec = reg.add_checkpoint(str(files[0]), uploaded=True)  # on the menu already: the same entry
+    assert spec.key in keys

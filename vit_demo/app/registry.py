@@ -75,6 +75,19 @@ class ModelError(ValueError):
     """A model that cannot be loaded, in one readable line."""
 
 
+def short_name(name: str, n: int = 40) -> str:
+    """A file name of at most ``n`` characters for a menu key (the extension kept when cut)."""
+    if len(name) <= n:
+        return name
+    suffix = Path(name).suffix[:13]
+    return name[: n - 1 - len(suffix)] + "…" + suffix
+
+
+def _digest(path: Path | None) -> str:
+    """8 hex characters that tell two paths apart (and say nothing of them)."""
+    return hashlib.sha256(str(path).encode()).hexdigest()[:8]
+
+
 def _file_label(path: Path, name: str | None) -> str:
     arch = name or path.name.split(".")[0]
     return f"{arch}  ·  {path.name}"
@@ -144,15 +157,17 @@ class ModelRegistry:
     @staticmethod
     def _file_spec(path: Path, name: str | None) -> ModelSpec:
         p = path.expanduser().resolve()
-        return ModelSpec(f"file:{p.name}", _file_label(p, name), "file", name, p)
+        short = short_name(p.name)
+        key = f"file:{short}" if short == p.name else f"file:{short}~{_digest(p)}"  # a cut name: made unique
+        return ModelSpec(key, _file_label(p, name), "file", name, p)
 
     def _add(self, spec: ModelSpec) -> ModelSpec:
         """Put ``spec`` on the menu; a file whose name another file already has gets a short
         hash of its path after its key (the key names the file, never where it is)."""
         old = self._specs.get(spec.key)
         if old is not None and spec.path is not None and old.path != spec.path:
-            digest = hashlib.sha256(str(spec.path).encode()).hexdigest()[:8]
-            spec = ModelSpec(f"{spec.key}~{digest}", spec.label, spec.kind, spec.name, spec.path)
+            spec = ModelSpec(f"{spec.key.split('~')[0]}~{_digest(spec.path)}", spec.label, spec.kind, spec.name,
+                             spec.path)
         self._specs.setdefault(spec.key, spec)
         return self._specs[spec.key]
 
@@ -215,7 +230,7 @@ class ModelRegistry:
             return public
         mine = self.find_path(p, private=True)
         tag = mine.key.rsplit("~", 1)[-1] if mine is not None else secrets.token_hex(4)
-        short = p.name if len(p.name) <= 40 else p.name[:32] + "…" + p.suffix[:7]
+        short = short_name(p.name)
         if uploaded:
             label = f"{spec.name or 'uploaded'}  ·  {short} (uploaded)"
             spec = ModelSpec(f"upload:{short}~{tag}", label, "file", spec.name, spec.path)
@@ -275,7 +290,10 @@ class ModelRegistry:
             else:
                 lm = load_model(spec.name, device=self.device)
         except (CheckpointError, HubUnavailableError, UnsupportedModelError, ValueError, OSError) as e:
-            raise ModelError(str(e)) from e
+            msg = str(e)
+            if spec.path is not None:  # a file's name as the menu shows it (an upload's name is the user's)
+                msg = msg.replace(str(spec.path), spec.path.name).replace(spec.path.name, short_name(spec.path.name))
+            raise ModelError(msg) from e
         if spec.kind == "file" and spec.name is None and lm.timm_name is None:
             lm.name = spec.path.name if spec.path else lm.name
         if spec.kind == "file":  # the menu's name for it (unique here), never the server path: slides show it
