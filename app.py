@@ -2,9 +2,13 @@
 
     python app.py [--host 127.0.0.1] [--port 7860] [--model NAME] [--weights FILE] [--examples DIR] [--share]
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
+                  [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
+                  [--session-minutes 30] [--job-seconds 180] [--exports-mb 512]
 
-Binds to 127.0.0.1 (this computer only) unless told otherwise; no analytics; start-up makes
-no network connection (the hub is only tried when a user picks a hub model).
+Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
+addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
+is only tried when a user picks a hub model). Its files live in one temp folder of its own,
+removed on exit (and at the next start if it was killed).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import sys
 import threading
 import time
@@ -50,13 +55,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-upload-mb", type=float, help="largest image file accepted (default 25)")
     ap.add_argument("--allow-checkpoint-upload", action="store_true",
                     help="let users upload checkpoints even when the app is exposed (--share or --host)")
+    ap.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                    help="a name the app answers to besides 127.0.0.1 and localhost (repeatable; when exposed, "
+                         "giving one makes the app answer only to these names)")
+    ap.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
+                    help="a proxy (address or network) whose X-Forwarded-For is believed (repeatable; default: "
+                         "none, every client is the address it connects from)")
+    ap.add_argument("--max-megapixels", type=float, help="largest image accepted, in decoded pixels (default 40)")
+    ap.add_argument("--upload-budget-mb", type=float,
+                    help="what one client (address) may upload per 10 minutes when exposed (default 100)")
+    ap.add_argument("--session-minutes", type=float,
+                    help="an idle session forgets its image after this long (default 30)")
+    ap.add_argument("--sessions-mb", type=float,
+                    help="memory for the pictures all sessions keep (default 256; the least recently used go)")
+    ap.add_argument("--job-seconds", type=float,
+                    help="time limit of one slow job: a deck, a slow method, an animation, an export (default 180)")
+    ap.add_argument("--exports-mb", type=float,
+                    help="disk for slides, decks and animations made for users (default 512; the oldest go)")
     ap.add_argument("--exposed", action="store_true",
                     help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
     args = ap.parse_args(argv)
-    for flag in ("cache_mb", "models_mb", "max_upload_mb"):
+    for flag in NUMBERS:
         if (getattr(args, flag) or 0) < 0:
             ap.error(f"--{flag.replace('_', '-')} cannot be negative")
+    for addr in args.trusted_proxy:
+        try:
+            ipaddress.ip_network(addr, strict=False)
+        except ValueError:
+            ap.error(f"--trusted-proxy {addr}: not an address or a network")
     return args
+
+
+NUMBERS = ("max_upload_mb", "cache_mb", "models_mb", "max_megapixels", "upload_budget_mb", "session_minutes",
+           "sessions_mb", "job_seconds", "exports_mb")  # the flags that are Limits fields of the same name
 
 
 def limits(args: argparse.Namespace):
@@ -64,9 +95,10 @@ def limits(args: argparse.Namespace):
     from vit_demo.app.limits import Limits
 
     exposed = args.exposed or args.share or not is_loopback(args.host)
-    given = {k: getattr(args, k) for k in ("max_upload_mb", "cache_mb", "models_mb") if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in NUMBERS if getattr(args, k) is not None}
     return Limits.for_exposure(exposed, args.allow_checkpoint_upload, max_queue=args.max_queue,
-                               concurrency=args.concurrency, **given)
+                               concurrency=args.concurrency, allowed_hosts=tuple(args.allowed_host),
+                               trusted_proxies=tuple(args.trusted_proxy), bind=args.host, **given)
 
 
 def is_loopback(host: str) -> bool:
@@ -97,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     return_large_frees_to_os()  # freed attention maps leave the process, so the budgets bound its memory
     lim = limits(args)
+    prepare_server(lim, graceful=args.share)
     if lim.exposed:
         if args.share:
             what = "--share makes the app public on the internet through a gradio.live link"
@@ -117,6 +150,28 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=_warm_up, args=(reg,), daemon=True, name="warm-up").start()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs(demo))
     return 0
+
+
+def prepare_server(lim, graceful: bool = False) -> None:
+    """Before Gradio is imported: the app's own temp folder (stale ones removed) as Gradio's, the
+    proxies whose X-Forwarded-For uvicorn may believe (none unless --trusted-proxy), and SIGTERM
+    removing the folder before the process ends, at once (``graceful``, with --share: like
+    Ctrl-C, Gradio closes the server and its tunnel first, then atexit removes the folder)."""
+    from vit_demo.app.workspace import workspace
+
+    ws = workspace()
+    os.environ["GRADIO_TEMP_DIR"] = str(ws.gradio)
+    os.environ["FORWARDED_ALLOW_IPS"] = ",".join(lim.trusted_proxies)  # "": no address is trusted
+
+    def stop(_signum, _frame):
+        if graceful:
+            raise KeyboardInterrupt  # Gradio's launch() closes the server and the share tunnel on it
+        ws.remove()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # at once: nothing of the app's is left to save
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _warm_up(reg) -> None:

@@ -69,3 +69,17 @@ def test_deletes_better_than_random_on_a_photo(deit_tiny, package_photos):
     ig, rnd = d[0, 0].mean(), d[0, 1:].mean()
     assert ig < 0.8 * rnd, (float(ig), float(rnd))
     assert i[0, 0].mean() > i[0, 1:].mean()
+
+
+def test_the_same_when_the_path_runs_a_few_points_at_a_time(monkeypatch):
+    """A big model runs its path a few points per pass (memory: issue 21); the sum is the same."""
+    from vit_demo.methods import integrated_gradients as ig
+
+    model = small_model()
+    x = torch.randn(2, 3, 32, 48, generator=torch.Generator().manual_seed(4))
+    t = torch.tensor([1, 4])
+    whole = integrated_gradients(model, x, t)
+    assert ig.inputs_per_pass(model, 16) == 16
+    monkeypatch.setattr(ig, "PASS_BYTES", 1)
+    assert ig.inputs_per_pass(model, 16) == 1
+    torch.testing.assert_close(integrated_gradients(model, x, t), whole, atol=1e-6, rtol=1e-5)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+import weakref
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +50,8 @@ class Analysis:
     labels: tuple[str, ...]
     forward_s: float
     class_maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    # set by the AnalysisCache that keeps it: room(nbytes) makes room in the cache's budget for work on it
+    room: Callable[[int], Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def probs(self) -> torch.Tensor:
@@ -104,11 +108,39 @@ def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str
     maps = dict(a.class_maps.get(cls, {}))
     todo = [n for n in methods.names(slow=False, class_specific=True) if n not in maps]
     if todo:
-        with methods.reuse(lm.model, a.x):
+        with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x):
             for name in todo:
                 maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
         a.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
     return a.class_maps[cls]
+
+
+def _room(a: Analysis, nbytes: int):
+    """Room for ``nbytes`` of work on ``a`` in the budget of the cache that keeps it (if one does)."""
+    return a.room(nbytes) if a.room is not None else nullcontext()
+
+
+def attention_nbytes(lm: LoadedModel) -> int:
+    """Bytes of one forward pass's attention maps for ``lm`` (every layer and head, float32)."""
+    cfg = lm.model.cfg
+    gh, gw = cfg.grid_size
+    n = gh * gw + cfg.num_prefix_tokens
+    return cfg.depth * cfg.num_heads * n * n * 4
+
+
+def forward_working_set(lm: LoadedModel) -> int:
+    """Bytes an :func:`analyze` of ``lm`` takes while it runs: the attention it captures, plus
+    the scores and softmax of the layer being computed."""
+    cfg = lm.model.cfg
+    return attention_nbytes(lm) * (cfg.depth + 3) // cfg.depth
+
+
+def backward_working_set(lm: LoadedModel) -> int:
+    """Bytes the class-specific maps of ``lm`` take while they are computed: measured on a
+    ViT-B/8 (785 tokens, benchmarks/bench_memory.py --class-maps), the attention maps of the
+    gradient passes, their gradients and relevances come to about five times one forward pass's
+    attention (1.8 GB)."""
+    return 5 * attention_nbytes(lm)
 
 
 def analysis_nbytes(a: Analysis) -> int:
@@ -131,7 +163,8 @@ def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = Non
     if name not in maps:
         known = {(n, cls): torch.from_numpy(m)[None].to(a.x.device) for n, m in maps.items()}
         extra = {"settings": settings} if settings is not None else {}
-        with methods.reuse(lm.model, a.x, known), reporting(progress and (lambda share, _text: progress(share))):
+        with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x, known), \
+                reporting(progress and (lambda share, _text: progress(share))):
             maps[name] = methods.get(name).fn(lm.model, a.x, cls, **extra)[0].detach().cpu().numpy()
     return maps[name]
 
@@ -145,6 +178,7 @@ class AnalysisCache:
     """
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_MB * MB) -> None:
+        """``max_bytes``: the budget of the analyses kept AND of the ones being computed."""
         self._lru: ByteLRU[tuple[str, str], Analysis] = ByteLRU(max_bytes, analysis_nbytes)
         self.hits = self.misses = 0
 
@@ -159,10 +193,20 @@ class AnalysisCache:
             self._lru.reweigh(key)  # class-specific maps may have been added since it was stored
             self.hits += 1
             return a
-        a = analyze(lm, img)  # outside any lock: concurrent users analyse in parallel
+        with self._lru.reserve(forward_working_set(lm)):  # the analysis in flight counts in the budget
+            a = analyze(lm, img)  # outside any lock: concurrent users analyse in parallel
         self.misses += 1
+        ref = weakref.ref(a)
+        a.room = lambda nbytes: self.room(nbytes, keep=ref())  # its class maps' work counts in the budget too
         self._lru.put(key, a)
         return a
+
+    def room(self, nbytes: int, keep: Analysis | None = None):
+        """A block that needs ``nbytes`` of working memory (a backward pass, a slow method):
+        the least recently used analyses leave to make room for it, never ``keep`` (the one
+        it works on)."""
+        protect = [k for k in self._lru.keys() if keep is not None and self._lru.get_quiet(k) is keep]
+        return self._lru.reserve(nbytes, protect)
 
     @property
     def max_bytes(self) -> int:

@@ -9,20 +9,45 @@ until the total fits the budget again.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
 
 MB = 1 << 20
-DEFAULT_CACHE_MB = 1024  # analyses: a small machine (a laptop, a 16 GB cloud box) keeps 1 GiB of them
+DEFAULT_CACHE_MB = 1024  # analyses: a machine of 16 GB or more keeps 1 GiB of them (less on a smaller one)
 DEFAULT_MODELS_MB = 1536  # loaded models and their timm twins: a ViT-B pair fits, a ViT-L alone
+DEFAULT_SESSIONS_MB = 256  # the pictures the sessions keep (at most 7 MB each)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this machine has (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_budgets(total: int | None = None) -> dict[str, float]:
+    """The app's default budgets (MiB) for a machine with ``total`` bytes of memory (default:
+    this one's): a 16-GB machine gets the full defaults (analyses 1 GiB, models 1.5 GiB,
+    sessions 256 MiB), a smaller one a share in proportion (an 8-GB laptop: 512, 819, 128;
+    never less than 256, 512, 64), so that the app never plans for more than a fifth of the machine."""
+    total = machine_memory() if total is None else total
+    if not total:
+        return {"cache_mb": DEFAULT_CACHE_MB, "models_mb": DEFAULT_MODELS_MB, "sessions_mb": DEFAULT_SESSIONS_MB}
+    mb = total / MB
+    return {"cache_mb": float(min(DEFAULT_CACHE_MB, max(256, mb / 16))),
+            "models_mb": float(min(DEFAULT_MODELS_MB, max(512, mb / 10))),
+            "sessions_mb": float(min(DEFAULT_SESSIONS_MB, max(64, mb / 64)))}
 
 
 def tensor_nbytes(obj: Any, _seen: set[int] | None = None) -> int:
@@ -73,6 +98,7 @@ class ByteLRU(Generic[K, V]):
         self.on_evict = on_evict
         self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._nbytes = 0
+        self._reserved = 0  # bytes of work in flight counted in the budget (see reserve)
         self._lock = threading.RLock()
         self.evictions = 0
 
@@ -84,6 +110,12 @@ class ByteLRU(Generic[K, V]):
                 return None
             self._items.move_to_end(key)
             return item[0]
+
+    def get_quiet(self, key: K) -> V | None:
+        """The value for ``key`` without making it the most recently used (None if absent)."""
+        with self._lock:
+            item = self._items.get(key)
+            return None if item is None else item[0]
 
     def put(self, key: K, value: V, protect: Iterable[K] = (), keep_oversize: bool = False) -> bool:
         """Store ``value`` as the most recently used item; returns whether it was kept."""
@@ -120,6 +152,21 @@ class ByteLRU(Generic[K, V]):
                 evicted = self._shrink({key})
         self._notify(evicted)
 
+    @contextmanager
+    def reserve(self, nbytes: int, protect: Iterable[K] = ()) -> Iterator[None]:
+        """Count ``nbytes`` of work in flight (e.g. the analysis being computed) in the budget
+        while the block runs: the least recently used items leave now to make room for it
+        (never ``protect``), so that the PEAK, not only what is kept, stays within the budget."""
+        with self._lock:
+            self._reserved += int(nbytes)
+            evicted = self._shrink(set(protect))
+        self._notify(evicted)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._reserved -= int(nbytes)
+
     def pop(self, key: K) -> V | None:
         with self._lock:
             item = self._items.pop(key, None)
@@ -132,7 +179,7 @@ class ByteLRU(Generic[K, V]):
         """Evict least recently used items (never ``protect``) until the total fits; lock held."""
         evicted = []
         for k in list(self._items):
-            if self._nbytes <= self.max_bytes:
+            if self._nbytes + self._reserved <= self.max_bytes:
                 break
             if k in protect:
                 continue
@@ -151,6 +198,16 @@ class ByteLRU(Generic[K, V]):
     def nbytes(self) -> int:
         """Bytes held now (the sum of the items' weights)."""
         return self._nbytes
+
+    @property
+    def reserved(self) -> int:
+        """Bytes of work in flight counted in the budget now."""
+        return self._reserved
+
+    def items(self) -> list[tuple[K, V]]:
+        """(key, value) pairs, least recently used first (nothing is touched)."""
+        with self._lock:
+            return [(k, v) for k, (v, _) in self._items.items()]
 
     def keys(self) -> list[K]:
         """Keys, least recently used first."""

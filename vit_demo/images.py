@@ -65,12 +65,17 @@ def _open(src: ImageSource, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
     return img
 
 
-def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
+def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES,
+               reduce_to: int | None = None) -> Image.Image:
     """Return ``src`` as an 8-bit RGB PIL image, EXIF-rotated upright (files over ``max_bytes``
-    are refused before they are read).
+    are refused before they are read, pictures over ``max_pixels`` before they are decoded).
 
     Greyscale, 16-bit, palette, CMYK and transparent images are converted (transparency is
-    composited on white); animated images give their first frame. Raises :class:`ImageError`.
+    composited on white); animated images give their first frame. ``reduce_to``: reduce the
+    picture at load to at most this many pixels, keeping its shape (a JPEG is decoded at a
+    reduced scale straight away; others are reduced before any conversion, so a 40-MP float TIFF
+    never becomes a 40-MP float64 array); ``img.info["original_size"]`` keeps the upright size
+    of the file's picture. Raises :class:`ImageError`.
     """
     img = _open(src, max_bytes)
     name = Path(getattr(img, "filename", "") or "image").name
@@ -84,9 +89,16 @@ def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = 
     try:
         if getattr(img, "n_frames", 1) > 1:
             img.seek(0)  # animated: first frame
+        if reduce_to and w * h > reduce_to and img.format == "JPEG":
+            f = (w * h / reduce_to) ** 0.5
+            img.draft("RGB", (int(w / f), int(h / f)))  # libjpeg decodes at 1/2, 1/4 or 1/8 scale
         img.load()
-        img = ImageOps.exif_transpose(img) or img
-        return to_rgb(img)
+        reduced = bounded(img, reduce_to) if reduce_to else img
+        before = reduced.size
+        upright = ImageOps.exif_transpose(reduced) or reduced
+        out = to_rgb(upright)
+        out.info["original_size"] = (w, h) if upright.size == before else (h, w)
+        return out
     except ImageError:
         raise
     except Exception as e:
@@ -94,6 +106,32 @@ def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = 
         if "truncated" in msg.lower():
             raise ImageError(f"{name}: the file is truncated (incomplete image data)") from e
         raise ImageError(f"{name}: could not decode the image ({type(e).__name__}: {msg})") from e
+
+
+def bounded(img: Image.Image, max_pixels: int) -> Image.Image:
+    """``img`` reduced to at most ``max_pixels`` pixels, its shape kept (box averaging by a
+    whole factor first, which is fast and needs no more memory than its result, then Lanczos);
+    modes the reduction does not take are converted first, to the smallest mode that keeps them."""
+    if img.width * img.height <= max_pixels:
+        return img
+    sixteen = img.mode.startswith("I;16")
+    if img.mode == "1":
+        img = img.convert("L")
+    elif sixteen:
+        img = img.convert("I")
+    elif img.mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    factor = int((img.width * img.height / max_pixels) ** 0.5)
+    if factor >= 2:
+        img = img.reduce(factor)
+    if img.width * img.height > max_pixels:
+        scale = (max_pixels / (img.width * img.height)) ** 0.5
+        size = (max(1, int(img.width * scale)), max(1, int(img.height * scale)))
+        img = img.resize(size, Image.Resampling.LANCZOS)
+    if sixteen:  # back to 8 bits as to_rgb maps 16-bit pictures (a dark one stays dark)
+        a = (np.asarray(img, dtype=np.float64) / 257.0).clip(0, 255).round().astype(np.uint8)
+        img = Image.fromarray(a, "L")
+    return img
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

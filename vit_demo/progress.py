@@ -4,11 +4,16 @@ Long loops say how far they are with :func:`report` (a share done and a few word
 ``report(0.375, "masked forward passes", done=96, total=256)``); whoever started the work
 decides where that goes with :func:`reporting`: a progress bar in the app, nothing in a test.
 :func:`batches` is the command line's way: a tqdm bar on stderr over chunks of a list.
+
+Long work can also be given a time limit (:func:`time_limit`): every :func:`report`, and every
+:func:`check` (the app calls it before each forward pass of its models), then raises
+:class:`TimeUp` once the time is up, and the work stops there.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -33,9 +38,36 @@ def reporting(callback: Callback | None) -> Iterator[None]:
         _local.callback = outer
 
 
+class TimeUp(RuntimeError):
+    """Work that ran past its :func:`time_limit`; the message says so in words."""
+
+
+@contextmanager
+def time_limit(seconds: float | None, what: str = "This job") -> Iterator[None]:
+    """Within the block (on this thread), :func:`check` and :func:`report` raise :class:`TimeUp`
+    once ``seconds`` have passed (None or 0: no limit). An inner limit never extends an outer one."""
+    outer = getattr(_local, "deadline", None)
+    deadline = time.monotonic() + seconds if seconds else None
+    if outer is not None and (deadline is None or outer[0] < deadline):
+        deadline, what, seconds = outer
+    _local.deadline = (deadline, what, seconds) if deadline is not None else None
+    try:
+        yield
+    finally:
+        _local.deadline = outer
+
+
+def check() -> None:
+    """Raise :class:`TimeUp` if this thread's :func:`time_limit` has passed (cheap otherwise)."""
+    limit = getattr(_local, "deadline", None)
+    if limit is not None and time.monotonic() > limit[0]:
+        raise TimeUp(f"{limit[1]} took longer than the {limit[2]:.0f} s a job may take on this app, and was stopped.")
+
+
 def report(share: float, desc: str = "", done: int | None = None, total: int | None = None) -> None:
     """Tell the current :func:`reporting` callback (if any) that ``share`` of the work is done;
-    the text is ``desc`` followed by ``done/total`` when they are given."""
+    the text is ``desc`` followed by ``done/total`` when they are given. Checks the time limit."""
+    check()
     callback = getattr(_local, "callback", None)
     if callback is not None:
         text = f"{desc} {done}/{total}".strip() if done is not None and total is not None else desc

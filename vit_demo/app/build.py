@@ -4,23 +4,29 @@ wire its events. Nothing is computed or drawn here."""
 
 from __future__ import annotations
 
+import threading
+
 import gradio as gr
+from gradio.utils import get_upload_folder
 
 from . import flow
 from .context import AppConfig, Context, Section
 from .examples import all_examples
-from .limits import fair_queue
+from .guard import FileGuard, JoinGuard
+from .lanes import MODEL, SLOW, guard_queue, limit_slow_jobs
 from .page import INTRO, launch_kwargs
 from .registry import ModelRegistry
 from .sections.display import DisplayControls
 from .sections.inputs import InputSection
 from .sections.models import ModelPicker
+from .session import SessionBudget
 from .tabs.attention import AttentionTab
 from .tabs.compare import CompareTab
 from .tabs.diagnostics import DiagnosticsTab
 from .tabs.patches import PatchesTab
 from .tabs.present import PresentTab
 from .tabs.relevance import RelevanceTab
+from .workspace import workspace
 
 TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
@@ -34,8 +40,13 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
                         cache_bytes=lim.cache_bytes)
-    ctx = Context(cfg, reg, reg.default_key(), all_examples(cfg.examples),
-                  heavy={"concurrency_id": "model", "concurrency_limit": cfg.concurrency})
+    examples = all_examples(cfg.examples)
+    workspace().exports_budget = lim.exports_bytes
+    ctx = Context(cfg, reg, reg.default_key(), examples,
+                  heavy={"concurrency_id": MODEL, "concurrency_limit": cfg.concurrency},
+                  slow={"concurrency_id": SLOW, "concurrency_limit": lim.slow_concurrency},
+                  sessions=SessionBudget(lim.sessions_bytes, lim.session_minutes * 60),
+                  files=FileGuard([get_upload_folder()], [e.path for e in examples]))
     picker, inputs, display = ModelPicker(), InputSection(), DisplayControls()
     tabs: list[Section] = [tab() for tab in TABS]
     ctx.sections = [inputs, *tabs]  # the order of /analyze's outputs
@@ -43,7 +54,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     with gr.Blocks(title="vit_demo · how a Vision Transformer sees", analytics_enabled=False,
                    delete_cache=(1800, 3600)) as demo:
         ctx.demo = demo
-        ctx.state = gr.State(None, time_to_live=6 * 3600)
+        ctx.state = gr.State(None, time_to_live=max(3600, 2 * 60 * lim.session_minutes))
         gr.Markdown(INTRO, elem_id="title")
         for part in (picker, inputs, display):
             part.layout(ctx)
@@ -56,10 +67,33 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
             part.wire(ctx)
 
     # Every queued event, API calls included, waits in one queue of at most max_queue requests;
-    # api_open=False closes the REST routes (/gradio_api/run/NAME) that would skip it, and
-    # fair_queue caps one client's share, so that a flood is turned away while others get in.
+    # api_open=False closes the REST routes (/gradio_api/run/NAME) that would skip it. The door
+    # (vit_demo.app.lanes) checks every request's values and files before it joins, keeps each
+    # client to one job in the slow lane and caps its share of the queue.
     demo.queue(max_size=cfg.max_queue, default_concurrency_limit=4, api_open=False)
-    fair_queue(demo, lim.per_client_queue, lim.per_host_queue)
-    demo.limits = lim  # launch_kwargs(demo): the upload cap
+    guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files), lim.exposed)
+    limit_slow_jobs(demo, lim.job_seconds, reg.slow_job_room)
+    demo.limits = lim  # launch_kwargs(demo): the upload cap, the gate
     demo.example_paths = [str(e.path) for e in ctx.examples]  # launch(allowed_paths=...) serves exactly these files
+    sweep_sessions(ctx.sessions, lim.session_minutes * 60)
     return demo, reg
+
+
+def join_guard(demo: gr.Blocks, files: FileGuard) -> JoinGuard:
+    """The checks of a request's values, for this page's components: which take files, which text."""
+    blocks = demo.blocks.values()
+    file_ids = [b._id for b in blocks if isinstance(b, (gr.Image, gr.File, gr.Gallery, gr.Video, gr.Audio))]
+    text_ids = [b._id for b in blocks if isinstance(b, gr.Textbox)]
+    state_ids = [b._id for b in blocks if isinstance(b, gr.State)]
+    return JoinGuard(files, file_ids, text_ids, state_ids)
+
+
+def sweep_sessions(sessions: SessionBudget, idle_s: float) -> None:
+    """Forget idle sessions' pictures even when no request comes (a daemon thread)."""
+    def run() -> None:
+        while True:
+            stop.wait(max(1.0, min(60.0, idle_s / 4)))
+            sessions.sweep()
+
+    stop = threading.Event()
+    threading.Thread(target=run, daemon=True, name="session-sweeper").start()

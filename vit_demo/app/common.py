@@ -1,5 +1,6 @@
 """Small things every section of the app uses: readable errors, status notes, the pictures sent
-to the browser (fast JPEG / PNG files), the uploaded file's name, and class names for display."""
+to the browser (fast JPEG / PNG files, random names, within the disk budget), opening an
+upload (only a file the :class:`~vit_demo.app.guard.FileGuard` allows), and class names for display."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import functools
 import html
 import logging
 import os
+import secrets
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -23,7 +24,12 @@ from PIL import Image  # noqa: E402
 
 from ..analysis import Analysis  # noqa: E402
 from ..images import ImageError  # noqa: E402
+from ..progress import TimeUp  # noqa: E402
+from .guard import FileGuard, InputError, clip  # noqa: E402
+from .limits import Limits  # noqa: E402
 from .registry import ModelError  # noqa: E402
+from .session import Upload, open_image  # noqa: E402
+from .workspace import trim, workspace  # noqa: E402
 
 log = logging.getLogger("vit_demo.app")
 
@@ -36,6 +42,10 @@ def note(title: str, text: str, kind: str = "warn") -> str:
     return f'<div class="note {kind}"><b>{html.escape(title)}</b> {html.escape(text)}</div>'
 
 
+SOMETHING_WRONG = ("Something went wrong with this request (the app's log has the details). The app is still "
+                   "running: try again, or another image.")
+
+
 def friendly(fn):
     """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log)."""
 
@@ -46,12 +56,11 @@ def friendly(fn):
             return fn(*args, **kwargs)
         except gr.Error:
             raise
-        except (ImageError, ModelError) as e:
+        except (ImageError, ModelError, InputError, TimeUp) as e:
             raise gr.Error(str(e), print_exception=False) from e
-        except Exception as e:
+        except Exception as e:  # a bug or a value no check foresaw: the log says what, the user gets plain words
             log.error("%s failed:\n%s", fn.__name__, traceback.format_exc())
-            raise gr.Error(f"Something went wrong ({type(e).__name__}: {str(e)[:300]}). The app is still running; "
-                           "try again or pick another image.", print_exception=False) from e
+            raise gr.Error(SOMETHING_WRONG, print_exception=False) from e
         finally:
             if TIMING:
                 print(f"[timing] {fn.__name__}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)
@@ -60,23 +69,47 @@ def friendly(fn):
 
 
 def payload_path(payload: Any) -> tuple[str | None, str | None]:
-    """(path on the server, the user's file name) from an image component's raw value."""
+    """(path on the server, the user's file name, shortened) from an image component's raw value."""
     if payload is None:
         return None, None
     if isinstance(payload, str):
-        return payload, Path(payload).name
-    if isinstance(payload, dict):
-        path = payload.get("path")
-        return path, payload.get("orig_name") or (Path(path).name if path else None)
-    path = getattr(payload, "path", None)
-    return path, getattr(payload, "orig_name", None) or (Path(path).name if path else None)
+        path, name = payload, None
+    elif isinstance(payload, dict):
+        path, name = payload.get("path"), payload.get("orig_name")
+    else:
+        path, name = getattr(payload, "path", None), getattr(payload, "orig_name", None)
+    if not isinstance(path, str):
+        return None if path is None else "", None
+    name = name if isinstance(name, str) and name else Path(path).name
+    return path, short_name(name)
+
+
+def short_name(name: str) -> str:
+    """A user's file name as the app repeats it: at most 40 characters, the extension kept."""
+    p = Path(name.replace("\\", "/")).name or "image"
+    if len(p) <= 40:
+        return p
+    suffix = Path(p).suffix[:8]
+    return clip(p[: 40 - len(suffix)], 40 - len(suffix)) + suffix
+
+
+def open_upload(payload: Any, files: FileGuard | None, limits: Limits) -> Upload:
+    """A file payload -> the user's picture: only a file ``files`` allows (an upload stored by
+    this server, an example), within the limits of size and pixels (ImageError otherwise)."""
+    path, name = payload_path(payload)
+    if path is None:
+        return open_image(None)
+    real = files.check(path) if files is not None else path
+    up = open_image(real, max_bytes=limits.max_upload_bytes, max_pixels=limits.max_pixels)
+    up.name = name or up.name
+    return up
 
 
 # ----------------------------------------------------------------------------- pictures for the browser
 
-_VIEW_DIR: Path | None = None
 _view_count = 0
 _view_lock = threading.Lock()
+VIEWS_MB = 256  # the pictures sent to the browser (Gradio serves them from there; the oldest go first)
 
 
 def sweep(folder: Path, max_age_s: float, suffixes: tuple[str, ...] | None = None) -> None:
@@ -94,17 +127,17 @@ def sweep(folder: Path, max_age_s: float, suffixes: tuple[str, ...] | None = Non
 def save_view(img: Image.Image, fmt: str = "jpeg") -> str:
     """Write a picture for the browser, fast: JPEG (quality 92, ~2 ms) for photos and heat maps,
     PNG at the lowest compression (~15 ms) for pictures with text and thin lines. PIL's default
-    PNG compression costs 80-250 ms per picture, more than drawing it. Files older than ten
-    minutes are removed (the app's server keeps its own copy)."""
-    global _VIEW_DIR, _view_count
+    PNG compression costs 80-250 ms per picture, more than drawing it. The name is random (it
+    says nothing of the server or of other users' pictures); files older than ten minutes go,
+    and the oldest whenever the folder passes :data:`VIEWS_MB`."""
+    global _view_count
+    folder = workspace().views
     with _view_lock:
-        if _VIEW_DIR is None:
-            _VIEW_DIR = Path(tempfile.mkdtemp(prefix="vit_demo_views_"))
         _view_count += 1
-        n = _view_count
-        if n % 200 == 0:
-            sweep(_VIEW_DIR, 600)
-    path = _VIEW_DIR / f"view_{os.getpid()}_{n:08d}.{'jpg' if fmt == 'jpeg' else 'png'}"
+        if _view_count % 200 == 0:
+            sweep(folder, 600)
+            trim(folder, VIEWS_MB << 20)
+    path = folder / f"{secrets.token_hex(8)}.{'jpg' if fmt == 'jpeg' else 'png'}"
     if fmt == "jpeg":
         img.convert("RGB").save(path, "JPEG", quality=92)
     else:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoints.load import LoadedModel
+from .guard import FileGuard
 from .limits import Limits
 from .registry import ModelRegistry
-from .session import Session
+from .session import Session, SessionBudget
 
 Component = Any  # a Gradio component (kept as Any: this module does not import Gradio)
 SizeFn = Callable[[Any, Any], "tuple[int, int] | None"]  # (analysis, head) -> clicked picture's size, or None
@@ -112,7 +113,10 @@ class Context:
     reg: ModelRegistry
     default_key: str
     examples: list = field(default_factory=list)
-    heavy: dict = field(default_factory=dict)  # event settings for the ones that run a model
+    heavy: dict = field(default_factory=dict)  # event settings for the ones that run a model (the model lane)
+    slow: dict = field(default_factory=dict)  # ... for decks, slow methods, animations, exports (the slow lane)
+    sessions: SessionBudget | None = None  # the pictures all sessions keep, within a budget
+    files: FileGuard | None = None  # the server files a request may name (uploads, examples)
     demo: Component = None
     state: Component = None  # the gr.State holding the user's Session
     sections: list[Section] = field(default_factory=list)
@@ -135,6 +139,8 @@ class Context:
         sess = sess if isinstance(sess, Session) else Session(model_key=self.default_key)
         reg = self.reg  # a plain function, not a bound method: nothing of the app is copied with the state
         sess.reanalyze = lambda s: reg.analyze(s.model_key, s.upload.picture)
+        if self.sessions is not None:
+            self.sessions.touch(sess)
         return sess
 
     def model(self, sess: Session) -> LoadedModel:

@@ -16,22 +16,28 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
-from .common import friendly, sweep
+from .common import friendly
 from .context import Component, Context
+from .workspace import fresh, trim, workspace
 
 EXPORT = "⬇ PNG for slides (2400 px)"
 EXPORT_WIDTH = 2400  # px: slide resolution of every downloadable figure
-
-_EXPORT_DIR: Path | None = None
+EXPORT_AGE_S = 3600  # an export is there to be downloaded now: files older than an hour go
 
 
 def export_dir() -> Path:
-    """A private temp folder for exported PNGs; files older than an hour are removed."""
-    global _EXPORT_DIR
-    if _EXPORT_DIR is None:
-        _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="vit_demo_exports_"))
-    sweep(_EXPORT_DIR, 3600, (".png",))
-    return _EXPORT_DIR
+    """A new folder (random name) for one export, in the app's export folder; the folder is kept
+    within the app's disk budget for exports (``--exports-mb``: the oldest files go first) and
+    files older than an hour go."""
+    ws = workspace()
+    trim(ws.exports, ws.exports_budget, max_age_s=EXPORT_AGE_S)
+    return fresh(ws.exports)
+
+
+def within_budget() -> None:
+    """After writing an export: the oldest ones go while the folder is over its budget."""
+    ws = workspace()
+    trim(ws.exports, ws.exports_budget)
 
 
 def slug(text: str) -> str:
@@ -48,6 +54,7 @@ def save(fig, name: str, width: int = EXPORT_WIDTH) -> Path:
     tmp = Path(tempfile.mkstemp(dir=out.parent, suffix=".png")[1])
     viz.save_figure(fig, tmp, width)
     tmp.replace(out)
+    within_budget()
     return out
 
 
@@ -71,4 +78,4 @@ def wire_export(ctx: Context, btn: Component, out: Component, extra: list[Compon
         return gr.update(value=str(fn(sess, *rest)), visible=True)
 
     btn.click(on_export, [*extra, ctx.state], [out], api_visibility="private", show_progress="minimal",
-              preprocess=False)
+              preprocess=False, **ctx.slow)

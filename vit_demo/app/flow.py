@@ -18,11 +18,11 @@ from typing import Any
 import gradio as gr
 
 from ..images import ImageError
-from .common import friendly, note, payload_path
+from .common import friendly, note, open_upload, payload_path
 from .context import Context, Section, union, values
 from .registry import ModelError
 from .sections.models import model_summary
-from .session import Session, open_image
+from .session import Session
 
 
 def random_or_headless_notes(lm: Any, a: Any, up: Any) -> str:
@@ -64,7 +64,7 @@ class UploadFlow:
         ctx, state = self.ctx, self.state
         *args, sess = rest
         sess = ctx.session(sess)
-        path, name = payload_path(payload)
+        path, _ = payload_path(payload)
         key = key or sess.model_key or ctx.default_key
         if path is not None and sess.shown == (path, key):
             return gr.skip()  # the browser sends one upload's change event twice: run it once
@@ -72,11 +72,10 @@ class UploadFlow:
         if path is None:
             return {state: sess, ctx.status: "", **self.clear(sess)}
         try:
-            up = open_image(path, max_bytes=ctx.cfg.limits.max_upload_bytes)
+            up = open_upload(payload, ctx.files, ctx.cfg.limits)
         except ImageError as e:
             gr.Warning(str(e), duration=15)
             return {state: sess, ctx.status: note("Cannot use this image.", str(e)), **self.clear(sess)}
-        up.name = name or up.name
         for n in up.notes:
             gr.Info(n)
         try:
@@ -94,6 +93,9 @@ class UploadFlow:
         old = sess.peek()  # the previous analysis, if still cached (an evicted one is not computed again)
         same_grid = old is not None and old.layout.grid == a.layout.grid
         sess.model_key, sess.upload, sess.analysis = key, up, a
+        sess.forgotten = False
+        if self.ctx.sessions is not None:
+            self.ctx.sessions.touch(sess)  # weighed with its new picture
         sess.rendered, sess.comparison = {}, None
         if not same_grid:
             sess.query = None

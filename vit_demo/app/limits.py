@@ -1,38 +1,49 @@
-"""What an app reachable by others may be asked to do: upload sizes, checkpoint uploads, queues.
+"""What an app reachable by others may be asked to do: who may reach it, what it keeps, what it accepts.
 
-``app.py`` turns its flags into one :class:`Limits`; the app's build applies it. Gradio's own
-queue caps the total number of waiting requests (``max_size``) for every queued event, API calls
-included (``api_open=False`` closes the REST routes that would skip the queue). On top of that,
-:func:`fair_queue` caps how many requests one client may have waiting, so that a client that
-floods the API is told "queue is full" while other clients still get in.
+``app.py`` turns its flags into one :class:`Limits`; the app's build applies it: the memory
+budgets (scaled to the machine by default, :func:`vit_demo.budget.default_budgets`), the names a
+local app answers to and the proxies it believes, the size of images, uploads and request
+bodies, the two lanes of the queue (:mod:`vit_demo.app.lanes`) and the disk the app may fill.
 """
 
 from __future__ import annotations
 
-import asyncio
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..budget import DEFAULT_CACHE_MB, DEFAULT_MODELS_MB, MB
+from ..budget import MB, default_budgets
 
 DEFAULT_MAX_UPLOAD_MB = 25  # an image file; a 48-MP JPEG is about 15 MB
 CHECKPOINT_MAX_MB = 1024  # when checkpoint uploads are allowed: a ViT-L is 1.2 GB in float32... and 0.6 in half
+DEFAULT_MAX_MEGAPIXELS = 40  # decoded pixels of an image (a 64-MP picture takes 192 MB to decode)
+WORK_SIDE = 1536  # px: pictures are reduced to this longer side when they are opened (the model sees 224)
+LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
 class Limits:
     """Memory budgets and what users may send. ``exposed``: reachable from other computers
     (``--share``, a non-loopback ``--host``), which switches checkpoint uploads off unless
-    ``allow_checkpoint_upload`` and caps every client's share of the queue."""
+    ``allow_checkpoint_upload``, caps every address's share of the queue and of the uploads, and
+    drops the check of the ``Host`` a request names (unless ``allowed_hosts`` are given)."""
 
     exposed: bool = False
     allow_checkpoint_upload: bool = True
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
-    cache_mb: float = DEFAULT_CACHE_MB
-    models_mb: float = DEFAULT_MODELS_MB
+    cache_mb: float = field(default_factory=lambda: default_budgets()["cache_mb"])
+    models_mb: float = field(default_factory=lambda: default_budgets()["models_mb"])
+    sessions_mb: float = field(default_factory=lambda: default_budgets()["sessions_mb"])
+    session_minutes: float = 30  # an idle session forgets its image after this long
     max_queue: int = 32
-    concurrency: int = 2
+    concurrency: int = 2  # jobs of the model lane at a time
+    slow_concurrency: int = 1  # jobs of the slow lane at a time (decks, slow methods, animations, exports)
+    job_seconds: float = 180  # the time limit of one job of the slow lane
+    max_megapixels: float = DEFAULT_MAX_MEGAPIXELS
+    upload_budget_mb: float = 100  # per client and 10 minutes, when exposed
+    exports_mb: float = 512  # disk for the app's pictures, slides, decks and animations (oldest go first)
+    allowed_hosts: tuple[str, ...] = ()  # names a local app answers to, besides 127.0.0.1 / localhost
+    trusted_proxies: tuple[str, ...] = ()  # addresses whose X-Forwarded-For is believed
+    bind: str = "127.0.0.1"  # the address the server listens on (a local app answers to it too)
 
     @classmethod
     def for_exposure(cls, exposed: bool, allow_checkpoint_upload: bool = False, **kw: Any) -> Limits:
@@ -54,12 +65,40 @@ class Limits:
         return self.max_upload_bytes
 
     @property
+    def max_pixels(self) -> int:
+        return int(self.max_megapixels * 1e6)
+
+    @property
     def cache_bytes(self) -> int:
         return int(self.cache_mb * MB)
 
     @property
     def models_bytes(self) -> int:
         return int(self.models_mb * MB)
+
+    @property
+    def sessions_bytes(self) -> int:
+        return int(self.sessions_mb * MB)
+
+    @property
+    def exports_bytes(self) -> int:
+        return int(self.exports_mb * MB)
+
+    @property
+    def upload_budget_bytes(self) -> int | None:
+        """What one client may upload in 10 minutes (None: no budget, a local app). Never less
+        than one file of the largest size accepted."""
+        if not self.exposed:
+            return None
+        return max(int(self.upload_budget_mb * MB), self.max_file_size)
+
+    @property
+    def answers_to(self) -> tuple[str, ...] | None:
+        """The ``Host`` names the app answers to (None: any, an exposed app without
+        ``allowed_hosts``)."""
+        if self.exposed and not self.allowed_hosts:
+            return None
+        return (*LOCAL_NAMES, self.bind, *self.allowed_hosts)
 
     @property
     def per_client_queue(self) -> int:
@@ -72,43 +111,3 @@ class Limits:
         """Requests one address may have waiting when exposed (a flood that opens a new session
         per request); None when local (every client is this computer)."""
         return max(1, self.max_queue // 2) if self.exposed else None
-
-
-def _waiting(queue: Any) -> list[Any]:
-    return [e for q in queue.event_queue_per_concurrency_id.values() for e in q.queue]
-
-
-def _host(event: Any) -> str | None:
-    client = getattr(getattr(event, "request", None), "client", None)
-    return getattr(client, "host", None)
-
-
-def fair_queue(demo: Any, per_client: int, per_host: int | None = None) -> None:
-    """Refuse a request ("queue is full") when its session already has ``per_client`` requests
-    waiting, or its address ``per_host`` (None: no per-address cap). Call after ``demo.queue()``;
-    wraps Gradio's ``Queue.push`` (the one place every queued request, UI or API, comes in)."""
-    queue = getattr(demo, "_queue", None)
-    if queue is None or not hasattr(queue, "push") or not hasattr(queue, "event_queue_per_concurrency_id"):
-        warnings.warn("this Gradio's queue has another shape: no per-client cap (the global one still holds)",
-                      stacklevel=2)
-        return
-    push = queue.push
-    lock = asyncio.Lock()  # count and enqueue as one step: concurrent joins must not all pass the count
-
-    async def fair_push(body: Any, request: Any, username: str | None):
-        async with lock:
-            try:
-                waiting = _waiting(queue)
-            except AttributeError:  # a Gradio whose queued events look different: the global cap only
-                return await push(body, request, username)
-            session = getattr(body, "session_hash", None)
-            if session and sum(e.session_hash == session for e in waiting) >= per_client:
-                return False, (f"Queue is full for this client: it already has {per_client} requests waiting. "
-                               "Wait for them to finish."), "queue_full"
-            host = getattr(getattr(request, "client", None), "host", None)
-            if per_host is not None and host and sum(_host(e) == host for e in waiting) >= per_host:
-                return False, (f"Queue is full for this address: it already has {per_host} requests waiting. "
-                               "Wait for them to finish."), "queue_full"
-            return await push(body, request, username)
-
-    queue.push = fair_push

@@ -14,21 +14,17 @@ import gradio as gr
 from ..analysis import Analysis
 from ..checkpoints.load import LoadedModel
 from ..present import animate
-from .common import friendly, sweep
+from .common import friendly
 from .context import Context
-from .exports import export_dir, slug
+from .exports import export_dir, slug, within_budget
 from .session import Session
 
 ANIMATE = "▶ Animate through the layers (GIF + MP4)"
-PRESENT_SUFFIXES = (".gif", ".mp4", ".pptx", ".pdf")
 
 
 def present_dir() -> Path:
-    """Where animations and decks go (inside the export folder); files older than an hour go."""
-    d = export_dir() / "present"
-    d.mkdir(exist_ok=True)
-    sweep(d, 3600, PRESENT_SUFFIXES)
-    return d
+    """A new folder for one animation or deck (inside the export folder, within its budget)."""
+    return export_dir()
 
 
 def animation_files(a: Analysis, lm: LoadedModel, name: str, clips: Sequence[str], head: int | None = None,
@@ -42,6 +38,7 @@ def animation_files(a: Analysis, lm: LoadedModel, name: str, clips: Sequence[str
                             stem.with_suffix(".gif"))
     mp4 = animate.write_mp4(animate.render(a.picture, made, caption, cmap, alpha, animate.DEFAULT_WIDTH["mp4"]),
                             stem.with_suffix(".mp4"))
+    within_budget()
     return gif, mp4
 
 
@@ -71,7 +68,7 @@ class AnimationRow:
                     self.files: gr.update(value=[str(gif), str(mp4)], visible=True)}
 
         self.btn.click(on_animate, [*inputs, ctx.state], [self.gif, self.files], api_visibility="private",
-                       show_progress="minimal", preprocess=False, **ctx.heavy)
+                       show_progress="minimal", preprocess=False, **ctx.slow)
 
     @property
     def outputs(self) -> list[Any]:

@@ -44,10 +44,36 @@ def theme() -> gr.themes.Theme:
 
 
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
-    """The parts of ``launch()`` that shape the page and keep it offline."""
+    """The parts of ``launch()`` that shape the page, keep it offline and put the gate
+    (:class:`vit_demo.app.middleware.Gate`) in front of every route. ``show_error=False``: the
+    app's own messages (``gr.Error``) are shown; the text of any other exception (a framework's,
+    which may hold server paths or repeat a request) stays in the server's log."""
     from .limits import Limits
 
     limits = getattr(demo, "limits", None) or Limits()
     return dict(theme=theme(), css=CSS, max_file_size=limits.max_file_size, footer_links=["api"], run_history=False,
-                mcp_server=False, ssr_mode=False, show_error=True,
-                allowed_paths=list(getattr(demo, "example_paths", [])))
+                mcp_server=False, ssr_mode=False, show_error=False, app_kwargs=app_kwargs(limits),
+                state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
+
+
+SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps: 220 KB each here (its default, 10000, is 2 GB)
+
+
+def app_kwargs(limits: Any) -> dict[str, Any]:
+    """Gradio's FastAPI app: the gate as its middleware, and request errors that repeat nothing."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.middleware import Middleware
+
+    from .middleware import Gate, UploadBudget
+
+    budget = None
+    if limits.upload_budget_bytes is not None:
+        budget = UploadBudget(limits.upload_budget_bytes, total=20 * limits.upload_budget_bytes)
+
+    async def invalid(_request: Any, _exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": "The request does not fit this route (missing or malformed fields)."},
+                            status_code=422)
+
+    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget)],
+            "exception_handlers": {RequestValidationError: invalid}}

@@ -9,7 +9,9 @@ an :class:`~vit_demo.analysis.AnalysisCache` with a budget of its own. No Gradio
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +21,15 @@ from typing import Any
 from PIL import Image
 
 from .. import viz
-from ..analysis import Analysis, AnalysisCache, analyze, class_maps
+from ..analysis import (
+    Analysis,
+    AnalysisCache,
+    analyze,
+    attention_nbytes,
+    backward_working_set,
+    class_maps,
+    forward_working_set,
+)
 from ..budget import DEFAULT_CACHE_MB, DEFAULT_MODELS_MB, MB, ByteLRU, module_nbytes
 from ..checkpoints.files import CheckpointError, UnsupportedModelError
 from ..checkpoints.hf import is_hf_folder
@@ -34,8 +44,10 @@ from ..checkpoints.load import (
 from ..checkpoints.timm import HubUnavailableError
 from ..checkpoints.verify import timm_twin
 from ..methods.attention import head_maps
+from ..progress import check
 
 RANDOM_MODEL = "deit_tiny_patch16_224"
+WARM_UP_BACKWARD_BYTES = 64 << 20  # the warm-up computes class maps only for models with this much attention or less
 HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (tried only when picked)
     "deit_tiny_patch16_224",
     "deit_small_patch16_224",
@@ -51,7 +63,8 @@ HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (t
 class ModelSpec:
     """One entry of the model menu. ``key`` is what the menu and the API pass around."""
 
-    key: str  # "file:/abs/path", "random:NAME" or "hub:NAME"
+    key: str  # "file:NAME.safetensors" (with "~" and a short hash when two files share a name), "random:NAME",
+    # "hub:NAME", or "upload:NAME~RANDOM" (a user's checkpoint): never a server path
     label: str
     kind: str  # "file", "random", "hub"
     name: str | None  # timm architecture name (None: read it from the file)
@@ -60,6 +73,19 @@ class ModelSpec:
 
 class ModelError(ValueError):
     """A model that cannot be loaded, in one readable line."""
+
+
+def short_name(name: str, n: int = 40) -> str:
+    """A file name of at most ``n`` characters for a menu key (the extension kept when cut)."""
+    if len(name) <= n:
+        return name
+    suffix = Path(name).suffix[:13]
+    return name[: n - 1 - len(suffix)] + "…" + suffix
+
+
+def _digest(path: Path | None) -> str:
+    """8 hex characters that tell two paths apart (and say nothing of them)."""
+    return hashlib.sha256(str(path).encode()).hexdigest()[:8]
 
 
 def _file_label(path: Path, name: str | None) -> str:
@@ -109,13 +135,12 @@ class ModelRegistry:
         for p in given:
             self._add(self._file_spec(p, model_name))
         default = DEFAULT_CHECKPOINT
-        if default.is_file():  # the embedded DeiT-Tiny: the first pick when no --weights is given
-            self._add(ModelSpec(f"file:{default.resolve()}", f"{DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
+        if default.is_file() and self.find_path(default) is None:  # the embedded DeiT-Tiny: first when no --weights
+            self._add(ModelSpec(f"file:{default.name}", f"{DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
                                 f"ships with vit_demo)", "file", DEFAULT_MODEL, default.resolve()))
         for p in discover_checkpoints():
-            spec = self._file_spec(p, None)
-            if spec.key not in self._specs:
-                self._add(spec)
+            if self.find_path(p) is None:
+                self._add(self._file_spec(p, None))
         self.has_checkpoint = bool(self._specs)
         self._add(ModelSpec(f"random:{RANDOM_MODEL}", f"{RANDOM_MODEL}  ·  RANDOM weights (no checkpoint needed)",
                             "random", RANDOM_MODEL))
@@ -132,15 +157,32 @@ class ModelRegistry:
     @staticmethod
     def _file_spec(path: Path, name: str | None) -> ModelSpec:
         p = path.expanduser().resolve()
-        return ModelSpec(f"file:{p}", _file_label(p, name), "file", name, p)
+        short = short_name(p.name)
+        key = f"file:{short}" if short == p.name else f"file:{short}~{_digest(p)}"  # a cut name: made unique
+        return ModelSpec(key, _file_label(p, name), "file", name, p)
 
     def _add(self, spec: ModelSpec) -> ModelSpec:
+        """Put ``spec`` on the menu; a file whose name another file already has gets a short
+        hash of its path after its key (the key names the file, never where it is)."""
+        old = self._specs.get(spec.key)
+        if old is not None and spec.path is not None and old.path != spec.path:
+            spec = ModelSpec(f"{spec.key.split('~')[0]}~{_digest(spec.path)}", spec.label, spec.kind, spec.name,
+                             spec.path)
         self._specs.setdefault(spec.key, spec)
         return self._specs[spec.key]
 
+    def find_path(self, path: str | os.PathLike, private: bool | None = False) -> ModelSpec | None:
+        """The menu entry of the checkpoint at ``path`` (a public one; a private one with
+        ``private=True``; either with None), if there is one."""
+        p = Path(path).expanduser().resolve()
+        for s in self._specs.values():
+            if s.path == p and (private is None or (s.key in self._private) == private):
+                return s
+        return None
+
     def specs(self, extra: Sequence[str] = ()) -> list[ModelSpec]:
         """The public menu, plus the session's own checkpoints (``extra`` keys) after the files."""
-        base = [s for s in self._specs.values() if not s.key.startswith("file:") or s.key not in self._private]
+        base = [s for s in self._specs.values() if s.key not in self._private]
         mine = [self._specs[k] for k in extra if k in self._specs and k in self._private]
         files = [s for s in base if s.kind == "file"]
         rest = [s for s in base if s.kind != "file"]
@@ -162,9 +204,10 @@ class ModelRegistry:
         return files[0].key if files else f"random:{RANDOM_MODEL}"
 
     def spec(self, key: str) -> ModelSpec:
-        if key in self._specs:
+        if isinstance(key, str) and key in self._specs:
             return self._specs[key]
-        raise ModelError(f"unknown model {key!r}: pick one from the menu")
+        shown = str(key)[:40] + ("…" if len(str(key)) > 40 else "")
+        raise ModelError(f"unknown model {shown!r}: pick one from the menu")
 
     def add_checkpoint(self, path: str | os.PathLike, name: str | None = None, uploaded: bool = False) -> ModelSpec:
         """A checkpoint the user pointed at from the UI (a typed path or an upload). It is
@@ -178,14 +221,21 @@ class ModelRegistry:
         if not str(path).strip():
             raise ModelError("give the path of a checkpoint file (.safetensors, .pth, .bin or .npz)")
         if not p.is_file() and not is_hf_folder(p):  # a file, or a transformers model folder
-            raise ModelError(f"{p}: no such file (or transformers folder with a config.json)")
-        spec = self._file_spec(p, (name or "").strip() or None)
-        if spec.key in self._specs and spec.key not in self._private:  # already on everyone's menu
-            self.get(spec.key)
-            return self._specs[spec.key]
+            shown = p.name[:40]
+            raise ModelError(f"{shown}: no such file (or transformers folder with a config.json)")
+        spec = self._file_spec(p, (name or "").strip()[:80] or None)
+        public = self.find_path(p)
+        if public is not None:  # already on everyone's menu
+            self.get(public.key)
+            return public
+        mine = self.find_path(p, private=True)
+        tag = mine.key.rsplit("~", 1)[-1] if mine is not None else secrets.token_hex(4)
+        short = short_name(p.name)
         if uploaded:
-            label = f"{spec.name or 'uploaded'}  ·  {p.name} (uploaded)"
-            spec = ModelSpec(spec.key, label, "file", spec.name, spec.path)
+            label = f"{spec.name or 'uploaded'}  ·  {short} (uploaded)"
+            spec = ModelSpec(f"upload:{short}~{tag}", label, "file", spec.name, spec.path)
+        else:
+            spec = ModelSpec(f"file:{short}~{tag}", spec.label, "file", spec.name, spec.path)
         with self._lock:
             self._specs[spec.key] = spec
             self._private.add(spec.key)
@@ -240,9 +290,15 @@ class ModelRegistry:
             else:
                 lm = load_model(spec.name, device=self.device)
         except (CheckpointError, HubUnavailableError, UnsupportedModelError, ValueError, OSError) as e:
-            raise ModelError(str(e)) from e
+            msg = str(e)
+            if spec.path is not None:  # a file's name as the menu shows it (an upload's name is the user's)
+                msg = msg.replace(str(spec.path), spec.path.name).replace(spec.path.name, short_name(spec.path.name))
+            raise ModelError(msg) from e
         if spec.kind == "file" and spec.name is None and lm.timm_name is None:
             lm.name = spec.path.name if spec.path else lm.name
+        if spec.kind == "file":  # the menu's name for it (unique here), never the server path: slides show it
+            lm.source = "file " + spec.key.split(":", 1)[1]
+        lm.model.register_forward_pre_hook(lambda _module, _args: check())  # a job past its time limit stops here
         return lm
 
     def is_private(self, key: str) -> bool:
@@ -281,6 +337,14 @@ class ModelRegistry:
     def analyze(self, key: str, img: Image.Image) -> Analysis:
         return self.analyses.get(self.get(key), img)
 
+    def slow_job_room(self):
+        """Room in the analyses' budget for one slow job (a deck, an animation, a side-by-side
+        figure: an analysis and its class maps of their own): the working set of the largest
+        model loaded, so that the job's peak counts in the budget too."""
+        models = [m for (kind, _), m in self._models.items() if kind == "model"]
+        need = max((forward_working_set(m) + backward_working_set(m) for m in models), default=0)
+        return self.analyses.room(need)
+
     def model_picture(self, key: str, what: str, draw: Callable[[LoadedModel], Image.Image]) -> Image.Image:
         """A picture that depends on the model only (e.g. its position-embedding similarity),
         drawn by ``draw`` once per model and ``what``."""
@@ -294,6 +358,6 @@ class ModelRegistry:
         lm = self.get(key)
         img = Image.new("RGB", tuple(reversed(lm.data_config.input_size)), (128, 128, 128))
         a = analyze(lm, img)  # not kept: a grey square is nobody's photo (and 0.35 GB for a ViT-B/8)
-        if lm.model.cfg.num_classes:
-            class_maps(a, lm)
+        if lm.model.cfg.num_classes and attention_nbytes(lm) <= WARM_UP_BACKWARD_BYTES:
+            class_maps(a, lm)  # (a big model's backward passes would take minutes and GBs for nobody)
         viz.heads_image(a.picture, head_maps(a.attentions, a.layout, a.depth - 1)[0])  # warms the renderers

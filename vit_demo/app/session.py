@@ -1,13 +1,19 @@
 """One user's session: the uploaded image and what that user is looking at.
 
 A :class:`Session` lives in the user's ``gr.State`` (never global); :func:`open_image` turns an
-upload into an :class:`Upload` or one readable :class:`~vit_demo.images.ImageError`. No Gradio here.
+upload into an :class:`Upload` or one readable :class:`~vit_demo.images.ImageError`. A session
+keeps the picture reduced at load (at most :data:`WORK_PIXELS`: what every view and every model
+input is made from), and the pictures of all sessions together stay within one budget, idle
+ones forgotten (:class:`SessionBudget`). No Gradio here.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +22,10 @@ from typing import Any
 from PIL import Image
 
 from ..analysis import Analysis
-from ..images import MAX_FILE_BYTES, ImageError, load_image
+from ..images import MAX_FILE_BYTES, MAX_PIXELS, ImageError, load_image
 
 MIN_SIDE = 16  # px: smaller pictures hold less than one patch of information
+WORK_PIXELS = 1536 * 1536  # a session's picture (7 MB): the model sees 224 px, a slide shows 1200
 
 
 @dataclass
@@ -29,9 +36,11 @@ class Upload:
     notes: list[str] = field(default_factory=list)  # things the user should know (e.g. animated GIF)
 
 
-def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_bytes: int = MAX_FILE_BYTES) -> Upload:
-    """A user's file -> an RGB picture, or :class:`ImageError` with a message for people
-    (files over ``max_bytes``, the app's ``--max-upload-mb``, are refused before decoding)."""
+def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_bytes: int = MAX_FILE_BYTES,
+               max_pixels: int = MAX_PIXELS, reduce_to: int | None = WORK_PIXELS) -> Upload:
+    """A user's file -> an RGB picture of at most ``reduce_to`` pixels, or :class:`ImageError`
+    with a message for people (files over ``max_bytes``, the app's ``--max-upload-mb``, are
+    refused before decoding, pictures over ``max_pixels``, ``--max-megapixels``, too)."""
     if path is None or not str(path):
         raise ImageError("no image: upload a photo or click one of the examples")
     p = Path(path)
@@ -43,8 +52,8 @@ def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_byt
             fmt = probe.format or ""
     except Exception:  # load_image below says what is wrong, in words
         frames, fmt = 1, ""
-    img = load_image(p, max_bytes=max_bytes)
-    w, h = img.size
+    img = load_image(p, max_pixels=max_pixels, max_bytes=max_bytes, reduce_to=reduce_to)
+    w, h = img.info.get("original_size", img.size)
     if min(w, h) < min_side:
         raise ImageError(f"{name}: the image is only {w}x{h} px; it needs at least {min_side} px on each side "
                          f"(one {min_side}-px patch) to show anything")
@@ -76,6 +85,7 @@ class Session:
     comparison: dict[str, Any] | None = None
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled
     last_pick: tuple[str, float] | None = None  # (model key, time) of the last menu pick
+    forgotten: bool = False  # the budget let its picture go (idle too long, or memory needed)
 
     _analysis: Any = field(default=None, repr=False)  # weakref.ref to the Analysis, or None
     reanalyze: Callable[[Session], Analysis] | None = field(default=None, repr=False, compare=False)
@@ -104,3 +114,81 @@ class Session:
     def view_key(self) -> str:
         a = self.analysis
         return f"{a.model_name}|{a.key}" if a is not None else ""
+
+
+def picture_nbytes(sess: Session) -> int:
+    """Bytes of the pictures a session keeps (its upload)."""
+    up = sess.upload
+    if up is None:
+        return 0
+    return up.picture.width * up.picture.height * len(up.picture.getbands())
+
+
+class SessionBudget:
+    """The pictures of all sessions within ``max_bytes``, and for ``idle_s`` seconds after a
+    session was last used: :meth:`touch` (every event) weighs the session again, then the
+    sessions idle too long, and the least recently used ones while the total is over budget,
+    forget their picture (:meth:`forget`; their next event asks for the image again). The
+    sessions themselves stay Gradio's: this holds weak references only."""
+
+    def __init__(self, max_bytes: int, idle_s: float) -> None:
+        self.max_bytes, self.idle_s = int(max_bytes), float(idle_s)
+        self._sessions: OrderedDict[int, tuple[weakref.ref, int, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.forgotten = 0
+
+    def touch(self, sess: Session) -> None:
+        """``sess`` was just used (and may hold a new picture): weigh it, then fit the budget."""
+        now = time.monotonic()
+        with self._lock:
+            self._sessions[id(sess)] = (weakref.ref(sess), picture_nbytes(sess), now)
+            self._sessions.move_to_end(id(sess))
+            drop = self._over(now, id(sess))
+        for s in drop:
+            self.forget(s)
+
+    def _over(self, now: float, keep: int) -> list[Session]:
+        """Sessions to forget (lock held): gone or idle ones leave the books, then the least
+        recently used until the total fits."""
+        drop, total = [], 0
+        for key, (ref, size, used) in list(self._sessions.items()):
+            sess = ref()
+            if sess is None:
+                del self._sessions[key]
+            elif key != keep and now - used > self.idle_s:
+                del self._sessions[key]
+                drop.append(sess)
+            else:
+                total += size
+        for key, (ref, size, _) in list(self._sessions.items()):
+            if total <= self.max_bytes:
+                break
+            if key != keep and size:
+                del self._sessions[key]
+                total -= size
+                if (sess := ref()) is not None:
+                    drop.append(sess)
+        return drop
+
+    def forget(self, sess: Session) -> None:
+        if sess.upload is not None:
+            self.forgotten += 1
+        sess.upload = None
+        sess.analysis = None
+        sess.rendered, sess.drawn, sess.comparison, sess.shown = {}, {}, None, None
+        sess.forgotten = True
+
+    def sweep(self) -> None:
+        """Forget the idle sessions now (also done on every :meth:`touch`)."""
+        with self._lock:
+            drop = self._over(time.monotonic(), -1)
+        for s in drop:
+            self.forget(s)
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(size for ref, size, _ in self._sessions.values() if ref() is not None)
+
+    def __len__(self) -> int:
+        return len(self._sessions)

@@ -12,7 +12,9 @@ model's normalised input space, with the ImageNet mean and std that the timm mod
 signal"). The map sums the attribution over the colour channels and over each patch, as the LRP
 maps do; by completeness its total approximates F(x) - F(x').
 
-Cost: ``steps`` forward and backward passes per image, run ``steps`` inputs at a time.
+Cost: ``steps`` forward and backward passes per image, run as many inputs at a time as fit in
+:data:`PASS_BYTES` of attention (all 16 for a DeiT or a ViT-B/16; one at a time for a ViT-B/8,
+whose 785 tokens make 16 inputs' attention and gradients 7 GB at once). The result is the same.
 """
 
 from __future__ import annotations
@@ -23,10 +25,22 @@ from torch import Tensor
 
 from ..model import VisionTransformer
 from ..preprocess import IMAGENET_MEAN, IMAGENET_STD
+from ..progress import report
 from .passes import gradient_pass, targets
 from .registry import Target, register
 
 STEPS = 16
+PASS_BYTES = 512 << 20  # attention kept for the backward pass of one batch of the path, at most
+
+
+def inputs_per_pass(model: VisionTransformer, steps: int) -> int:
+    """How many points of the path one gradient pass takes: its attention maps and their
+    gradients (about twice the maps) within :data:`PASS_BYTES`."""
+    cfg = model.cfg
+    gh, gw = cfg.grid_size
+    n = gh * gw + cfg.num_prefix_tokens
+    per_input = 2 * cfg.depth * cfg.num_heads * n * n * 4
+    return max(1, min(steps, PASS_BYTES // per_input))
 
 
 def black(x: Tensor) -> Tensor:
@@ -44,12 +58,18 @@ def integrated_gradients(model: VisionTransformer, x: Tensor, target: Target = N
         t = targets(target, model(x).logits)
     alphas = torch.arange(1, steps + 1, dtype=x.dtype, device=x.device) / steps  # [steps]
     out = torch.empty_like(x)
-    for b in range(x.shape[0]):  # one image's path at a time: ``steps`` inputs per pass
+    chunk = inputs_per_pass(model, steps)
+    for b in range(x.shape[0]):  # one image's path at a time, ``chunk`` of its points per pass
         path = base[b] + alphas[:, None, None, None] * (x[b] - base[b])  # [steps, 3, H, W]
-        with gradient_pass(model, path) as p:
-            logits = model(p).logits
-            (grad,) = torch.autograd.grad(logits[:, t[b]].sum(), p)
-        out[b] = (x[b] - base[b]) * grad.mean(dim=0)
+        total = torch.zeros_like(x[b])
+        for i in range(0, steps, chunk):
+            with gradient_pass(model, path[i:i + chunk]) as p:
+                logits = model(p).logits
+                (grad,) = torch.autograd.grad(logits[:, t[b]].sum(), p)
+            total += grad.sum(dim=0)
+            report((b * steps + i + len(grad)) / (x.shape[0] * steps), "integrated gradients",
+                   done=b * steps + i + len(grad), total=x.shape[0] * steps)
+        out[b] = (x[b] - base[b]) * total / steps
     return out.detach()
 
 

@@ -12,10 +12,11 @@ from PIL import Image
 from ... import viz
 from ...analysis import Analysis
 from ...checkpoints.load import LoadedModel
-from ..common import VIEW_SIZE, display_label, friendly, payload_path, png
+from ..common import VIEW_SIZE, display_label, friendly, open_upload, png
 from ..context import Context, Section
 from ..exports import export_row, save, wire_export, wrap
-from ..session import Session, Upload, open_image
+from ..guard import whole
+from ..session import Session, Upload
 
 # ----------------------------------------------------------------------------- views
 
@@ -104,13 +105,14 @@ class InputSection(Section):
         @friendly
         def on_predict(payload, key, k):
             """JSON top-k for one image, as ``python -m vit_demo predict --json`` gives it."""
-            path, name = payload_path(payload)
-            up = open_image(path, max_bytes=ctx.cfg.limits.max_upload_bytes)
+            k = whole(5 if k is None else k, "k", 1, 10)
             key = key or ctx.default_key
+            reg.spec(key)  # an unknown model is refused before the image is read
+            up = open_upload(payload, ctx.files, ctx.cfg.limits)
             a = reg.analyze(key, up.picture)
             if not a.logits.numel():
                 raise gr.Error(f"{a.model_name} has no classifier: it has no predictions.", print_exception=False)
-            return {"image": name or up.name, "model": a.model_name, "topk": predictions_json(a, int(k or 5)),
+            return {"image": up.name, "model": a.model_name, "topk": predictions_json(a, min(k, a.logits.numel())),
                     "notes": up.notes}
 
         def on_example(evt: gr.SelectData):

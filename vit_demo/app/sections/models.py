@@ -10,8 +10,9 @@ from pathlib import Path
 import gradio as gr
 
 from ...checkpoints.load import DEFAULT_CHECKPOINT, LoadedModel, weights_dir
-from ..common import friendly, note
+from ..common import friendly, note, payload_path
 from ..context import Context, Section
+from ..guard import Refused
 from ..limits import CHECKPOINT_MAX_MB
 from ..registry import ModelError, ModelSpec
 from ..session import Session
@@ -37,7 +38,7 @@ def model_summary(lm: LoadedModel) -> str:
 def no_checkpoint_message() -> str:
     return (f"**No checkpoint found** (the default `{DEFAULT_CHECKPOINT.name}` that ships with vit_demo is missing: "
             "restore it with `git checkout -- weights/`; looked in "
-            f"`{weights_dir()}` and `$VIT_DEMO_WEIGHTS` too), so predictions need one: see `weights/README.md`, "
+            f"`{weights_dir().name}/` and `$VIT_DEMO_WEIGHTS` too), so predictions need one: see `weights/README.md`, "
             "start with `python app.py --weights FILE`, or load a file under *Use your own checkpoint*. "
             "Meanwhile the model below has **random weights**: every step is real, the predictions are noise.")
 
@@ -126,7 +127,7 @@ class ModelPicker(Section):
             if path_text and str(path_text).strip():
                 spec = reg.add_checkpoint(path_text, arch)
             elif upload:
-                spec = reg.add_checkpoint(upload, arch, uploaded=True)
+                spec = reg.add_checkpoint(uploaded_file(upload), arch, uploaded=True)
             else:
                 raise gr.Error("Give a checkpoint path or upload a file first.", print_exception=False)
             return _use_checkpoint(sess, spec)
@@ -136,7 +137,15 @@ class ModelPicker(Section):
             sess = ctx.session(sess)
             if not upload:
                 return gr.skip()
-            return _use_checkpoint(sess, reg.add_checkpoint(upload, arch, uploaded=True))
+            return _use_checkpoint(sess, reg.add_checkpoint(uploaded_file(upload), arch, uploaded=True))
+
+        def uploaded_file(upload) -> str:
+            """The uploaded checkpoint's path, if it is a file this server stored for an upload."""
+            path, _ = payload_path(upload)
+            try:
+                return ctx.files.check(path) if ctx.files is not None else path
+            except Refused as e:
+                raise gr.Error(str(e), print_exception=False) from None
 
         def _use_checkpoint(sess: Session, spec: ModelSpec) -> dict:
             if spec.key not in sess.extra_models and reg.is_private(spec.key):

@@ -14,12 +14,12 @@ from ...images import ImageError
 from ...present import deck
 from ...present.side_by_side import MAX_IMAGES, compare_images, compare_models
 from ...present.slides import write_pdf, write_pptx
-from ..common import friendly, png
+from ..common import friendly, open_upload, png
 from ..context import Context, Section
-from ..exports import slug
+from ..exports import slug, within_budget
 from ..motion import present_dir
 from ..registry import ModelError
-from ..session import Session, open_image
+from ..session import Session
 
 DECK_WIDTH = 2400  # px: the figures on the slides
 PREVIEW_WIDTH = 1600  # px: the side-by-side figures shown in the page
@@ -41,15 +41,17 @@ def deck_files(sess: Session, ctx: Context) -> tuple[Path, Path]:
     slides = deck.build_slides(lm, [sess.upload.picture], [name], weights=str(spec.path) if spec.path else None,
                                width_px=DECK_WIDTH)
     stem = present_dir() / slug(f"{Path(sess.upload.name).stem}-deck-{a.key[:8]}")
-    return write_pptx(slides, stem.with_suffix(".pptx")), write_pdf(slides, stem.with_suffix(".pdf"))
+    out = write_pptx(slides, stem.with_suffix(".pptx")), write_pdf(slides, stem.with_suffix(".pdf"))
+    within_budget()
+    return out
 
 
-def extra_images(files: Any) -> list[tuple[str, Any]]:
-    """(name, picture) of the extra uploaded images, at most MAX_IMAGES - 1, each checked."""
+def extra_images(files: Any, ctx: Context) -> list[tuple[str, Any]]:
+    """(name, picture) of the extra uploaded images, at most MAX_IMAGES - 1, each checked (only
+    files this server stored for an upload, within the app's limits)."""
     out = []
     for f in (files or [])[: MAX_IMAGES - 1]:
-        path = f if isinstance(f, str) else getattr(f, "name", None) or f.get("path")
-        up = open_image(path)
+        up = open_upload(f if isinstance(f, (str, dict)) else getattr(f, "name", None), ctx.files, ctx.cfg.limits)
         out.append((deck.display_name(Path(up.name).stem), up.picture))
     return out
 
@@ -99,7 +101,7 @@ class PresentTab(Section):
         def on_images(files, method, cmap, alpha, sess):
             sess = ready(sess)
             try:
-                more = extra_images(files)
+                more = extra_images(files, ctx)
             except ImageError as e:
                 raise gr.Error(str(e), print_exception=False) from None
             names = [deck.display_name(Path(sess.upload.name).stem)] + [n for n, _ in more]
@@ -120,8 +122,8 @@ class PresentTab(Section):
             return gr.update(value=png(viz.figure_to_image(fig, PREVIEW_WIDTH)), visible=True)
 
         self.deck_btn.click(on_deck, [ctx.state], [self.deck_files], api_visibility="private",
-                            show_progress="minimal", **ctx.heavy)
+                            show_progress="minimal", **ctx.slow)
         self.sbs_btn.click(on_images, [self.more, self.method, ctx.cmap, ctx.alpha, ctx.state], [self.sbs_img],
-                           api_visibility="private", show_progress="minimal", **ctx.heavy)
+                           api_visibility="private", show_progress="minimal", **ctx.slow)
         self.mm_btn.click(on_models, [self.other, self.method, ctx.cmap, ctx.alpha, ctx.state], [self.mm_img],
-                          api_visibility="private", show_progress="minimal", **ctx.heavy)
+                          api_visibility="private", show_progress="minimal", **ctx.slow)

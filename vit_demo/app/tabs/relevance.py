@@ -264,7 +264,7 @@ class RelevanceTab(Section):
 
         for name, btn in self.on_demand_btns.items():
             btn.click(on_demand(name), [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
-                      preprocess=False, **ctx.heavy)
+                      preprocess=False, **ctx.slow)
         gr.on([self.fusion.input, self.discard.input, self.start.input, self.cls_dd.input], on_methods,
               [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private", trigger_mode="always_last",
               show_progress="minimal", preprocess=False, **ctx.heavy)

@@ -1,0 +1,440 @@
+"""Attack a live app as an attacker would, and print what happened: one row per attack.
+
+    python benchmarks/bench_attacks.py [--root DIR] [--json] [--only NAME ...]
+
+Starts the app (``app.py --exposed``: bound to 127.0.0.1 with the limits of ``--share`` /
+``--host 0.0.0.0``; a local app for the DNS-rebinding row) from this checkout, or from ``--root
+DIR`` (another checkout, e.g. ``git archive`` of an older commit: the "before"; flags it does
+not know are left out), and sends raw HTTP (tests/attacks.py): no gradio_client, no browser.
+Rows (issue 21): server files through file payloads, DNS rebinding, forwarded headers, memory
+held by sessions, huge pixel counts, a flood of slow jobs against another client's predictions,
+time limits, big request bodies and echoed errors, upload floods, leftover temp folders, disk
+used by exports, leaks; then the holds (Gradio's file routes, SSRF, the upload cap, checkpoint
+loading when exposed, odd API values). Takes 5-15 minutes on 2 cores (the "before" longer: its
+slow jobs run to the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+from app_server import start_app  # noqa: E402
+from attacks import Raw, file_payload, rss_mb  # noqa: E402
+from PIL import Image  # noqa: E402
+
+MB = 1 << 20
+ROWS: list[dict] = []
+
+
+def row(attack: str, happened: str, figure: str) -> None:
+    ROWS.append({"attack": attack, "what happened": happened, "figure": figure})
+    print(f"| {attack} | {happened} | {figure} |", flush=True)
+
+
+def known_flags(root: Path) -> str:
+    out = subprocess.run([sys.executable, str(root / "app.py"), "--help"], capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    return out.stdout
+
+
+def app_args(root: Path, args: list[str], help_text: str) -> list[str]:
+    """``args`` without the flags (and their values) that the app at ``root`` does not know."""
+    out, i = [], 0
+    while i < len(args):
+        flag = args[i]
+        takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+        if flag in help_text or flag == "--exposed":  # (a hidden flag: not in --help)
+            out += args[i:i + 1 + takes_value]
+        i += 1 + takes_value
+    return out
+
+
+def defaults(raw: Raw, name: str) -> list:
+    comps = {c["id"]: c for c in raw.config()["components"]}
+    return [(comps[c].get("props") or {}).get("value") if comps[c].get("type") != "state" else None
+            for c in raw.events()[name]["inputs"]]
+
+
+def analyze(raw: Raw, path: str, session: str | None = None, timeout: float = 600):
+    data = defaults(raw, "analyze")
+    data[0] = file_payload(path)
+    return raw.call("analyze", data, session=session, timeout=timeout)
+
+
+def noise_png(path: Path, w: int, h: int, seed: int = 0) -> Path:
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def photo(tmp: Path) -> Path:
+    import skimage
+
+    return Path(skimage.__file__).parent / "data" / "coffee.png"
+
+
+# ----------------------------------------------------------------------------- the attacks
+
+
+def server_files(url: str, tmp: Path) -> None:
+    from attacks import values_for
+
+    raw = Raw(url)
+    secret = tmp / "secret.png"  # an image on the server that is not one of the app's examples
+    secret.write_bytes(photo(tmp).read_bytes())
+    served, tried = 0, 0
+    for event, positions in raw.file_inputs().items():
+        for pos in positions:
+            for meta in (True, False):
+                out = raw.call(event, values_for(raw, event, pos, file_payload(str(secret), meta)), session=f"f{tried}")
+                tried += 1
+                served += out.joined and out.success and "Cannot use this image" not in str(out.output)
+    row("a server image named in a file payload: every file input of every event, with and without meta",
+        "served" if served else "refused", f"{served} of {tried} attempts served it")
+    (tmp / "notes.txt").write_text("not an image\n")
+    answers = {what: raw.call("predict", [file_payload(str(path), meta=False), None, 5]).message
+               for what, path in (("a text file", tmp / "notes.txt"), ("a missing file", tmp / "nope.png"))}
+    same = len(set(answers.values())) == 1
+    row("does the answer tell whether a server file exists?", "no: one message" if same else "yes: two messages",
+        " / ".join(f"{k}: {v[:45]}" for k, v in answers.items()))
+
+
+def rebinding(url: str, port: int, weights: str) -> None:
+    evil = {"Host": f"evil.example:{port}", "Origin": "http://evil.example"}
+    raw = Raw(url, headers=evil)
+    r = raw.http.get(url + "config")
+    try:
+        fn = Raw(url).fn_index("on_checkpoint")
+        out = raw.call(fn, [weights, None, None, None])
+        loaded = "loaded" if out.success else f"refused (HTTP {out.status})"
+    except KeyError:
+        loaded = "no such event"
+    row("DNS rebinding: a page on evil.example reaches the local app (Host: evil.example)",
+        "answered" if r.status_code == 200 else "refused", f"/config: HTTP {r.status_code}; a checkpoint by server "
+        f"path: {loaded}")
+
+
+def forwarded_for(url: str, tmp: Path) -> None:
+    """28 slow jobs, each from its own session and its own X-Forwarded-For, from one address."""
+    stored = Raw(url).upload(photo(tmp))
+    clients = []
+    for i in range(28):
+        raw = Raw(url, headers={"X-Forwarded-For": f"10.9.{i}.1"})
+        analyze(raw, stored)
+        clients.append(raw)
+    accepted = 0
+    for raw in clients:
+        status, _ = raw.join("on_deck", [None])
+        accepted += status == 200
+    row("28 slide decks from one address, each with its own X-Forwarded-For (no --trusted-proxy)",
+        "each header believed" if accepted > 16 else "one address", f"{accepted} of 28 accepted")
+
+
+def memory(url: str, pid: int, tmp: Path) -> None:
+    big = tmp / "huge.png"
+    small = np.zeros((80, 80, 3), dtype=np.uint8)
+    small[..., 0] = np.linspace(0, 255, 80)[None, :]
+    Image.fromarray(small).resize((8000, 8000), Image.Resampling.NEAREST).save(big)
+    raw = Raw(url)
+    analyze(raw, raw.upload(photo(tmp)), "warm")
+    time.sleep(1)
+    before = rss_mb(pid)
+    stored = raw.upload(big)
+    peak = before
+    for i in range(8):
+        out = analyze(raw, stored, f"s{i}")
+        peak = max(peak, rss_mb(pid))
+        if not out.success or "Cannot use" in str(out.output):
+            row("8 sessions analyse a 186 KB PNG of 8000x8000 px", "refused", out.message[:80])
+            return
+    time.sleep(2)
+    held = rss_mb(pid)
+    row(f"8 sessions analyse a {big.stat().st_size // 1024} KB PNG of 8000x8000 px (64 MP)",
+        "held by the sessions" if held - before > 600 else "reduced at load, sessions within budget",
+        f"RSS {before:.0f} -> {held:.0f} MiB (+{held - before:.0f})")
+
+
+def float_tiff(url: str, pid: int, tmp: Path) -> None:
+    p = tmp / "float.tif"
+    small = np.sin(np.linspace(0, 6, 63, dtype=np.float32))[None, :] * np.cos(np.linspace(0, 4, 63, dtype=np.float32))[:, None]
+    Image.fromarray(small, "F").resize((6300, 6300), Image.Resampling.NEAREST).save(p, compression="tiff_adobe_deflate")
+    raw = Raw(url)
+    stored = raw.upload(p)
+    before = rss_mb(pid)
+    peak = [before]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak.append(rss_mb(pid))
+            time.sleep(0.05)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    out = raw.call("predict", [file_payload(stored), None, 5])
+    stop.set()
+    t.join()
+    row(f"a {p.stat().st_size // 1024} KB float TIFF of 6300x6300 px (40 MP) to /predict",
+        "predicted" if out.success else f"refused: {out.message[:60]}",
+        f"{out.seconds:.1f} s, RSS peak +{max(peak) - before:.0f} MiB")
+
+
+def flood(url: str, tmp: Path, seconds: float = 150) -> None:
+    """One client (two sessions) keeps the slow work queued; another client asks for predictions."""
+    attacker = Raw(url, headers={"X-Forwarded-For": "10.0.0.66"})
+    victim = Raw(url, headers={"X-Forwarded-For": "10.0.0.7"})
+    stored = attacker.upload(photo(tmp))
+    for s in ("a1", "a2"):
+        analyze(attacker, stored, s)
+    slow = [n for n in attacker.events() if n in ("on_deck", "run", "run_1", "on_animate", "on_animate_1")]
+    joined, refused = 0, 0
+    for i in range(17):
+        status, _ = attacker.join(slow[i % len(slow)], defaults(attacker, slow[i % len(slow)]), session=("a1", "a2")[i % 2])
+        joined += status == 200
+        refused += status != 200
+    times, deadline = [], time.monotonic() + seconds
+    for i in range(10):
+        if time.monotonic() > deadline:
+            break
+        p = noise_png(tmp / f"v{i}.png", 64, 48, seed=i)
+        out = victim.call("predict", [file_payload(victim.upload(p)), None, 3], timeout=max(1, deadline - time.monotonic()))
+        times.append(out.seconds if out.success else float("inf"))
+    done = [t for t in times if t != float("inf")]
+    row("a flood of slow jobs (decks, RISE, causal LRP, animations) from one client: 17 asked",
+        f"{joined} queued, {refused} refused", "")
+    if len(done) >= 2:
+        figure = (f"p50 {statistics.median(done):.2f} s, p95 {statistics.quantiles(done, n=20)[18]:.2f} s, "
+                  f"max {max(done):.2f} s ({len(done)} predictions)")
+    else:
+        figure = f"{len(done)} prediction(s) in {seconds:.0f} s: " + ", ".join(f"{t:.0f} s" for t in done)
+    row("... meanwhile another client's /predict (new photo each time)",
+        "answered" if len(done) >= 2 and max(done) < 5 else "waited behind the flood", figure)
+
+
+def time_limit(url: str, tmp: Path, limit: str) -> None:
+    raw = Raw(url)
+    stored = raw.upload(photo(tmp))
+    analyze(raw, stored)
+    out = raw.call("run", defaults(raw, "run"), timeout=900)
+    row(f"RISE (slow method) on an app with {limit}", "stopped at the limit" if "took longer" in out.message
+        else ("finished" if out.success else out.message[:60]), f"{out.seconds:.1f} s")
+
+
+def declared_body(url: str, nbytes: int) -> tuple[str, float]:
+    """Send only the headers of a POST announcing ``nbytes`` of JSON (and the first 64 KB of it);
+    (the server's status line, seconds until it came)."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    with socket.create_connection((u.hostname, u.port), timeout=30) as sock:
+        t0 = time.perf_counter()
+        sock.sendall(f"POST /gradio_api/queue/join HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {nbytes}\r\n\r\n".encode() + b"[" * 65536)
+        try:
+            first = sock.recv(200).split(b"\r\n")[0].decode()
+        except OSError as e:
+            first = type(e).__name__
+        return first, time.perf_counter() - t0
+
+
+def bodies(url: str, pid: int) -> None:
+    raw = Raw(url)
+    time.sleep(2)
+    before = rss_mb(pid)
+    status, took = declared_body(url, 100 * MB)
+    body = b'{"data": ["' + b"A" * (100 * MB) + b'"], "fn_index": 0, "session_hash": "x"}'
+    try:
+        code = raw.http.post(url + "gradio_api/queue/join", content=body,
+                             headers={"Content-Type": "application/json"}).status_code
+    except Exception as e:  # noqa: BLE001
+        code = type(e).__name__
+    time.sleep(2)
+    row("a 100 MiB JSON body to /gradio_api/queue/join", f"to its headers: {status or 'no answer'}; to the "
+        f"whole body: HTTP {code}", f"{took:.2f} s to answer the headers; RSS {before:.0f} -> {rss_mb(pid):.0f} MiB")
+    marker = "Q" * MB
+    out = raw.call("predict", [None, marker, 5])
+    longest = max(len(out.message), 0)
+    r = raw.http.post(url + "gradio_api/queue/join", json={"data": marker, "fn_index": 0, "session_hash": "s"})
+    row("a 1 MB value sent to /predict (model name) and as a malformed body",
+        "echoed back" if max(longest, len(r.text)) > 10_000 else "not echoed",
+        f"error messages of {longest:,} and {len(r.text):,} bytes")
+
+
+def uploads(url: str, root: Path, tmp: Path) -> None:
+    f = noise_png(tmp / "big.png", 2600, 2600)  # ~20 MB of noise: under the 25 MB cap
+    raw = Raw(url)
+    stored, codes = 0, []
+    t0 = time.perf_counter()
+    for _ in range(12):
+        with open(f, "rb") as fh:
+            r = raw.http.post(url + "gradio_api/upload", files=[("files", ("big.png", fh))])
+        codes.append(r.status_code)
+        stored += f.stat().st_size * (r.status_code == 200)
+    row(f"12 uploads of {f.stat().st_size / MB:.0f} MB from one client within a minute",
+        f"{codes.count(200)} stored, {len(codes) - codes.count(200)} refused",
+        f"{stored / MB:.0f} MB on disk in {time.perf_counter() - t0:.0f} s")
+
+
+def leaks(url: str, root: Path, weights: str) -> None:
+    raw = Raw(url)
+    cfg = json.dumps(raw.config())
+    info = raw.http.get(url + "gradio_api/info").text
+    paths = sum(cfg.count(s) + info.count(s) for s in (str(root), "site-packages", weights))
+    row("server paths in /config and the API docs (model keys, examples)", "leaked" if paths else "none",
+        f"{paths} occurrences")
+    stored = raw.upload(photo(Path(tempfile.gettempdir())))
+    out = analyze(raw, stored)
+    names = [Path(v["path"]).name for v in (out.output or {}).get("data", []) if isinstance(v, dict) and "path" in v]
+    row("names of the pictures sent to the browser", "process id and counter" if any("view_" in n for n in names)
+        else "random", names[0] if names else "")
+    for k in ("abc", 2000):
+        out = raw.call("predict", [file_payload(stored), None, k])
+        row(f"k = {k!r} to /predict", "answered" if out.success else
+            ("exception type shown" if "Error" in out.message else "plain message"), out.message[:90])
+
+
+def temp_folders(root: Path, args: list[str], tmp: Path) -> None:
+    before = {p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("vit_demo_") and p.is_dir()}
+    app = start_app(args, root=root)
+    raw = Raw(app.url)
+    stored = raw.upload(photo(tmp))
+    out = analyze(raw, stored)
+    for name in [n for n in raw.events() if n.startswith("on_export")][:4]:
+        raw.call(name, defaults(raw, name))
+    app.proc.send_signal(signal.SIGTERM)
+    app.proc.wait(timeout=60)
+    after = {p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("vit_demo_") and p.is_dir()}
+    left = after - before
+    size = sum(f.stat().st_size for d in left for f in d.rglob("*") if f.is_file())
+    row("temp folders left by an app that was stopped (SIGTERM) after an upload, an analysis and 4 exports",
+        "left behind" if left else "removed", f"{len(left)} folders, {size / MB:.1f} MB"
+        + ("" if out.success else " (analysis failed)"))
+
+
+def holds(url: str, tmp: Path) -> None:
+    raw = Raw(url)
+    tricks = ["/etc/passwd", "../../../../etc/passwd", "..%2f..%2f..%2fetc%2fpasswd", "%2e%2e/%2e%2e/etc/passwd",
+              "/proc/self/environ", "~/.ssh/id_rsa", "C:\\Windows\\win.ini", "file:///etc/passwd", "\\\\server\\share",
+              "/tmp/../etc/passwd", "....//....//etc/passwd", "%252e%252e%252fetc%252fpasswd"]
+    prefixes = ["gradio_api/file=", "gradio_api/file/", "file=", "gradio_api/file=/tmp/gradio/", "gradio_api/file=./",
+                "gradio_api/file=static/", "gradio_api/file=..%2f", "gradio_api/proxy=", "assets/", "static/",
+                "gradio_api/file=%2F", "gradio_api/stream/", "custom_component/", "gradio_api/file=%00",
+                "gradio_api/file=//", "svelte/", "theme.css/", "gradio_api/file=../", "gradio_api/file=.\\",
+                "gradio_api/file=~"]
+    codes: dict[int, int] = {}
+    for p in prefixes:
+        for t in tricks:
+            try:
+                c = raw.http.get(url + p + t).status_code
+            except Exception:  # noqa: BLE001
+                c = 0
+            codes[c] = codes.get(c, 0) + 1
+    served = codes.get(200, 0)
+    row(f"Gradio's file routes: {sum(codes.values())} path tricks (traversal, encodings, absolute paths)",
+        "served" if served else "refused", ", ".join(f"{k}: {v}" for k, v in sorted(codes.items())))
+    out = raw.call("predict", [{"path": "http://169.254.169.254/latest/meta-data/", "meta": {"_type": "gradio.FileData"},
+                                "orig_name": "x.png"}, None, 5])
+    proxy = raw.http.get(url + "gradio_api/proxy=http://169.254.169.254/").status_code
+    row("SSRF: a URL in a file payload, and the proxy route", "refused" if out.refused and proxy >= 400 else "fetched",
+        f"payload: {out.message[:50] or 'served'}; proxy: HTTP {proxy}")
+    f = noise_png(tmp / "huge_upload.png", 3000, 3000)  # ~27 MB
+    with open(f, "rb") as fh:
+        r = raw.http.post(url + "gradio_api/upload", files=[("files", ("x.png", fh))])
+    row(f"an upload of {f.stat().st_size / MB:.0f} MB (cap 25 MB)", f"HTTP {r.status_code}", "")
+    ckpt = [n for n in raw.events() if n.startswith("on_checkpoint")]
+    row("loading a checkpoint on the exposed app", "possible" if ckpt else "no such event", f"{len(ckpt)} events")
+    stored = raw.upload(photo(tmp))
+    odd = [None, "", "abc", -1, 0, 11, 2.5, 1e308, float("nan"), True, [], {}, [1, 2], {"a": 1}, "5", " 5 ",
+           "1e3", "-0", "0x10", "\u202e5"]
+    bad = 0
+    n = 0
+    for k in odd:
+        for model in (None, "", "nope", 42, ["x"]):
+            try:
+                out = raw.call("predict", [file_payload(stored), model, k], timeout=60)
+            except Exception:  # noqa: BLE001 - a NaN the client cannot even send
+                continue
+            n += 1
+            msg = out.message if not out.success else ""
+            bad += (not out.success) and ("\n" in msg or len(msg) > 300 or "Traceback" in msg)
+    row(f"{n} odd API values (k, model) to /predict", "one-line answers" if not bad else "tracebacks or long echoes",
+        f"{bad} bad answers")
+
+
+# ----------------------------------------------------------------------------- running them
+
+
+def run(root: Path, only: set[str] | None) -> None:
+    help_text = known_flags(root)
+    weights = str(root / "weights" / "deit_tiny_patch16_224.safetensors")
+    base = ["--weights", weights]
+    want = (lambda name: not only or name in only)
+    print("| attack | what happened | figure |\n|---|---|---|", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench_attacks_") as t:
+        tmp = Path(t)
+
+        def with_app(args: list[str], body: Callable) -> None:
+            app = start_app(app_args(root, base + args, help_text), timeout=300, root=root)
+            try:
+                body(app)
+            finally:
+                app.stop()
+
+        if want("files") or want("leaks") or want("holds") or want("bodies"):
+            def exposed(app):
+                for name, fn in (("files", lambda: server_files(app.url, tmp)), ("leaks", lambda: leaks(app.url, root, weights)),
+                                 ("bodies", lambda: bodies(app.url, app.proc.pid)), ("holds", lambda: holds(app.url, tmp))):
+                    if want(name):
+                        fn()
+            with_app(["--exposed"], exposed)
+        if want("rebinding"):
+            with_app([], lambda app: rebinding(app.url, app.port, weights))
+        if want("memory"):
+            with_app(["--exposed", "--max-megapixels", "64"], lambda app: (memory(app.url, app.proc.pid, tmp),
+                                                                          float_tiff(app.url, app.proc.pid, tmp)))
+        if want("uploads"):
+            with_app(["--exposed"], lambda app: uploads(app.url, root, tmp))
+        if want("forwarded"):
+            with_app(["--exposed"], lambda app: forwarded_for(app.url, tmp))
+        if want("flood"):
+            with_app(["--exposed", "--trusted-proxy", "127.0.0.1"], lambda app: flood(app.url, tmp))
+        if want("timelimit"):
+            with_app(["--exposed", "--job-seconds", "10"], lambda app: time_limit(
+                app.url, tmp, "--job-seconds 10" if "--job-seconds" in help_text else "no time limit"))
+        if want("temp"):
+            temp_folders(root, app_args(root, base + ["--exposed"], help_text), tmp)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app to attack (default: this one)")
+    ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
+                                              "timelimit temp")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    run(args.root.resolve(), set(args.only) if args.only else None)
+    print(f"\n{len(ROWS)} rows in {time.perf_counter() - t0:.0f} s; app: {args.root.resolve()}")
+    if args.json:
+        args.json.write_text(json.dumps(ROWS, indent=2))
+
+
+if __name__ == "__main__":
+    main()

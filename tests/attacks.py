@@ -1,0 +1,177 @@
+"""Raw HTTP against a running app, the way an attacker talks to it: no gradio_client, no browser.
+
+``Raw(url)`` speaks Gradio's own protocol: upload files (``POST gradio_api/upload``), join the
+queue for ANY event by its index (``POST gradio_api/queue/join``: public or "private", an
+attacker sees them all in ``/config``), and read the session's event stream
+(``GET gradio_api/queue/data``) until the event completes. Extra headers (``Host``,
+``X-Forwarded-For``) go with every request. Used by the security tests (tests/test_app_guard.py,
+tests/test_app_lanes.py, ...) and by ``benchmarks/bench_attacks.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FILE_META = {"_type": "gradio.FileData"}
+FILE_TYPES = {"image", "file", "gallery", "video", "audio", "model3d"}  # components whose values are files
+
+
+@dataclass
+class Outcome:
+    """What came back for one request: refused at the door (``joined`` False, ``status`` the HTTP
+    code), or run (``success`` and the event's ``output``: its data, or its error message)."""
+
+    joined: bool
+    status: int
+    success: bool = False
+    output: Any = None
+    message: str = ""
+    seconds: float = 0.0
+
+    @property
+    def refused(self) -> bool:
+        return not self.joined or not self.success
+
+
+class Raw:
+    """One client (one session unless told otherwise) of the app at ``url``."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None, timeout: float = 120) -> None:
+        import httpx
+
+        self.url = url if url.endswith("/") else url + "/"
+        self.http = httpx.Client(timeout=timeout, headers=headers or {})
+        self.session = uuid.uuid4().hex
+        self._config: dict | None = None
+
+    def close(self) -> None:
+        self.http.close()
+
+    # -- what the page says about itself
+
+    def config(self) -> dict:
+        if self._config is None:
+            r = self.http.get(self.url + "config")
+            r.raise_for_status()
+            self._config = r.json()
+        return self._config
+
+    def fn_index(self, name: str) -> int:
+        """The index of the event named ``name`` (its api_name, public or private)."""
+        for i, d in enumerate(self.config()["dependencies"]):
+            if d.get("api_name") == name:
+                return d.get("id", i)
+        raise KeyError(f"no event named {name!r}")
+
+    def events(self) -> dict[str, dict]:
+        return {d.get("api_name") or str(d.get("id", i)): d for i, d in enumerate(self.config()["dependencies"])}
+
+    def component_types(self) -> dict[int, str]:
+        return {c["id"]: c.get("type", "") for c in self.config()["components"]}
+
+    def file_inputs(self) -> dict[str, list[int]]:
+        """event name -> positions of its inputs that take files (images, files)."""
+        types = self.component_types()
+        out = {}
+        for name, d in self.events().items():
+            pos = [i for i, cid in enumerate(d["inputs"]) if types.get(cid) in FILE_TYPES]
+            if pos:
+                out[name] = pos
+        return out
+
+    def n_inputs(self, name: str) -> int:
+        return len(self.events()[name]["inputs"])
+
+    # -- the protocol
+
+    def upload(self, path: Path, name: str | None = None) -> str:
+        """Store a file through the upload route; returns the server's path for it."""
+        with open(path, "rb") as f:
+            r = self.http.post(self.url + "gradio_api/upload", files=[("files", (name or path.name, f))])
+        r.raise_for_status()
+        return r.json()[0]
+
+    def join(self, fn: int | str, data: list, session: str | None = None, event_data: Any = None) -> tuple[int, str]:
+        """(HTTP status, event id or the refusal's message)."""
+        fn_index = self.fn_index(fn) if isinstance(fn, str) else fn
+        body = {"data": data, "fn_index": fn_index, "session_hash": session or self.session}
+        if event_data is not None:
+            body["event_data"] = event_data
+        r = self.http.post(self.url + "gradio_api/queue/join", json=body)
+        if r.status_code == 200:
+            return 200, r.json()["event_id"]
+        try:
+            detail = r.json().get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        return r.status_code, detail if isinstance(detail, str) else json.dumps(detail)
+
+    def results(self, event_ids: set[str], session: str | None = None, timeout: float = 300) -> dict[str, dict]:
+        """Each event's ``process_completed`` message, read from the session's stream."""
+        done: dict[str, dict] = {}
+        deadline = time.monotonic() + timeout
+        while set(event_ids) - set(done) and time.monotonic() < deadline:
+            with self.http.stream("GET", self.url + "gradio_api/queue/data",
+                                  params={"session_hash": session or self.session},
+                                  timeout=max(1.0, deadline - time.monotonic())) as r:
+                for line in r.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    msg = json.loads(line[5:])
+                    if msg.get("msg") == "process_completed":
+                        done[msg["event_id"]] = msg
+                    elif msg.get("msg") == "close_stream":
+                        break
+        return done
+
+    def call(self, fn: int | str, data: list, session: str | None = None, timeout: float = 300,
+             event_data: Any = None) -> Outcome:
+        """Join and wait: the :class:`Outcome`."""
+        t0 = time.perf_counter()
+        status, answer = self.join(fn, data, session, event_data)
+        if status != 200:
+            return Outcome(False, status, message=str(answer), seconds=time.perf_counter() - t0)
+        msg = self.results({answer}, session, timeout).get(answer)
+        if msg is None:
+            return Outcome(True, 200, False, None, "never completed", time.perf_counter() - t0)
+        out = msg.get("output") or {}
+        return Outcome(True, 200, bool(msg.get("success")), out, str(out.get("error") or ""), time.perf_counter() - t0)
+
+
+def file_payload(path: str, meta: bool = True, name: str | None = None) -> dict:
+    """A file value as the browser sends it (with Gradio's ``meta``), or without ``meta``."""
+    d: dict[str, Any] = {"path": path, "orig_name": name or Path(path).name}
+    if meta:
+        d["meta"] = dict(FILE_META)
+    return d
+
+
+def values_for(raw: Raw, name: str, file_pos: int, payload: Any) -> list:
+    """Inputs for event ``name``: ``payload`` at ``file_pos`` (a list of it for a multi-file
+    input), and each other input at its component's current value in ``/config``."""
+    cfg = raw.config()
+    comps = {c["id"]: c for c in cfg["components"]}
+    ids = raw.events()[name]["inputs"]
+    out = []
+    for i, cid in enumerate(ids):
+        comp = comps.get(cid, {})
+        if i == file_pos:
+            multiple = (comp.get("props") or {}).get("file_count") == "multiple"
+            out.append([payload] if multiple and payload is not None else payload)
+        elif comp.get("type") in FILE_TYPES or comp.get("type") == "state":
+            out.append(None)
+        else:
+            out.append((comp.get("props") or {}).get("value"))
+    return out
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, MiB."""
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss / 2**20

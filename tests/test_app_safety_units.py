@@ -1,0 +1,208 @@
+"""The safety machinery of the app, piece by piece, without a server (issue 21): the temp
+folders and their disk budget, the sessions' memory budget, the work in flight counted in the
+analysis cache, pictures reduced at load, time limits, budgets scaled to the machine."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit_demo.app import workspace as ws
+from vit_demo.app.session import SessionBudget, Upload
+from vit_demo.budget import ByteLRU, default_budgets
+from vit_demo.images import load_image
+from vit_demo.progress import TimeUp, check, report, time_limit
+
+MB = 1 << 20
+
+
+def test_stale_folders_go_live_ones_stay(tmp_path: Path) -> None:
+    """A folder whose app still runs (its lock held by another process) stays; one whose app is
+    gone, and an old version's folder unused for six hours, are removed; a recent old one stays."""
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from vit_demo.app.workspace import Workspace
+        w = Workspace({str(tmp_path)!r})
+        print(w.root, flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        live = Path(holder.stdout.readline().strip())
+        dead = ws.Workspace(tmp_path)
+        dead._lockfile.close()  # its app ended without cleaning up (killed)
+        dead._lockfile = None
+        old = tmp_path / "vit_demo_views_abc"
+        old.mkdir()
+        (old / "view.jpg").write_bytes(b"x")
+        os.utime(old, (time.time() - 7 * 3600,) * 2)
+        recent = tmp_path / "vit_demo_exports_xyz"
+        recent.mkdir()
+        other = tmp_path / "something_else"
+        other.mkdir()
+        removed = ws.clean_stale(tmp_path)
+        assert set(removed) == {dead.root, old}
+        assert live.is_dir() and recent.is_dir() and other.is_dir() and not dead.root.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert ws.clean_stale(tmp_path) == [live]  # its app is gone now
+
+
+def test_trim_removes_the_oldest_first(tmp_path: Path) -> None:
+    now = time.time()
+    for i in range(6):
+        d = ws.fresh(tmp_path)
+        f = d / f"f{i}.png"
+        f.write_bytes(b"x" * MB)
+        os.utime(f, (now - 100 + i, now - 100 + i))
+        os.utime(d, (now - 100, now - 100))
+    freed = ws.trim(tmp_path, int(2.5 * MB))
+    left = sorted(p.name for p in tmp_path.rglob("*.png"))
+    assert freed == 4 * MB and left == ["f4.png", "f5.png"]
+    assert len([d for d in tmp_path.iterdir()]) == 2  # the emptied folders went too
+    ws.trim(tmp_path, 0)  # never the newest file, whatever the budget
+    assert [p.name for p in tmp_path.rglob("*.png")] == ["f5.png"]
+
+
+def _session_with(pixels: int):
+    from vit_demo.app.session import Session
+
+    side = int(pixels ** 0.5)
+    return Session(model_key="m", upload=Upload(Image.new("RGB", (side, side)), "x.png", (side, side)))
+
+
+def test_session_budget_least_recently_used_and_idle() -> None:
+    budget = SessionBudget(max_bytes=10 * MB, idle_s=3600)
+    sessions = [_session_with(1_000_000) for _ in range(5)]  # 3 MB each
+    for s in sessions:
+        budget.touch(s)
+    kept = [s.upload is not None for s in sessions]
+    assert kept == [False, False, True, True, True] and budget.nbytes <= 10 * MB
+    assert sessions[0].forgotten and sessions[0].analysis is None
+    budget.touch(sessions[2])  # used again: the least recent is now sessions[3]
+    budget.touch(_session_with(1_000_000))
+    assert sessions[2].upload is not None and sessions[3].upload is None
+    idle = SessionBudget(max_bytes=100 * MB, idle_s=0.05)
+    s = _session_with(10_000)
+    idle.touch(s)
+    time.sleep(0.1)
+    idle.sweep()
+    assert s.upload is None and len(idle) == 0
+
+
+def test_work_in_flight_counts_in_the_budget() -> None:
+    lru: ByteLRU[str, bytes] = ByteLRU(100, len)
+    for k in "abcd":
+        lru.put(k, b"x" * 20)
+    with lru.reserve(50, protect=["a"]):  # 80 kept + 50 in flight > 100: the oldest others leave
+        assert lru.keys() == ["a", "d"] and lru.nbytes + lru.reserved <= 100
+        lru.put("e", b"x" * 20)  # a put during the reservation fits within it too
+        assert lru.nbytes + lru.reserved <= 100
+    assert lru.reserved == 0
+
+
+def test_analysis_cache_makes_room_for_the_analysis_in_flight(deit_tiny, monkeypatch) -> None:
+    """The budget holds while the next analysis is computed, not only once it is stored."""
+    from vit_demo import analysis
+    from vit_demo.analysis import AnalysisCache, analysis_nbytes, forward_working_set
+
+    pics = [Image.fromarray(np.full((64, 64, 3), 40 * i, dtype=np.uint8)) for i in range(4)]
+    one = analysis_nbytes(AnalysisCache(1 << 30).get(deit_tiny, pics[0]))
+    assert one <= forward_working_set(deit_tiny) < 2 * one
+    cache = AnalysisCache(max_bytes=3 * one + one // 2)  # three fit, but not three and one in flight
+    for p in pics[:3]:
+        cache.get(deit_tiny, p)
+    assert len(cache) == 3
+    during = []
+    real = analysis.analyze
+    monkeypatch.setattr(analysis, "analyze", lambda lm, img: (during.append(cache.nbytes), real(lm, img))[1])
+    cache.get(deit_tiny, pics[3])
+    assert during == [2 * one]  # room was made BEFORE the fourth was computed
+    assert len(cache) == 3 and cache.nbytes <= cache.max_bytes
+
+
+def test_pictures_are_reduced_at_load(tmp_path: Path) -> None:
+    """At most ``reduce_to`` pixels, the shape kept, the original size remembered; a JPEG is
+    decoded at a reduced scale; a dark 16-bit picture stays dark; EXIF turns it upright."""
+    big = tmp_path / "big.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (3000, 4000, 3), dtype=np.uint8)).save(big, quality=80)
+    img = load_image(big, reduce_to=1536 * 1536)
+    assert img.width * img.height <= 1536 * 1536 and abs(img.width / img.height - 4 / 3) < 0.01
+    assert img.info["original_size"] == (4000, 3000)
+    dark = tmp_path / "dark16.png"
+    Image.fromarray(np.full((2000, 3000), 200, dtype=np.uint16)).save(dark)  # 200/65535: nearly black
+    assert np.asarray(load_image(dark, reduce_to=100_000)).max() <= 1
+    turned = tmp_path / "turned.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
+    Image.new("RGB", (3000, 1000), (200, 10, 10)).save(turned, exif=exif)
+    up = load_image(turned, reduce_to=300_000)
+    assert up.height > up.width and up.info["original_size"] == (1000, 3000)
+    assert load_image(big).size == (4000, 3000)  # without reduce_to, as before (the command line)
+
+
+def test_time_limit() -> None:
+    with time_limit(0.05, "A test job"):
+        check()
+        report(0.5)
+        time.sleep(0.1)
+        with pytest.raises(TimeUp, match="A test job took longer than the 0 s"):
+            check()
+        with pytest.raises(TimeUp):
+            report(0.9)
+        with time_limit(100):  # an inner limit never extends an outer one
+            with pytest.raises(TimeUp):
+                check()
+    check()  # no limit outside
+
+
+def test_slow_jobs_keep_their_signature_for_gradio() -> None:
+    from vit_demo.app.lanes import time_limited
+
+    def handler(a, b=2, progress=None):
+        return a + b
+
+    wrapped = time_limited(handler, 10)
+    assert inspect.signature(wrapped) == inspect.signature(handler) and wrapped(1) == 3
+
+
+def test_default_budgets_scale_with_the_machine() -> None:
+    big, laptop, tiny = default_budgets(64 << 30), default_budgets(8 << 30), default_budgets(2 << 30)
+    assert big == {"cache_mb": 1024, "models_mb": 1536, "sessions_mb": 256}
+    assert laptop == {"cache_mb": 512, "models_mb": 819.2, "sessions_mb": 128}
+    assert tiny["cache_mb"] == 256 and tiny["models_mb"] == 512 and tiny["sessions_mb"] == 64
+    assert default_budgets() and all(v > 0 for v in default_budgets().values())
+
+
+def test_model_keys_name_files_never_paths(tmp_path: Path, deit_tiny_path: Path) -> None:
+    """The menu's keys (what /config, the API docs and /predict's ``model`` carry): the file's name,
+    cut and made unique when long or shared, never a folder; short enough for the door's limit."""
+    import shutil
+
+    from vit_demo.app.guard import MAX_VALUE
+    from vit_demo.app.registry import ModelRegistry
+
+    long = "deit_tiny_patch16_224_" + "x" * 60 + ".safetensors"
+    files = []
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        for name in (long, "deit_tiny_patch16_224.safetensors"):
+            files.append(tmp_path / d / name)
+            shutil.copy(deit_tiny_path, files[-1])
+    reg = ModelRegistry(files, "deit_tiny_patch16_224", hub_names=("deit_small_patch16_224",))
+    keys = [k for _, k in reg.choices()]
+    assert len(set(keys)) == len(keys) and all(len(k) <= MAX_VALUE and str(tmp_path) not in k and "/" not in k
+                                                 for k in keys), keys
+    assert "file:deit_tiny_patch16_224.safetensors" in keys
+    spec = reg.add_checkpoint(str(files[0]), uploaded=True)  # on the menu already: the same entry
+    assert spec.key in keys

@@ -1,0 +1,159 @@
+"""Who gets in, and where the work waits: the door of the app's queue and its two lanes.
+
+Every queued event, UI or API, public or private, comes in through Gradio's ``Queue.push``;
+:func:`guard_queue` puts one door in front of it that, in order:
+
+1. refuses a request whose values do not fit its event (:class:`~vit_demo.app.guard.JoinGuard`:
+   server files, odd shapes, over-long strings), before anything runs;
+2. (exposed) lets one address open at most :data:`NEW_SESSIONS` new sessions per 10 minutes:
+   Gradio keeps a copy of the page's state for every session (220 KB here), up to
+   :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
+3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
+   first has finished; exposed, an address may hold two, for two browser tabs);
+4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
+   flood is told "queue is full" while other clients still get in.
+
+The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
+explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
+side-by-side figures, slide exports: seconds to minutes, :data:`SLOW_EVENTS`), each with its own
+number of jobs at a time, so that predictions never wait behind a deck. Every job of the slow
+lane runs under a time limit (:func:`limit_slow_jobs`, :func:`vit_demo.progress.time_limit`).
+No Gradio import: the queue is reached through ``demo._queue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ..progress import time_limit
+from .guard import JoinGuard
+from .middleware import UploadBudget
+
+MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
+NEW_SESSIONS = 60  # new sessions one address may open per 10 minutes, when exposed (a tab is one)
+TOO_MANY_SESSIONS = "Too many new sessions from this address: wait a few minutes, or keep using the page you have open."
+SLOW_BUSY = ("This client already has a slow job (a slide deck, a slow method, an animation, a side-by-side figure "
+             "or a slide export) in progress: wait for it to finish, then ask again.")
+
+
+def client_key(session: str | None, host: str | None, exposed: bool) -> str | None:
+    """Who a request is from: its address when the app is exposed (sessions are free to make),
+    its session otherwise (every local client is this computer)."""
+    return (host or session) if exposed else session
+
+
+def _host(event: Any) -> str | None:
+    client = getattr(getattr(event, "request", None), "client", None)
+    return getattr(client, "host", None)
+
+
+def _waiting(queue: Any) -> list[Any]:
+    return [e for q in queue.event_queue_per_concurrency_id.values() for e in q.queue]
+
+
+def _slow_in_flight(queue: Any) -> list[Any]:
+    """The slow lane's events, waiting or running."""
+    lane = queue.event_queue_per_concurrency_id.get(SLOW)
+    waiting = list(lane.queue) if lane is not None else []
+    running = [e for job in getattr(queue, "active_jobs", []) or [] if job for e in job
+               if getattr(e, "concurrency_id", None) == SLOW]
+    return waiting + running
+
+
+class Door:
+    """The checks of the module docstring, for one app. ``per_client`` / ``per_host``: requests
+    one session / one address may have waiting (None: no address cap); ``slow_per_host``: slow
+    jobs one address may have in flight when exposed."""
+
+    def __init__(self, queue: Any, fns: dict, join_guard: JoinGuard | None, per_client: int,
+                 per_host: int | None, exposed: bool, slow_per_host: int = 2) -> None:
+        self.queue, self.fns, self.join_guard = queue, fns, join_guard
+        self.per_client, self.per_host, self.exposed, self.slow_per_host = per_client, per_host, exposed, slow_per_host
+        self.new_sessions = UploadBudget(NEW_SESSIONS, window_s=600)
+
+    def known(self, session: str) -> bool:
+        """Whether Gradio already keeps a state for ``session`` (True when it cannot tell)."""
+        holder = getattr(getattr(self.queue, "blocks", None), "state_holder", None)
+        return holder is None or session in holder
+
+    def refusal(self, body: Any, request: Any) -> tuple[str, str] | None:
+        """(message, Gradio's state for it) when the request must be turned away, else None."""
+        fn = self.fns.get(getattr(body, "fn_index", None))
+        if fn is None:
+            return "No such event.", "error"
+        if self.join_guard is not None:
+            why = self.join_guard.problem([c._id for c in fn.inputs], getattr(body, "data", None))
+            if why:
+                return why, "error"
+        session = getattr(body, "session_hash", None)
+        host = getattr(getattr(request, "client", None), "host", None)
+        if self.exposed and session and host and not self.known(session) and not self.new_sessions.take(host, 1):
+            return TOO_MANY_SESSIONS, "queue_full"
+        if getattr(fn, "concurrency_id", None) == SLOW:
+            slow = _slow_in_flight(self.queue)
+            if session and sum(e.session_hash == session for e in slow) >= 1:
+                return SLOW_BUSY, "queue_full"
+            if self.exposed and host and sum(_host(e) == host for e in slow) >= self.slow_per_host:
+                return SLOW_BUSY, "queue_full"
+        waiting = _waiting(self.queue)
+        if session and sum(e.session_hash == session for e in waiting) >= self.per_client:
+            return (f"Queue is full for this client: it already has {self.per_client} requests waiting. "
+                    "Wait for them to finish."), "queue_full"
+        if self.per_host is not None and host and sum(_host(e) == host for e in waiting) >= self.per_host:
+            return (f"Queue is full for this address: it already has {self.per_host} requests waiting. "
+                    "Wait for them to finish."), "queue_full"
+        return None
+
+
+def guard_queue(demo: Any, per_client: int, per_host: int | None = None, join_guard: JoinGuard | None = None,
+                exposed: bool = False) -> Door | None:
+    """Put a :class:`Door` in front of ``demo``'s queue (call after ``demo.queue()``)."""
+    queue = getattr(demo, "_queue", None)
+    if queue is None or not hasattr(queue, "push") or not hasattr(queue, "event_queue_per_concurrency_id"):
+        warnings.warn("this Gradio's queue has another shape: no per-client caps and no checks at the door "
+                      "(the handlers still check every file)", stacklevel=2)
+        return None
+    door = Door(queue, demo.fns, join_guard, per_client, per_host, exposed)
+    push = queue.push
+    lock = asyncio.Lock()  # count and enqueue as one step: concurrent joins must not all pass the count
+
+    async def guarded_push(body: Any, request: Any, username: str | None):
+        async with lock:
+            try:
+                refused = door.refusal(body, request)
+            except AttributeError:  # a Gradio whose queued events look different: its own caps only
+                refused = None
+            if refused is not None:
+                return False, refused[0], refused[1]
+            return await push(body, request, username)
+
+    queue.push = guarded_push
+    return door
+
+
+def time_limited(fn: Callable, seconds: float, room: Callable[[], Any] | None = None) -> Callable:
+    """``fn`` run under :func:`vit_demo.progress.time_limit` (its signature kept for Gradio),
+    and within ``room()`` (the memory it may need, counted in a budget) when given."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with time_limit(seconds), (room() if room is not None else contextlib.nullcontext()):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def limit_slow_jobs(demo: Any, seconds: float, room: Callable[[], Any] | None = None) -> int:
+    """Every event of the slow lane gets a time limit of ``seconds`` (and its working memory
+    counted through ``room``); returns how many."""
+    n = 0
+    for fn in demo.fns.values():
+        if getattr(fn, "concurrency_id", None) == SLOW and fn.fn is not None:
+            fn.fn = time_limited(fn.fn, seconds, room)
+            n += 1
+    return n

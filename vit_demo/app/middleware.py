@@ -1,0 +1,188 @@
+"""The gate in front of every HTTP route of the app (an ASGI middleware on Gradio's FastAPI app).
+
+Before any route of Gradio's runs, :class:`Gate`:
+
+- answers only requests addressed to the app's own names when it serves this computer only
+  (``Host`` 127.0.0.1, localhost or ``[::1]``, plus ``--allowed-host``): a DNS-rebinding page,
+  whose name now points at 127.0.0.1, gets 403 and nothing else;
+- refuses request bodies over ``max_body`` bytes (1 MiB: the largest real one is a few KB of
+  JSON) on every route but the upload route: a declared length at once (413, nothing read), an
+  undeclared one as soon as it passes the limit, so a 100 MiB body costs the app 1 MiB at most;
+- keeps each client's uploads within a budget over a sliding window (:class:`UploadBudget`,
+  when the app is exposed): an upload that would pass it is refused (429) before it is read;
+- closes the routes of Gradio's that this app never uses (screen recordings, the code editor,
+  component servers, streaming input);
+- caps every error response at :data:`MAX_ERROR` bytes, so that no error (the framework's own
+  validation errors repeat the whole request) sends back more than a few dozen characters of
+  what came in.
+
+The client's address is the connection's, or the one a ``--trusted-proxy`` forwarded (uvicorn
+applies ``X-Forwarded-For`` only from the addresses in ``FORWARDED_ALLOW_IPS``: app.py sets it).
+No Gradio here.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+
+MAX_BODY = 1 << 20  # bytes of a request body (not an upload)
+MAX_ERROR = 300  # bytes of an error response's body
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+CLOSED_ROUTES = ("/gradio_api/process_recording", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit",
+                 "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/")
+UPLOAD_ROUTE = "/gradio_api/upload"
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without the port (``[::1]:7860`` -> ``::1``), lower case."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+class UploadBudget:
+    """How much each client may take within ``window_s`` seconds (bytes of uploads; or new
+    sessions, :mod:`vit_demo.app.lanes`), and all clients together (``total``)."""
+
+    def __init__(self, per_client: int, total: int | None = None, window_s: float = 600) -> None:
+        self.per_client, self.total, self.window_s = int(per_client), total, window_s
+        self._log: dict[str, deque[tuple[float, int]]] = defaultdict(deque)
+        self._lock = threading.Lock()
+
+    def _used(self, key: str, now: float) -> int:
+        log = self._log[key]
+        while log and now - log[0][0] > self.window_s:
+            log.popleft()
+        return sum(n for _, n in log)
+
+    def take(self, client: str, nbytes: int) -> bool:
+        """Charge ``nbytes`` to ``client`` if it (and the total) stays within budget; else False."""
+        now = time.monotonic()
+        with self._lock:
+            if self._used(client, now) + nbytes > self.per_client:
+                return False
+            if self.total is not None and sum(self._used(k, now) for k in list(self._log)) + nbytes > self.total:
+                return False
+            self._log[client].append((now, nbytes))
+            for k in [k for k, log in self._log.items() if not log]:
+                del self._log[k]
+            return True
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    body = json.dumps({"detail": text}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Gate:
+    """The ASGI middleware of the module docstring. ``allowed_hosts``: the names the app answers
+    to (None: any, an exposed app); ``budget``: the upload budget (None: no budget)."""
+
+    def __init__(self, app: Any, allowed_hosts: Iterable[str] | None = None, max_body: int = MAX_BODY,
+                 budget: UploadBudget | None = None, closed: Iterable[str] = CLOSED_ROUTES) -> None:
+        self.app = app
+        self.allowed = None if allowed_hosts is None else {host_name(h) for h in allowed_hosts}
+        self.max_body, self.budget, self.closed = max_body, budget, tuple(closed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin1").lower(): v.decode("latin1") for k, v in scope.get("headers", [])}
+        if self.allowed is not None and host_name(headers.get("host", "")) not in self.allowed:
+            return await _plain(send, 403, "This app answers only to its own address.")
+        if scope["type"] == "websocket":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if any(path == c or path.startswith(c if c.endswith("/") else c + "/") for c in self.closed):
+            return await _plain(send, 404, "Not found.")
+        length = headers.get("content-length")
+        declared = int(length) if length and length.isdigit() else None
+        if path.rstrip("/") == UPLOAD_ROUTE:
+            if self.budget is not None:
+                if declared is None:
+                    return await _plain(send, 411, "An upload must say its length.")
+                client = (scope.get("client") or ("?",))[0]
+                if not self.budget.take(client, declared):
+                    return await _plain(send, 429, "Upload budget used up: this client has uploaded its share "
+                                                   "for now. Try again in a few minutes.")
+            return await self.app(scope, receive, _capped(send))
+        if declared is not None and declared > self.max_body:
+            return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).")
+        body, more = await _read_up_to(receive, self.max_body)
+        if more:
+            return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).")
+        return await self.app(scope, _replay(body, receive), _capped(send))
+
+
+async def _read_up_to(receive: Receive, limit: int) -> tuple[bytes, bool]:
+    """The request's body, read while it stays within ``limit`` (True: it went past)."""
+    chunks, n = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), False
+        chunk = message.get("body", b"")
+        n += len(chunk)
+        if n > limit:
+            return b"", True
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), False
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the buffered body once, then what the connection says."""
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _capped(send: Send) -> Send:
+    """A send that cuts an error response's body to :data:`MAX_ERROR` bytes (a longer one is
+    replaced by a short note): no error repeats much of what came in."""
+    state: dict[str, Any] = {"error": False, "start": None, "body": b""}
+
+    async def capped(message: dict) -> None:
+        if state.get("done"):
+            return None
+        if message["type"] == "http.response.start":
+            if message.get("status", 200) < 400:
+                return await send(message)
+            state.update(error=True, start=message)
+            return None
+        if not state["error"] or message["type"] != "http.response.body":
+            return await send(message)
+        state["body"] += message.get("body", b"")
+        if message.get("more_body", False) and len(state["body"]) <= MAX_ERROR:
+            return None
+        body = state["body"]
+        if len(body) > MAX_ERROR:
+            body = json.dumps({"detail": "The request was refused."}).encode()
+        start = dict(state["start"])
+        start["headers"] = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length",
+                                                                                             b"content-encoding")]
+        start["headers"].append((b"content-length", str(len(body)).encode()))
+        await send(start)
+        await send({"type": "http.response.body", "body": body})
+        state["done"] = True  # sent: anything after it is dropped
+
+    return capped
