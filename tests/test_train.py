@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--patch-size", "8", "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--val-split", "0.2", "--seed", "3",
          "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "seconds", "out",
-        "device", "processes"]
+KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "best_epoch",
+        "seconds", "out", "device", "processes"]
 
 
 def vit_demo(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
