@@ -24,7 +24,10 @@ def register(sub: Any) -> None:
     p.add_argument("--img-size", type=int, help="model input size (default: the pictures' own size from scratch, "
                                                 "the checkpoint's when fine-tuning)")
     p.add_argument("--patch-size", type=int, help="from scratch: patch size (default: about 8 patches a side)")
-    p.add_argument("--epochs", type=int, help="default 50 from scratch, 5 fine-tuning, 8 linear probe")
+    p.add_argument("--stem", choices=("conv", "patch"), help="from scratch: 'conv' (default), a convolutional stem before the "
+                                                             "transformer; 'patch', the plain ViT (timm has its twin)")
+    p.add_argument("--epochs", type=int, help="from scratch: default from the data's size (3,200 pictures: 125; 10 to 300); "
+                                              "5 fine-tuning, 8 linear probe")
     p.add_argument("--batch-size", type=int, help="global batch (split across torchrun processes); default 64 / 16")
     p.add_argument("--lr", type=float, help="peak learning rate (default 1e-3)")
     p.add_argument("--freeze-backbone", action="store_true", help="with --from: train the head only (linear probe)")
@@ -42,7 +45,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     opts = TrainOptions(data=args.data, out=args.out, from_=args.from_, img_size=args.img_size,
-                        patch_size=args.patch_size, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                        patch_size=args.patch_size, stem=args.stem, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                         freeze_backbone=args.freeze_backbone, val_split=args.val_split, seed=args.seed,
                         resume=args.resume, device=args.device, progress=not args.no_progress, amp=args.amp,
                         compile=args.compile)

@@ -35,6 +35,7 @@ from .augment import eval_batch, train_batch
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
 from .data import DataError, TrainData, common_size, index_folder, load_folder
 from .recipe import (
+    STEMS,
     Recipe,
     finetune_recipe,
     make_optimizer,
@@ -61,6 +62,7 @@ class TrainOptions:
     from_: str | None = None  # checkpoint to fine-tune; None: from scratch
     img_size: int | None = None
     patch_size: int | None = None
+    stem: str | None = None  # from scratch: "conv" (default) or "patch" (the plain ViT)
     epochs: int | None = None
     batch_size: int | None = None  # global batch (split across torchrun processes)
     lr: float | None = None
@@ -133,29 +135,28 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
     """Read the data, build the model and resolve the recipe (flags override the defaults)."""
     if opts.from_ is None and opts.freeze_backbone:
         raise DataError("--freeze-backbone needs --from CHECKPOINT (there is no trained backbone to freeze)")
+    if any(v is not None and v <= 0 for v in (opts.epochs, opts.batch_size, opts.lr)):
+        raise DataError("--epochs and --batch-size must be >= 1 and --lr > 0")
     cifar = find_cifar(opts.data)
     index = None if cifar else index_folder(opts.data)
     num_classes = len(class_names(cifar)) if cifar else len(index.classes)
     if opts.from_ is None:
         size = opts.img_size or (32 if cifar else min(common_size(index.files)))
-        model = VisionTransformer(scratch_config(size, num_classes, opts.patch_size)).init_weights()
-        dc, recipe, mode, base = scratch_data_config(size), scratch_recipe(), "scratch", "scratch"
-        store = size
+        model = VisionTransformer(scratch_config(size, num_classes, opts.patch_size, opts.stem or STEMS[0])).init_weights()
+        dc, mode, base, store = scratch_data_config(size), "scratch", "scratch", size
     else:
-        if opts.patch_size:
-            raise DataError("--patch-size only applies from scratch (a checkpoint fixes its patch size)")
+        if opts.patch_size or opts.stem:
+            raise DataError("--patch-size and --stem only apply from scratch (a checkpoint fixes its architecture)")
         lm = load_model(weights=opts.from_, device="cpu")
         model = with_new_head(lm.model, num_classes, opts.img_size)
         dc = lm.data_config.with_size(model.cfg.img_size)
-        recipe = finetune_recipe(opts.freeze_backbone)
         mode, base = ("linear-probe" if opts.freeze_backbone else "finetune"), lm.name
         store = dc.scale_size[0]
-    recipe = replace(recipe, **{k: v for k, v in (("epochs", opts.epochs), ("batch_size", opts.batch_size),
-                                                  ("lr", opts.lr)) if v is not None})
-    if recipe.epochs < 1 or recipe.batch_size < 1 or recipe.lr <= 0:
-        raise DataError("--epochs and --batch-size must be >= 1 and --lr > 0")
     data = load_cifar_dir(cifar, dc, store) if cifar else load_folder(index, dc, opts.val_split, opts.seed, store,
                                                                       progress=opts.progress, warn=log)
+    recipe = scratch_recipe(len(data.train_x)) if opts.from_ is None else finetune_recipe(opts.freeze_backbone)
+    recipe = replace(recipe, **{k: v for k, v in (("epochs", opts.epochs), ("batch_size", opts.batch_size),
+                                                  ("lr", opts.lr)) if v is not None})
     return Setup(model, dc, data, recipe, mode, base)
 
 
@@ -283,12 +284,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         sched.load_state_dict(st["scheduler"])
         history, best, start = st["history"], st["best"], st["epoch"]
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
-    say(f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
-        f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
-        f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
-        f"patch {model.cfg.patch_size}; {r.epochs} epochs, batch {r.batch_size}, lr {r.lr:g}; on {device}"
-        + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
-        + "".join(f", {flag}" for flag, on in (("bf16 autocast", opts.amp), ("compiled", opts.compile)) if on))
+    say(header(s, model, opts, dist, device))
     ddp = training_module(model, opts, dist, device)
     for epoch in range(start, r.epochs):
         train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp)
@@ -312,6 +308,19 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         tdist.barrier()
         tdist.destroy_process_group()
     return summary
+
+
+def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> str:
+    """The run's first line: the data, the model and the recipe."""
+    r = s.recipe
+    return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
+            f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
+            f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
+            f"patch {model.cfg.patch_size}{', conv stem' if model.cfg.conv_stem else ''}; {r.epochs} epochs"
+            f"{' (for this many pictures; --epochs to change)' if s.mode == 'scratch' and opts.epochs is None else ''}, "
+            f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
+            + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
+            + "".join(f", {flag}" for flag, on in (("bf16 autocast", opts.amp), ("compiled", opts.compile)) if on))
 
 
 def kept_note(best: dict[str, Any], epoch: int, validated: bool) -> str:
