@@ -30,7 +30,8 @@ def model_summary(lm: LoadedModel) -> str:
     warn = "  **Random weights**: the machinery is real, the predictions are noise." if lm.random_weights else ""
     source = f"`{Path(lm.source[5:]).name}`" if lm.source.startswith("file ") else lm.source
     return (f"**{lm.name}**: {cfg.depth} layers × {cfg.num_heads} heads, width {cfg.embed_dim}, "
-            f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches, tokens: {prefix}; "
+            f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches"
+            f"{' (a convolutional stem makes them; no timm twin)' if cfg.conv_stem else ''}, tokens: {prefix}; "
             f"{head}. Weights: {source}.{warn}")
 
 
