@@ -12,7 +12,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_demo.train.data import DataError, index_folder, load_folder, make_shapes, read_boxes, split_indices
+from vit_demo.train.data import (
+    EASY,
+    MORE_SHAPES,
+    SHAPES,
+    DataError,
+    ShapeStyle,
+    index_folder,
+    load_folder,
+    make_shapes,
+    read_boxes,
+    render_shape,
+    shape_classes,
+    shape_outline,
+    split_indices,
+)
 from vit_demo.train.recipe import scratch_data_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +43,7 @@ def test_shapes_are_deterministic_and_boxed(tmp_path: Path) -> None:
 
 
 def test_box_holds_the_shape(tmp_path: Path) -> None:
-    meta = make_shapes(tmp_path, per_class=10, size=48, seed=0, progress=False)
+    meta = make_shapes(tmp_path, per_class=10, size=48, seed=0, progress=False, style=EASY)  # bright, nothing else drawn
     for rel, (x0, y0, x1, y1) in meta["boxes"].items():
         pic = np.asarray(Image.open(tmp_path / rel), dtype=np.float64)
         assert pic.shape == (48, 48, 3) and 0 <= x0 < x1 <= 48 and 0 <= y0 < y1 <= 48
@@ -39,6 +53,80 @@ def test_box_holds_the_shape(tmp_path: Path) -> None:
         shape = np.linalg.norm(pic - background, axis=2) > 100  # colours differ by >= 90 x sqrt(3), noise sd <= 24
         assert shape[inside].sum() >= 4, rel  # the shape is there...
         assert shape[~inside].mean() < 0.005, rel  # ...and hardly anything like it outside its box
+
+
+def test_easy_style_is_the_original_generator() -> None:
+    """``EASY`` draws what the generator drew before it had styles, draw for draw: the hash of
+    12 pictures and boxes made by that version (commit d70724b) with the same seed."""
+    import hashlib
+
+    rng, h = np.random.default_rng(7), hashlib.sha256()
+    for kind in list(SHAPES) * 3:
+        pic, box = render_shape(kind, 32, rng, EASY)
+        h.update(np.asarray(pic).tobytes())
+        h.update(repr(box).encode())
+    assert h.hexdigest() == "afdcce4bcaa9e763fd053ab8cc493ec88b14b5a3cea6964aee03896c969eaac0"
+
+
+def shape_contrast(style: ShapeStyle, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per picture: shape luminance minus background luminance (medians inside the shape /
+    outside its box), and the share of pixels outside the box that stand out from the background."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    contrast, stray = [], []
+    for i in range(n):
+        kind = SHAPES[i % 4]
+        state = rng.bit_generator.state
+        pic, (x0, y0, x1, y1) = render_shape(kind, 48, rng, style)
+        rng2 = np.random.default_rng()
+        rng2.bit_generator.state = state  # replay the draws up to the outline to get the shape's mask
+        from vit_demo.train.data import shape_colours
+
+        shape_colours(rng2, style.polarity)
+        r = 48 * rng2.uniform(0.18, 0.38)
+        cx, cy = rng2.uniform(r, 48 - r, 2)
+        mask = Image.new("L", (48, 48), 0)
+        ImageDraw.Draw(mask).polygon(shape_outline(kind, cx, cy, r, rng2.uniform(0, 2 * np.pi)), fill=255)
+        lum = np.asarray(pic.convert("L"), dtype=np.float64)
+        inside = np.asarray(mask) == 255
+        ys, xs = np.mgrid[:48, :48] + 0.5
+        outside = ~((xs >= x0 - 1) & (xs <= x1 + 1) & (ys >= y0 - 1) & (ys <= y1 + 1))
+        background = np.median(lum[outside])
+        contrast.append(np.median(lum[inside]) - background)
+        stray.append(float((np.abs(lum[outside] - background) > 60).mean()))
+    return np.array(contrast), np.array(stray)
+
+
+def test_hard_style_random_polarity_and_distractors() -> None:
+    """The default set: shapes darker than their background about half the time (the bright
+    set: never), marks outside the shape's box with distractors (none without)."""
+    contrast, _ = shape_contrast(ShapeStyle(distractors=0, texture=False), 120, seed=0)
+    assert abs(contrast).min() > 25 and 0.35 < (contrast < 0).mean() < 0.65, contrast
+    contrast, stray = shape_contrast(ShapeStyle("bright", 0, False), 60, seed=1)
+    assert contrast.min() > 50 and stray.max() < 0.01
+    _, none = shape_contrast(ShapeStyle("random", 0, False), 60, seed=2)
+    _, stray = shape_contrast(ShapeStyle("random", 6, False), 60, seed=2)
+    assert none.max() == 0 and (stray > 0.002).mean() > 0.5, stray  # most pictures carry marks of no class
+    hard = ShapeStyle()
+    assert (hard.polarity, hard.distractors, hard.texture) == ("random", 3, True)
+    with pytest.raises(DataError, match="--polarity must be random or bright"):
+        ShapeStyle("dark")
+
+
+def test_more_shape_classes(tmp_path: Path) -> None:
+    assert shape_classes(None) == SHAPES and shape_classes("all") == SHAPES + MORE_SHAPES
+    assert shape_classes("6") == SHAPES + MORE_SHAPES[:2] and shape_classes("moon, heart") == ("moon", "heart")
+    for bad, why in (("circle", "two or more"), ("circle,blob", "unknown: blob"), ("9", "between 2 and 8"),
+                     ("circle,circle", "two or more different")):
+        with pytest.raises(DataError, match=why):
+            shape_classes(bad)
+    for kind in SHAPES + MORE_SHAPES:  # every outline fits its circumradius, so the shape stays in the picture
+        pts = np.array(shape_outline(kind, 0.0, 0.0, 1.0, 0.3))
+        assert np.hypot(pts[:, 0], pts[:, 1]).max() == pytest.approx(1.0) and len(pts) >= 3
+    meta = make_shapes(tmp_path, per_class=2, size=32, seed=0, classes="all", progress=False)
+    assert sorted(d.name for d in tmp_path.iterdir() if d.is_dir()) == sorted(SHAPES + MORE_SHAPES)
+    assert len(meta["boxes"]) == 16 and meta["style"] == {"polarity": "random", "distractors": 3, "texture": True}
 
 
 def test_split_is_stratified_and_seeded() -> None:
@@ -84,14 +172,20 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "at least 2" in r.stderr, r.stderr
     r = subprocess.run([sys.executable, "-m", "vit_demo", "data", "shapes", "--out", str(tmp_path / "s"), "--per-class", "2",
                         "--size", "16"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 0 and "wrote 8 pictures" in r.stdout
+    assert r.returncode == 0 and "wrote 8 pictures" in r.stdout and "polarity random, up to 3 distractors, textured" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "vit_demo", "data", "shapes", "--out", str(tmp_path / "e"), "--per-class", "1",
+                        "--easy", "--classes", "moon,cross"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and "wrote 2 pictures (moon, cross; 32 px; polarity bright, up to 0 distractors, flat)" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "vit_demo", "data", "shapes", "--out", str(tmp_path / "f"), "--classes",
+                        "blob,star"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "unknown: blob" in r.stderr, r.stderr
     assert len(json.loads((tmp_path / "s" / "boxes.json").read_text())["boxes"]) == 8
 
 
 def test_cifar10_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from vit_demo.train.data import load_cifar10
+    from vit_demo.train.cifar import load_cifar10
 
     def no_network(*args, **kwargs):
         raise OSError("network unreachable (blocked in this test)")

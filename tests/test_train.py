@@ -2,9 +2,10 @@
 uninterrupted run, two-process torchrun, a linear probe on DeiT-Tiny, and the trained
 checkpoint predicting its own class names with timm blocked.
 
-Kept small: 400 shapes at 32 px, patch 8 (a 4x4 grid), 6 epochs (each run 10-30 s of CPU).
-A ViT needs thousands of steps on these shapes (benchmarks/bench_train.py measures the real
-run); here the check is that learning starts: losses fall well below chance's ln 4.
+Kept small: 400 shapes of the original, bright set at 32 px, patch 8 (a 4x4 grid), 6 epochs
+(each run 10-30 s of CPU). A ViT needs thousands of steps on the hard default shapes
+(benchmarks/bench_train.py measures the real run); here the check is that learning starts:
+losses fall well below chance's ln 4.
 """
 
 from __future__ import annotations
@@ -23,16 +24,25 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from vit_demo.train.data import make_shapes
+from vit_demo.train.data import EASY, make_shapes
 from vit_demo.train.loop import state_path
-from vit_demo.train.recipe import Recipe, finetune_recipe, make_optimizer, warmup_cosine, with_new_head
+from vit_demo.train.recipe import (
+    Recipe,
+    finetune_recipe,
+    make_optimizer,
+    scratch_config,
+    scratch_epochs,
+    scratch_recipe,
+    warmup_cosine,
+    with_new_head,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--patch-size", "8", "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--val-split", "0.2", "--seed", "3",
          "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "seconds", "out",
-        "device", "processes"]
+KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "best_epoch",
+        "seconds", "out", "device", "processes"]
 
 
 def vit_demo(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -43,7 +53,7 @@ def vit_demo(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("shapes")
-    make_shapes(root, per_class=100, size=32, seed=1, progress=False)
+    make_shapes(root, per_class=100, size=32, seed=1, progress=False, style=EASY)  # the bright set: learning starts in 6 epochs
     return root
 
 
@@ -147,6 +157,21 @@ def test_linear_probe_on_deit_tiny(shapes: Path, deit_tiny_path: Path, tmp_path:
     with safe_open(str(out), "pt") as f:
         meta = f.metadata()
     assert json.loads(meta["training"])["mode"] == "linear-probe" and json.loads(meta["data_config"])["input_size"] == [64, 64]
+
+
+def test_scratch_defaults_follow_the_data() -> None:
+    """Epochs from the data's size (about 400,000 pictures seen, 10 to 300 epochs), a conv stem by
+    default with a power-of-2 patch, the plain ViT on request."""
+    assert [scratch_epochs(n) for n in (64, 1000, 3200, 50_000, 10**6)] == [300, 300, 125, 10, 10]
+    r = scratch_recipe(3200)
+    assert (r.epochs, r.warmup_epochs, r.batch_size) == (125, 5, 64) and scratch_recipe(50_000).warmup_epochs == 1
+    conv, plain = scratch_config(32, 4, stem="conv"), scratch_config(32, 4)
+    assert conv.conv_stem and conv.patch_size == 4 and not plain.conv_stem
+    assert [scratch_config(n, 4, stem="conv").patch_size for n in (64, 48, 40, 50)] == [8, 8, 4, 2]
+    from vit_demo.train.data import DataError
+
+    with pytest.raises(DataError, match="power of 2"):
+        scratch_config(36, 4, patch_size=6, stem="conv")
 
 
 def test_finetune_groups_and_schedule(deit_tiny) -> None:

@@ -49,6 +49,8 @@ class ViTConfig:
     fc_norm: bool = False  # norm after pooling instead of before (avg-pool heads)
     num_classes: int = 1000  # 0: headless (features only, e.g. DINO)
     pos_embed_antialias: bool = True  # resampling positions for another input size: timm antialiases, transformers not
+    # Trained here only, never in a port (timm's ViT has no such option; timm parity does not cover it):
+    conv_stem: bool = False  # 3x3 stride-2 convolutions + BatchNorm + ReLU before a 1x1 patch projection (ConvStem)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", tuple(int(s) for s in self.img_size))
@@ -58,6 +60,8 @@ class ViTConfig:
             raise ValueError("global_pool='token' needs a class token")
         if self.act not in ("gelu", "quick_gelu"):
             raise ValueError(f"unknown activation {self.act!r}")
+        if self.conv_stem and (self.patch_size < 2 or self.patch_size & (self.patch_size - 1)):
+            raise ValueError(f"conv_stem needs a patch size that is a power of 2, got {self.patch_size}")
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -113,20 +117,39 @@ class QuickGELU(nn.Module):
         return x * torch.sigmoid(1.702 * x)
 
 
+class ConvStem(nn.Sequential):
+    """Xiao et al., "Early convolutions help transformers see better" (NeurIPS 2021): log2(patch)
+    3x3 stride-2 convolutions, each with BatchNorm and ReLU, widths doubling up to embed_dim / 2.
+    Edges and corners come out of it, either contrast polarity alike; a 1x1 projection follows."""
+
+    def __init__(self, cfg: ViTConfig) -> None:
+        n = cfg.patch_size.bit_length() - 1  # patch 4: two halvings
+        widths = [cfg.embed_dim // 2 ** (n - i) for i in range(n)]
+        layers: list[nn.Module] = []
+        for c_in, c_out in zip([cfg.in_chans, *widths], widths):
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+        super().__init__(*layers)
+
+
 class PatchEmbed(nn.Module):
-    """Cut the image into patches and project each one: a strided convolution does both."""
+    """Cut the image into patches and project each one: a strided convolution does both
+    (with ``conv_stem``, convolutions reach the patch grid and a 1x1 convolution projects)."""
 
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
         self.patch_size = cfg.patch_size
         p = cfg.patch_size
-        self.proj = nn.Conv2d(cfg.in_chans, cfg.embed_dim, kernel_size=p, stride=p, bias=cfg.patch_bias)
+        self.stem = ConvStem(cfg) if cfg.conv_stem else None
+        c_in, p = (cfg.embed_dim // 2, 1) if cfg.conv_stem else (cfg.in_chans, p)
+        self.proj = nn.Conv2d(c_in, cfg.embed_dim, kernel_size=p, stride=p, bias=cfg.patch_bias)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         _, _, h, w = x.shape  # [B, 3, h, w]
         p = self.patch_size
         if h % p or w % p:
             raise ValueError(f"input {h}x{w} is not a multiple of the patch size {p}")
+        if self.stem is not None:
+            x = self.stem(x)  # [B, C/2, gh, gw]
         x = self.proj(x)  # [B, C, gh, gw]
         return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])  # [B, gh*gw, C], row-major
 

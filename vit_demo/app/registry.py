@@ -131,6 +131,8 @@ class ModelRegistry:
         self._pictures: dict[tuple[str, str], Image.Image] = {}
         self._lock = threading.RLock()  # re-entrant: add_checkpoint holds it while _forget takes it
         self._key_locks: dict[str, threading.Lock] = {}
+        self._discovered: set[str] = set()  # keys of files found in weights/ (they may come and go)
+        self._mtimes: dict[str, int] = {}  # key -> modification time of the file when it was loaded
         given = [Path(w) for w in weights]
         for p in given:
             self._add(self._file_spec(p, model_name))
@@ -138,9 +140,7 @@ class ModelRegistry:
         if default.is_file() and self.find_path(default) is None:  # the embedded DeiT-Tiny: first when no --weights
             self._add(ModelSpec(f"file:{default.name}", f"{DEFAULT_MODEL}  ·  ImageNet-1k (the default, "
                                 f"ships with vit_demo)", "file", DEFAULT_MODEL, default.resolve()))
-        for p in discover_checkpoints():
-            if self.find_path(p) is None:
-                self._add(self._file_spec(p, None))
+        self._discover()
         self.has_checkpoint = bool(self._specs)
         self._add(ModelSpec(f"random:{RANDOM_MODEL}", f"{RANDOM_MODEL}  ·  RANDOM weights (no checkpoint needed)",
                             "random", RANDOM_MODEL))
@@ -179,6 +179,39 @@ class ModelRegistry:
             if s.path == p and (private is None or (s.key in self._private) == private):
                 return s
         return None
+
+    def _discover(self) -> list[ModelSpec]:
+        """Add the checkpoint files in ``weights/`` and ``$VIT_DEMO_WEIGHTS`` not on the menu yet
+        (a file a hub entry downloaded is on the menu as that entry); return the new ones."""
+        hub_files = {p.resolve() for s in self._specs.values() if s.kind == "hub"
+                     for p in [local_checkpoint(s.name or "")] if p is not None}
+        new = []
+        for p in discover_checkpoints():
+            if self.find_path(p) is None and p.resolve() not in hub_files:
+                spec = self._add(self._file_spec(p, None))
+                new.append(spec)
+                self._discovered.add(spec.key)
+        return new
+
+    def refresh(self) -> list[ModelSpec]:
+        """Bring the menu up to date with the disk, without a restart: checkpoints that appeared in
+        ``weights/`` since the start (e.g. one ``train`` just wrote) join it, found ones that were
+        deleted leave it (unless loaded), and a loaded file that was rewritten is read again on its
+        next use. One directory listing; returns the new entries."""
+        with self._lock:
+            new = self._discover()
+            for key in list(self._discovered):
+                spec = self._specs.get(key)
+                if spec is None or spec.path is None:
+                    continue
+                if not spec.path.is_file():
+                    if not self.is_loaded(key):
+                        self._specs.pop(key, None)
+                        self._discovered.discard(key)
+                elif key in self._mtimes and spec.path.stat().st_mtime_ns != self._mtimes[key]:
+                    self._mtimes.pop(key)
+                    self._forget(key)
+            return new
 
     def specs(self, extra: Sequence[str] = ()) -> list[ModelSpec]:
         """The public menu, plus the session's own checkpoints (``extra`` keys) after the files."""
@@ -284,7 +317,10 @@ class ModelRegistry:
     def _load(self, spec: ModelSpec) -> LoadedModel:
         try:
             if spec.kind == "file":
+                mtime = spec.path.stat().st_mtime_ns if spec.path and spec.path.is_file() else None
                 lm = load_model(spec.name, spec.path, device=self.device)
+                if mtime is not None:
+                    self._mtimes[spec.key] = mtime
             elif spec.kind == "random":
                 lm = load_model(spec.name, random_init=True, device=self.device)
             else:

@@ -58,6 +58,8 @@ def timm_from_config(cfg: ViTConfig, **kwargs: Any) -> nn.Module:
 
     if cfg.dist_token or cfg.act != "gelu" or cfg.layer_scale:
         raise ValueError("timm's VisionTransformer has no distillation token / QuickGELU / LayerScale by config")
+    if cfg.conv_stem:
+        raise ValueError("a convolutional stem (trained here) has no timm twin: timm's VisionTransformer has no such stem")
     return TimmViT(img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
                    global_pool=cfg.global_pool, embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
                    mlp_ratio=cfg.mlp_ratio, qkv_bias=cfg.qkv_bias, class_token=cfg.class_token,

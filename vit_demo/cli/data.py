@@ -5,22 +5,34 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..train.data import BOXES_FILE, make_shapes
+from ..train.data import BOXES_FILE, MORE_SHAPES, SHAPES, ShapeStyle, make_shapes
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("data", help="make training data (procedural shapes with bounding boxes)")
     kinds = p.add_subparsers(dest="data_command", required=True)
-    s = kinds.add_parser("shapes", help="circles, squares, triangles and stars as an ImageFolder + boxes.json")
+    s = kinds.add_parser("shapes", help="circles, squares, triangles, stars (and more) as an ImageFolder + boxes.json")
     s.add_argument("--out", required=True, help="output folder")
     s.add_argument("--per-class", type=int, default=1000, help="pictures per class (default 1000)")
     s.add_argument("--size", type=int, default=32, help="picture size in pixels (default 32)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--classes", default=",".join(SHAPES),
+                   help=f"comma-separated shapes from {', '.join(SHAPES + MORE_SHAPES)}, a count (the first N), "
+                        f"or 'all' (default: the first four)")
+    s.add_argument("--polarity", choices=("random", "bright"), default="random",
+                   help="random (default): shapes lighter or darker than the background; bright: always lighter (easy)")
+    s.add_argument("--distractors", type=int, default=3, help="up to this many marks of no class per picture (default 3)")
+    s.add_argument("--texture", choices=("random", "none"), default="random",
+                   help="random (default): textured backgrounds and some textured shapes; none: flat colours")
+    s.add_argument("--easy", action="store_true", help="the original easy set: --polarity bright --distractors 0 --texture none")
     s.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    meta = make_shapes(args.out, args.per_class, args.size, args.seed)
+    style = (ShapeStyle("bright", 0, False) if args.easy
+             else ShapeStyle(args.polarity, args.distractors, args.texture == "random"))
+    meta = make_shapes(args.out, args.per_class, args.size, args.seed, classes=args.classes, style=style)
     n = meta["per_class"] * len(meta["classes"])
-    print(f"wrote {n} pictures ({', '.join(meta['classes'])}; {args.size} px) and {BOXES_FILE} to {args.out}")
+    how = f"polarity {style.polarity}, up to {style.distractors} distractors, {'textured' if style.texture else 'flat'}"
+    print(f"wrote {n} pictures ({', '.join(meta['classes'])}; {args.size} px; {how}) and {BOXES_FILE} to {args.out}")
     return 0

@@ -19,7 +19,9 @@ outside the ``with`` block, e.g. grad-rollout, keeps its ordinary gradients):
   bilinear matmuls get the uniform rule: gradients of q and k divided by 4, of v by 2;
 - Linear layers and the patch convolution: the generalised gamma rule exactly as zennit's
   ``Gamma`` (Montavon et al. 2019; Andeol et al. 2021), positive and negative outputs handled
-  separately, with lxt's conversion to the gradient x input framework.
+  separately, with lxt's conversion to the gradient x input framework; a convolutional stem's
+  convolutions get the conv gamma (its BatchNorm, an affine map in eval mode, and ReLU pass the
+  gradient, which for ReLU is the identity rule).
 
 While the mode is on the model instance is in explanation mode for every caller: do not share
 that instance with a concurrent plain forward (the app runs one analysis at a time per model).
@@ -135,6 +137,47 @@ def gamma_patch_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
     return out.transpose(1, 2).reshape(B, m.out_channels, gh, gw)
 
 
+class _GammaConv(torch.autograd.Function):
+    """``F.conv2d`` with the gamma rule of :class:`_GammaLinear`, for any stride and padding (a
+    convolutional stem's 3x3 convolutions); the transposed convolution carries the shares back."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, gamma: float, stride, padding) -> Tensor:
+        out = F.conv2d(x, weight, bias, stride, padding)
+        ctx.save_for_backward(x, weight, bias, out)
+        ctx.gamma, ctx.stride, ctx.padding = gamma, stride, padding
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, w, b, z = ctx.saved_tensors
+        g, st, pad = ctx.gamma, ctx.stride, ctx.padding
+        wp, wn = w + g * w.clamp(min=0), w + g * w.clamp(max=0)
+        bp, bn = (None, None) if b is None else (b + g * b.clamp(min=0), b + g * b.clamp(max=0))
+        xp, xn = x.clamp(min=0), x.clamp(max=0)
+        relevance = grad * z
+        sp = torch.where(z > 0, relevance / _stabilize(F.conv2d(xp, wp, bp, st, pad) + F.conv2d(xn, wn, None, st, pad),
+                                                        STABILIZER), 0)
+        sn = torch.where(z < 0, relevance / _stabilize(F.conv2d(xp, wn, bn, st, pad) + F.conv2d(xn, wp, None, st, pad),
+                                                        STABILIZER), 0)
+
+        def back(s: Tensor, weight: Tensor) -> Tensor:  # s @ W for a convolution
+            return torch.nn.grad.conv2d_input(x.shape, weight, s, st, pad)
+
+        r_in = xp * (back(sp, wp) + back(sn, wn)) + xn * (back(sp, wn) + back(sn, wp))
+        return r_in / _stabilize(x, INPUT_EPS), None, None, None, None, None
+
+
+def gamma_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
+    """``m(x)`` with the gamma rule's backward pass: a patch convolution as a linear map of each
+    patch (:func:`gamma_patch_conv`), any other one (a conv stem's) through :class:`_GammaConv`."""
+    if m.kernel_size == m.stride and m.padding == (0, 0) and m.groups == 1 and m.dilation == (1, 1):
+        return gamma_patch_conv(m, x, gamma)
+    if m.groups != 1 or m.dilation != (1, 1) or isinstance(m.padding, str):
+        raise ValueError("the gamma rule here covers convolutions without groups, dilation or named padding")
+    return _GammaConv.apply(x, m.weight, m.bias, gamma, m.stride, m.padding)
+
+
 def cp_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """CP-LRP: attention probabilities are constants; relevance flows through v only."""
     return q.detach(), k.detach(), v
@@ -174,7 +217,7 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
                 handles.append(m.register_forward_hook(lambda mod, inp, out, g=g: gamma_linear(mod, inp[0], g)))
             elif isinstance(m, nn.Conv2d):
                 g = rules.gamma_conv
-                handles.append(m.register_forward_hook(lambda mod, inp, out, g=g: gamma_patch_conv(mod, inp[0], g)))
+                handles.append(m.register_forward_hook(lambda mod, inp, out, g=g: gamma_conv(mod, inp[0], g)))
         for a in attentions:
             a.relevance_rule = attn_rule
         yield model

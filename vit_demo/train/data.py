@@ -1,5 +1,5 @@
-"""Training data: the procedural shapes set (with each shape's bounding box), ImageFolder
-reading into memory, and CIFAR-10 through torchvision when the network is there.
+"""Training data: the procedural shapes set (with each shape's bounding box) and ImageFolder
+reading into memory (CIFAR files: :mod:`.cifar`).
 
 The shapes set is the project's offline data: ``python -m vit_demo data shapes --out DIR``
 writes ``DIR/<class>/<class>_<i>.png`` plus ``DIR/boxes.json``, whose boxes are in pixel
@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,8 @@ from PIL import Image, ImageDraw
 from ..images import IMAGE_SUFFIXES, ImageError, load_image
 from ..preprocess import DataConfig, model_input_image
 
-SHAPES = ("circle", "square", "triangle", "star")
+SHAPES = ("circle", "square", "triangle", "star")  # the default classes
+MORE_SHAPES = ("hexagon", "cross", "heart", "moon")  # further classes, on request (``--classes``)
 BOXES_FILE = "boxes.json"
 SUPERSAMPLE = 4  # shapes are drawn at 4x and downsampled: smooth, anti-aliased edges
 
@@ -38,46 +38,163 @@ class DataError(ValueError):
 # ----------------------------------------------------------------------------- shapes
 
 
+@dataclass(frozen=True)
+class ShapeStyle:
+    """How hard the shapes are. The default is the hard set; :data:`EASY` is the original one.
+
+    - ``polarity``: ``"random"``: the shape is lighter or darker than its background (half and
+      half), the colours otherwise free (luminance apart by >= 50 of 255); ``"bright"``: always
+      clearly lighter (>= 90), which a classifier can exploit by looking for bright pixels;
+    - ``distractors``: up to this many marks that belong to no class (thin lines, small dots,
+      arcs), drawn under the shape, of any colour;
+    - ``texture``: backgrounds with a gradient, stripes or blotches (and some shapes with a
+      gradient of their own) under the sensor noise every picture has."""
+
+    polarity: str = "random"
+    distractors: int = 3
+    texture: bool = True
+
+    def __post_init__(self) -> None:
+        if self.polarity not in ("random", "bright"):
+            raise DataError(f"--polarity must be random or bright, got {self.polarity!r}")
+        if not 0 <= self.distractors <= 20:
+            raise DataError(f"--distractors must be in 0..20, got {self.distractors}")
+
+
+EASY = ShapeStyle(polarity="bright", distractors=0, texture=False)  # the generator before issue 19, draw for draw
+
+
+def _polar(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Cartesian vertices -> (radius, angle), scaled so that the farthest vertex is at radius 1."""
+    far = max(math.hypot(x, y) for x, y in points)
+    return [(math.hypot(x, y) / far, math.atan2(y, x)) for x, y in points]
+
+
+def unit_outline(kind: str) -> list[tuple[float, float]]:
+    """A shape's vertices as (radius, angle) around its centre, the farthest at radius 1."""
+    if kind == "circle":
+        return [(1.0, 2 * math.pi * i / 64) for i in range(64)]
+    if kind == "square":
+        return [(1.0, math.pi / 4 + math.pi / 2 * i) for i in range(4)]
+    if kind == "triangle":
+        return [(1.0, -math.pi / 2 + 2 * math.pi / 3 * i) for i in range(3)]
+    if kind == "star":
+        return [(1.0 if i % 2 == 0 else 0.42, -math.pi / 2 + math.pi / 5 * i) for i in range(10)]
+    if kind == "hexagon":
+        return [(1.0, math.pi / 3 * i) for i in range(6)]
+    if kind == "cross":  # a plus sign, arms 0.36 wide
+        a, b = 0.18, 0.5
+        quarter = [(b, -a), (b, a), (a, a)]
+        pts = [(x * c - y * s, x * s + y * c) for k in range(4)
+               for c, s in [(math.cos(k * math.pi / 2), math.sin(k * math.pi / 2))] for x, y in quarter]
+        return _polar(pts)
+    if kind == "heart":
+        ts = [2 * math.pi * i / 48 for i in range(48)]
+        return _polar([(16 * math.sin(t) ** 3, -(13 * math.cos(t) - 5 * math.cos(2 * t) - 2 * math.cos(3 * t) - math.cos(4 * t)))
+                       for t in ts])
+    if kind == "moon":  # a crescent: the outer circle's arc, back along an offset inner circle's
+        outer = [(math.cos(math.radians(a)), math.sin(math.radians(a))) for a in range(58, 303, 8)]
+        inner = [(0.6 + 0.85 * math.cos(math.radians(a)), 0.85 * math.sin(math.radians(a))) for a in range(265, 94, -8)]
+        return _polar(outer + inner)
+    raise ValueError(f"unknown shape {kind!r}; one of {', '.join(SHAPES + MORE_SHAPES)}")
+
+
 def shape_outline(kind: str, cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]]:
     """Vertices of a shape of circumradius ``r`` centred at (cx, cy), rotated by ``angle``
     (radians). A circle is a 64-gon, so that its box is computed the same way."""
-    if kind == "circle":
-        pts = [(r, 2 * math.pi * i / 64) for i in range(64)]
-    elif kind == "square":
-        pts = [(r, math.pi / 4 + math.pi / 2 * i) for i in range(4)]
-    elif kind == "triangle":
-        pts = [(r, -math.pi / 2 + 2 * math.pi / 3 * i) for i in range(3)]
-    elif kind == "star":
-        pts = [(r if i % 2 == 0 else 0.42 * r, -math.pi / 2 + math.pi / 5 * i) for i in range(10)]
-    else:
-        raise ValueError(f"unknown shape {kind!r}; one of {', '.join(SHAPES)}")
-    return [(cx + rr * math.cos(a + angle), cy + rr * math.sin(a + angle)) for rr, a in pts]
+    return [(cx + r * rr * math.cos(a + angle), cy + r * rr * math.sin(a + angle)) for rr, a in unit_outline(kind)]
 
 
 def _luminance(c: np.ndarray) -> float:
     return float(0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2])
 
 
-def _colours(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A background and a shape colour, each of random hue: the shape is always clearly brighter
-    (by >= 90 of 255 in luminance). With a random contrast polarity as well, the small ViT here
-    stayed at chance for hundreds of steps where this version starts learning at once."""
+def shape_colours(rng: np.random.Generator, polarity: str = "bright") -> tuple[np.ndarray, np.ndarray]:
+    """A background and a shape colour. ``bright``: the shape clearly brighter (by >= 90 of 255 in
+    luminance; with a random polarity a small ViT trained with the first recipe stayed at chance
+    for thousands of steps). ``random``: any two colours >= 50 apart in luminance, either way."""
     while True:
-        bg, fg = rng.integers(0, 160, 3), rng.integers(60, 256, 3)
-        if _luminance(fg) - _luminance(bg) >= 90:
-            return bg, fg
+        if polarity == "bright":
+            bg, fg = rng.integers(0, 160, 3), rng.integers(60, 256, 3)
+            if _luminance(fg) - _luminance(bg) >= 90:
+                return bg, fg
+        else:
+            bg, fg = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+            if abs(_luminance(fg) - _luminance(bg)) >= 50:
+                return bg, fg
 
 
-def render_shape(kind: str, size: int, rng: np.random.Generator) -> tuple[Image.Image, list[float]]:
-    """One picture: a shape of random colour, size, position and rotation on a noisy
-    background. Returns the picture and the shape's box ``[x0, y0, x1, y1]`` (pixels)."""
-    bg, fg = _colours(rng)
+def texture_field(n: int, rng: np.random.Generator, amplitude: float) -> np.ndarray:
+    """An [n, n] luminance offset in [-amplitude, amplitude]: flat, a linear gradient, stripes
+    (a sine grating of random period and direction) or blotches (smooth low-frequency noise)."""
+    kind = int(rng.integers(0, 4))
+    if kind == 0:
+        return np.zeros((n, n), np.float32)
+    yy, xx = (np.mgrid[:n, :n].astype(np.float32) + 0.5) / n  # [0, 1] coordinates
+    theta = rng.uniform(0, 2 * math.pi)
+    along = xx * math.cos(theta) + yy * math.sin(theta)
+    if kind == 1:
+        field = 2 * (along - along.mean()) / max(1e-6, float(np.ptp(along)))
+    elif kind == 2:
+        field = np.sin(2 * math.pi * along * rng.uniform(3, 9) + rng.uniform(0, 2 * math.pi))
+    else:
+        coarse = Image.fromarray(rng.uniform(-1, 1, (4, 4)).astype(np.float32), mode="F")
+        field = np.asarray(coarse.resize((n, n), Image.Resampling.BICUBIC))
+        field = field / max(1e-6, float(np.abs(field).max()))
+    return (amplitude * field).astype(np.float32)
+
+
+def paint(colour: np.ndarray, n: int, rng: np.random.Generator | None, amplitude: float) -> Image.Image:
+    """An [n, n] RGB canvas of ``colour``, with a texture of up to ``amplitude`` when ``rng`` is given."""
+    if rng is None:
+        return Image.new("RGB", (n, n), tuple(int(c) for c in colour))
+    field = colour.astype(np.float32)[None, None, :] + texture_field(n, rng, amplitude)[:, :, None]
+    return Image.fromarray(np.clip(field.round(), 0, 255).astype(np.uint8))
+
+
+def draw_distractors(canvas: Image.Image, count: int, rng: np.random.Generator) -> None:
+    """Up to ``count`` marks of no class on the (supersampled) canvas: thin lines, small dots, arcs,
+    each of a random colour, all smaller or thinner than any class shape."""
+    n = canvas.size[0]
+    draw = ImageDraw.Draw(canvas)
+    for _ in range(int(rng.integers(0, count + 1))):
+        kind, colour = int(rng.integers(0, 3)), tuple(int(c) for c in rng.integers(0, 256, 3))
+        x, y = rng.uniform(0, n, 2)
+        if kind == 0:  # a line, 1-2 px wide, a third to a half of the picture long
+            a, length = rng.uniform(0, math.pi), n * rng.uniform(0.3, 0.5) / 2
+            dx, dy = length * math.cos(a), length * math.sin(a)
+            draw.line([(x - dx, y - dy), (x + dx, y + dy)], fill=colour, width=round(rng.uniform(1, 2) * SUPERSAMPLE))
+        elif kind == 1:  # a dot, at most a tenth of the picture across
+            rx, ry = n * rng.uniform(0.03, 0.05, 2)
+            draw.ellipse([x - rx, y - ry, x + rx, y + ry], fill=colour)
+        else:  # an open arc, 1-2 px wide
+            r, start = n * rng.uniform(0.1, 0.2), rng.uniform(0, 360)
+            draw.arc([x - r, y - r, x + r, y + r], start, start + rng.uniform(60, 200), fill=colour,
+                     width=round(rng.uniform(1, 2) * SUPERSAMPLE))
+
+
+def render_shape(kind: str, size: int, rng: np.random.Generator,
+                 style: ShapeStyle | None = None) -> tuple[Image.Image, list[float]]:
+    """One picture: a shape of random colour, size, position and rotation on a noisy background,
+    made as hard as ``style`` says. Returns the picture and the shape's box ``[x0, y0, x1, y1]``
+    (pixels); ``style`` defaults to the hard set. :data:`EASY` draws exactly what the generator
+    drew before there were styles."""
+    style = style or ShapeStyle()
+    bg, fg = shape_colours(rng, style.polarity)
     r = size * rng.uniform(0.18, 0.38)  # circumradius in pixels
     cx, cy = rng.uniform(r, size - r, 2)
     pts = shape_outline(kind, cx, cy, r, rng.uniform(0, 2 * math.pi))
     s = SUPERSAMPLE
-    canvas = Image.new("RGB", (size * s, size * s), tuple(int(c) for c in bg))
-    ImageDraw.Draw(canvas).polygon([(x * s, y * s) for x, y in pts], fill=tuple(int(c) for c in fg))
+    textured = rng if style.texture else None
+    canvas = paint(bg, size * s, textured, rng.uniform(8, 25) if textured else 0)
+    if style.distractors:
+        draw_distractors(canvas, style.distractors, rng)
+    if textured is not None and rng.uniform() < 0.5:  # the shape painted with a texture of its own
+        mask = Image.new("L", canvas.size, 0)
+        ImageDraw.Draw(mask).polygon([(x * s, y * s) for x, y in pts], fill=255)
+        canvas.paste(paint(fg, size * s, rng, rng.uniform(5, 15)), mask=mask)
+    else:
+        ImageDraw.Draw(canvas).polygon([(x * s, y * s) for x, y in pts], fill=tuple(int(c) for c in fg))
     pic = np.asarray(canvas.resize((size, size), Image.Resampling.BOX), dtype=np.float32)
     pic = pic + rng.normal(0, rng.uniform(4, 24), pic.shape)  # sensor-like noise, on everything
     pic = Image.fromarray(np.clip(pic.round(), 0, 255).astype(np.uint8))
@@ -86,11 +203,36 @@ def render_shape(kind: str, size: int, rng: np.random.Generator) -> tuple[Image.
     return pic, [round(v, 3) for v in box]
 
 
+def shape_classes(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Class names from ``--classes``: a comma-separated list of shape names, a count (the first N
+    of circle, square, triangle, star, hexagon, cross, heart, moon), or ``all``; None: the default four."""
+    every = SHAPES + MORE_SHAPES
+    if spec is None:
+        return SHAPES
+    if isinstance(spec, str):
+        spec = spec.strip()
+        if spec == "all":
+            return every
+        if spec.isdigit():
+            if not 2 <= int(spec) <= len(every):
+                raise DataError(f"--classes {spec}: between 2 and {len(every)} shape classes")
+            return every[: int(spec)]
+        spec = [c.strip() for c in spec.split(",") if c.strip()]
+    unknown = [c for c in spec if c not in every]
+    if unknown or len(set(spec)) < 2 or len(set(spec)) != len(spec):
+        raise DataError(f"--classes: need two or more different shapes from {', '.join(every)}"
+                        + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+    return tuple(spec)
+
+
 def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, seed: int = 0,
-                classes: Sequence[str] = SHAPES, progress: bool = True) -> dict[str, Any]:
-    """Write the shapes ImageFolder and ``boxes.json``; the same seed gives the same files."""
+                classes: Sequence[str] = SHAPES, progress: bool = True, style: ShapeStyle | None = None) -> dict[str, Any]:
+    """Write the shapes ImageFolder and ``boxes.json``; the same seed gives the same files.
+    ``style``: how hard (default: the hard set, :class:`ShapeStyle`)."""
     if per_class < 1 or size < 8:
         raise DataError(f"need --per-class >= 1 and --size >= 8 (got {per_class} and {size})")
+    style = style or ShapeStyle()
+    classes = shape_classes(classes)
     root = Path(out)
     rng = np.random.default_rng(seed)
     boxes: dict[str, list[float]] = {}
@@ -100,13 +242,13 @@ def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, s
     for kind in classes:
         (root / kind).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
-            pic, box = render_shape(kind, size, rng)
+            pic, box = render_shape(kind, size, rng, style)
             rel = f"{kind}/{kind}_{i:05d}.png"
             pic.save(root / rel)
             boxes[rel] = box
             bar.update()
     bar.close()
-    meta = {"size": size, "seed": seed, "per_class": per_class, "classes": list(classes),
+    meta = {"size": size, "seed": seed, "per_class": per_class, "classes": list(classes), "style": asdict(style),
             "box_format": "[x0, y0, x1, y1] in pixels of the written picture, x1/y1 exclusive", "boxes": boxes}
     (root / BOXES_FILE).write_text(json.dumps(meta, indent=1))
     return meta
@@ -246,43 +388,3 @@ def load_folder(index: FolderIndex, dc: DataConfig, val_split: float, seed: int,
         torch.stack(vx) if vx else torch.zeros(0, 3, h, w, dtype=torch.uint8), torch.tensor(vy, dtype=torch.long),
         skipped, str(index.root),
     )
-
-
-# ----------------------------------------------------------------------------- CIFAR-10
-
-CIFAR_HOST = ("www.cs.toronto.edu", 443)
-
-
-def cifar_cache() -> Path:
-    return Path(os.environ.get("VIT_DEMO_DATA", Path.home() / ".cache" / "vit_demo")) / "cifar10"
-
-
-def load_cifar10(dc: DataConfig, store_size: int = 32, timeout: float = 3.0) -> TrainData:
-    """CIFAR-10 through torchvision: the 50k training pictures and the 10k test pictures as
-    validation. Downloads once into the cache; offline with no cache it fails fast."""
-    try:
-        from torchvision.datasets import CIFAR10
-    except ImportError as e:
-        raise DataError("--data cifar10 needs torchvision (pip install torchvision)") from e
-    root = cifar_cache()
-    have = (root / "cifar-10-batches-py").is_dir()
-    if not have:
-        try:
-            socket.getaddrinfo(*CIFAR_HOST)
-            socket.create_connection(CIFAR_HOST, timeout=timeout).close()
-        except OSError as e:
-            raise DataError(f"--data cifar10: cannot download CIFAR-10 (no network: {e.strerror or e}); "
-                            f"train on a local folder instead, e.g. `python -m vit_demo data shapes --out DIR`") from e
-    train = CIFAR10(str(root), train=True, download=not have)
-    test = CIFAR10(str(root), train=False, download=False)
-
-    def convert(ds, size_dc: DataConfig) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()  # [N, 3, 32, 32] uint8
-        if tuple(size_dc.input_size) != (32, 32):
-            x = torch.stack([_as_uint8(model_input_image(Image.fromarray(a), size_dc)) for a in ds.data])
-        return x, torch.tensor(ds.targets)
-
-    store_dc = DataConfig(input_size=(store_size, store_size), crop_pct=1.0, mean=dc.mean, std=dc.std)
-    tx, ty = convert(train, store_dc)
-    vx, vy = convert(test, dc)
-    return TrainData(list(train.classes), tx, ty, vx, vy, 0, "cifar10")

@@ -32,8 +32,10 @@ from ..preprocess import DataConfig
 from ..viz.charts import training_figure
 from ..viz.export import save_figure
 from .augment import eval_batch, train_batch
-from .data import DataError, TrainData, common_size, index_folder, load_cifar10, load_folder
+from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
+from .data import DataError, TrainData, common_size, index_folder, load_folder
 from .recipe import (
+    STEMS,
     Recipe,
     finetune_recipe,
     make_optimizer,
@@ -60,6 +62,7 @@ class TrainOptions:
     from_: str | None = None  # checkpoint to fine-tune; None: from scratch
     img_size: int | None = None
     patch_size: int | None = None
+    stem: str | None = None  # from scratch: "conv" (default) or "patch" (the plain ViT)
     epochs: int | None = None
     batch_size: int | None = None  # global batch (split across torchrun processes)
     lr: float | None = None
@@ -69,6 +72,8 @@ class TrainOptions:
     resume: bool = False
     device: str = "auto"
     progress: bool = True
+    amp: bool = False  # bf16 autocast for the training forward pass (CPU and CUDA)
+    compile: bool = False  # torch.compile the training forward pass
 
 
 # ----------------------------------------------------------------------------- distributed
@@ -130,38 +135,46 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
     """Read the data, build the model and resolve the recipe (flags override the defaults)."""
     if opts.from_ is None and opts.freeze_backbone:
         raise DataError("--freeze-backbone needs --from CHECKPOINT (there is no trained backbone to freeze)")
-    cifar = opts.data.lower() == "cifar10"
+    if any(v is not None and v <= 0 for v in (opts.epochs, opts.batch_size, opts.lr)):
+        raise DataError("--epochs and --batch-size must be >= 1 and --lr > 0")
+    cifar = find_cifar(opts.data)
     index = None if cifar else index_folder(opts.data)
-    num_classes = 10 if cifar else len(index.classes)
+    num_classes = len(class_names(cifar)) if cifar else len(index.classes)
     if opts.from_ is None:
         size = opts.img_size or (32 if cifar else min(common_size(index.files)))
-        model = VisionTransformer(scratch_config(size, num_classes, opts.patch_size)).init_weights()
-        dc, recipe, mode, base = scratch_data_config(size), scratch_recipe(), "scratch", "scratch"
-        store = size
+        model = VisionTransformer(scratch_config(size, num_classes, opts.patch_size, opts.stem or STEMS[0])).init_weights()
+        dc, mode, base, store = scratch_data_config(size), "scratch", "scratch", size
     else:
-        if opts.patch_size:
-            raise DataError("--patch-size only applies from scratch (a checkpoint fixes its patch size)")
+        if opts.patch_size or opts.stem:
+            raise DataError("--patch-size and --stem only apply from scratch (a checkpoint fixes its architecture)")
         lm = load_model(weights=opts.from_, device="cpu")
         model = with_new_head(lm.model, num_classes, opts.img_size)
         dc = lm.data_config.with_size(model.cfg.img_size)
-        recipe = finetune_recipe(opts.freeze_backbone)
         mode, base = ("linear-probe" if opts.freeze_backbone else "finetune"), lm.name
         store = dc.scale_size[0]
+    data = load_cifar_dir(cifar, dc, store) if cifar else load_folder(index, dc, opts.val_split, opts.seed, store,
+                                                                      progress=opts.progress, warn=log)
+    recipe = scratch_recipe(len(data.train_x)) if opts.from_ is None else finetune_recipe(opts.freeze_backbone)
     recipe = replace(recipe, **{k: v for k, v in (("epochs", opts.epochs), ("batch_size", opts.batch_size),
                                                   ("lr", opts.lr)) if v is not None})
-    if recipe.epochs < 1 or recipe.batch_size < 1 or recipe.lr <= 0:
-        raise DataError("--epochs and --batch-size must be >= 1 and --lr > 0")
-    data = load_cifar10(dc, store) if cifar else load_folder(index, dc, opts.val_split, opts.seed, store,
-                                                             progress=opts.progress, warn=log)
     return Setup(model, dc, data, recipe, mode, base)
+
+
+def find_cifar(data: str) -> CifarLayout | None:
+    """``cifar10`` / ``cifar100`` (downloaded once), a folder of CIFAR python-version files, or None
+    (an ImageFolder)."""
+    if data.lower() in DOWNLOADS:
+        return download_cifar(data.lower())
+    return cifar_layout(data)
 
 
 # ----------------------------------------------------------------------------- loops
 
 
 def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: int, dist: Dist,
-                    device: torch.device, progress: bool) -> tuple[float, float]:
-    """One pass over this rank's shard. Returns (mean train loss, images/s over all ranks)."""
+                    device: torch.device, progress: bool, amp: bool = False) -> tuple[float, float]:
+    """One pass over this rank's shard (``amp``: the forward pass under bf16 autocast).
+    Returns (mean train loss, images/s over all ranks)."""
     from tqdm import tqdm
 
     r, x_all, y_all = s.recipe, s.data.train_x, s.data.train_y
@@ -177,7 +190,9 @@ def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: in
         idx = torch.tensor(order[i * per_rank : (i + 1) * per_rank] or order[:per_rank])
         x = train_batch(x_all[idx].to(device), s.dc, r.augment, g)
         y = y_all[idx].to(device)
-        loss = F.cross_entropy(model(x).logits, y, label_smoothing=r.label_smoothing)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(x).logits
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=r.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if r.grad_clip:
@@ -216,7 +231,7 @@ def state_path(out: str | os.PathLike) -> Path:
 
 def fingerprint(opts: TrainOptions, s: Setup, dist: Dist) -> dict[str, Any]:
     """What must be unchanged for ``--resume`` to reach the same result."""
-    return {"data": str(Path(opts.data).resolve()) if opts.data.lower() != "cifar10" else "cifar10",
+    return {"data": opts.data.lower() if opts.data.lower() in DOWNLOADS else str(Path(opts.data).resolve()),
             "classes": s.data.classes, "from": opts.from_, "config": s.model.cfg.to_dict(),
             "recipe": json.loads(json.dumps(asdict(s.recipe))), "val_split": opts.val_split, "seed": opts.seed,
             "freeze_backbone": opts.freeze_backbone, "world_size": dist.world, "train_images": len(s.data.train_x)}
@@ -269,18 +284,10 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         sched.load_state_dict(st["scheduler"])
         history, best, start = st["history"], st["best"], st["epoch"]
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
-    say(f"{s.mode}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
-        f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
-        f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
-        f"patch {model.cfg.patch_size}; {r.epochs} epochs, batch {r.batch_size}, lr {r.lr:g}; on {device}"
-        + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else ""))
-    ddp = model
-    if dist.world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    say(header(s, model, opts, dist, device))
+    ddp = training_module(model, opts, dist, device)
     for epoch in range(start, r.epochs):
-        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress)
+        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp)
         val_loss, val_acc = evaluate(model, s, device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
                         "images_per_s": ips})
@@ -289,7 +296,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
             best = {"acc": score, "epoch": epoch + 1,
                     "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
         say(f"epoch {epoch + 1:>3}/{r.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
-            f"val acc {val_acc:.4f}  {ips:,.0f} img/s")
+            f"val acc {val_acc:.4f}  {ips:,.0f} img/s  {kept_note(best, epoch + 1, val_acc == val_acc)}")
         if dist.main:
             save_state(spath, {"fingerprint": fp, "epoch": epoch + 1, "history": history, "best": best,
                                "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -303,6 +310,38 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
     return summary
 
 
+def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> str:
+    """The run's first line: the data, the model and the recipe."""
+    r = s.recipe
+    return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
+            f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
+            f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
+            f"patch {model.cfg.patch_size}{', conv stem' if model.cfg.conv_stem else ''}; {r.epochs} epochs"
+            f"{' (for this many pictures; --epochs to change)' if s.mode == 'scratch' and opts.epochs is None else ''}, "
+            f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
+            + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
+            + "".join(f", {flag}" for flag, on in (("bf16 autocast", opts.amp), ("compiled", opts.compile)) if on))
+
+
+def kept_note(best: dict[str, Any], epoch: int, validated: bool) -> str:
+    """Which epoch's weights the checkpoint will hold, as the epoch line says it."""
+    why = "best val acc" if validated else "lowest train loss (no validation pictures)"
+    return f"kept: epoch {best['epoch']}, {why}" + (" (this one)" if best["epoch"] == epoch else "")
+
+
+def training_module(model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> nn.Module:
+    """What the steps call: the model, wrapped for DDP under torchrun, compiled with ``--compile``
+    (validation always runs the plain model)."""
+    if opts.amp and device.type not in ("cpu", "cuda"):
+        raise DataError(f"--amp: bf16 autocast is for the CPU and CUDA, not {device.type}")
+    m: nn.Module = model
+    if dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        m = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return torch.compile(m) if opts.compile else m
+
+
 def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list[dict[str, float]],
            best: dict[str, Any], dist: Dist, seconds: float) -> dict[str, Any]:
     """Save the best checkpoint and the curves (rank 0) and return the summary."""
@@ -313,12 +352,13 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
         "classes": s.data.classes, "train_images": len(s.data.train_x), "val_images": len(s.data.val_x),
         "skipped_files": s.data.skipped, "epochs": s.recipe.epochs,
         "val_accuracy": None if val_acc != val_acc else round(val_acc, 6),
-        "best_val_accuracy": round(max(accs), 6) if accs else None, "seconds": round(seconds, 2), "out": str(opts.out),
+        "best_val_accuracy": round(max(accs), 6) if accs else None, "best_epoch": best["epoch"],
+        "seconds": round(seconds, 2), "out": str(opts.out),
         "device": str(next(model.parameters()).device), "processes": dist.world,
     }
     if dist.main:
         model.load_state_dict(best["state"])
-        meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name, "best_epoch": best["epoch"],
+        meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name,
                                         "seed": opts.seed, "val_split": opts.val_split, "data": s.data.source,
                                         "recipe": asdict(s.recipe), "history": history})}
         save(model, s.dc, opts.out, name="", source=f"trained here ({s.mode}) on "

@@ -4,6 +4,8 @@ and the learning-rate schedule, and a pretrained model with a new head for fine-
 The recipe is the one the ViT / DeiT papers and timm's train script use, sized for small data:
 AdamW (no weight decay on biases, norms, tokens and position embeddings), linear warm-up then
 cosine decay, label smoothing, gradient clipping, random-resized-crop + flip + colour jitter.
+From scratch it adds what small data needs (README, "Train your own"; docs/training.md): a
+convolutional stem (Xiao et al. 2021) and as many epochs as the data's size calls for.
 """
 
 from __future__ import annotations
@@ -36,10 +38,24 @@ class Recipe:
     augment: AugmentConfig
 
 
-def scratch_recipe() -> Recipe:
-    """Small data, small pictures: a narrow, shallow ViT trained for a few dozen epochs."""
-    return Recipe(epochs=50, batch_size=64, lr=1e-3, backbone_lr_scale=1.0, weight_decay=0.05, warmup_epochs=3,
-                  label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.5, 1.0), jitter=0.3))
+SCRATCH_PICTURES = 400_000  # pictures a default from-scratch run sees in all (epochs x training pictures)
+SCRATCH_EPOCHS = (10, 300)  # the fewest and most epochs that rule gives
+
+
+def scratch_epochs(train_pictures: int) -> int:
+    """Epochs from the data's size: a ViT from scratch needs many passes over small data (3,200
+    pictures: 125 epochs) and fewer over large data (CIFAR-10's 50,000: 10), so that a default run
+    sees about 400,000 pictures: about 10 minutes for the default model on 2 CPU cores."""
+    return int(min(SCRATCH_EPOCHS[1], max(SCRATCH_EPOCHS[0], round(SCRATCH_PICTURES / max(1, train_pictures)))))
+
+
+def scratch_recipe(train_pictures: int = 3200) -> Recipe:
+    """Small data, small pictures: a narrow, shallow ViT with a convolutional stem, trained for as
+    many epochs as :func:`scratch_epochs` gives for ``train_pictures``."""
+    epochs = scratch_epochs(train_pictures)
+    return Recipe(epochs=epochs, batch_size=64, lr=1e-3, backbone_lr_scale=1.0, weight_decay=0.05,
+                  warmup_epochs=min(5, max(1, epochs // 20)), label_smoothing=0.1, grad_clip=1.0,
+                  augment=AugmentConfig(scale=(0.5, 1.0), jitter=0.3))
 
 
 def finetune_recipe(freeze: bool) -> Recipe:
@@ -48,14 +64,25 @@ def finetune_recipe(freeze: bool) -> Recipe:
                   warmup_epochs=1, label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.35, 1.0), jitter=0.2))
 
 
-def scratch_config(img_size: int, num_classes: int, patch_size: int | None = None) -> ViTConfig:
-    """The default from-scratch architecture: patch 4 at 32 px (an 8x8 grid; larger pictures
-    keep about 8 patches a side), width 96, 4 blocks, 4 heads, MLP ratio 2: about 0.3 M parameters."""
-    p = patch_size or max(2, round(img_size / 8))
+STEMS = ("conv", "patch")  # --stem: the default from scratch first
+
+
+def scratch_config(img_size: int, num_classes: int, patch_size: int | None = None, stem: str = "patch") -> ViTConfig:
+    """The from-scratch architecture: patch 4 at 32 px (an 8x8 grid; larger pictures keep about 8
+    patches a side), width 96, 4 blocks, 4 heads, MLP ratio 2: about 0.3 M parameters. ``stem``:
+    ``"patch"``, the plain ViT (timm builds the same model); ``"conv"``, a convolutional stem
+    (:class:`~vit_demo.model.ConvStem`; patch sizes are powers of 2), what ``train`` uses by default."""
+    if stem not in STEMS:
+        raise DataError(f"--stem must be one of {', '.join(STEMS)}, got {stem!r}")
+    conv = stem == "conv"
+    powers = [2**k for k in range(1, 7) if img_size % 2**k == 0] or [2]  # a conv stem halves the size k times
+    p = patch_size or (min(powers, key=lambda q: abs(math.log2(img_size / 8 / q))) if conv else max(2, round(img_size / 8)))
     if img_size % p:
         raise DataError(f"--img-size {img_size} is not a multiple of the patch size {p}; pass --patch-size")
+    if conv and p & (p - 1):
+        raise DataError(f"--stem conv needs a patch size that is a power of 2 (got {p}); pass --patch-size or --stem patch")
     return ViTConfig(img_size=(img_size, img_size), patch_size=p, embed_dim=96, depth=4, num_heads=4, mlp_ratio=2.0,
-                     num_classes=num_classes)
+                     num_classes=num_classes, conv_stem=conv)
 
 
 def scratch_data_config(img_size: int) -> DataConfig:

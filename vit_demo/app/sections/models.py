@@ -31,7 +31,8 @@ def model_summary(lm: LoadedModel) -> str:
     warn = "  **Random weights**: the machinery is real, the predictions are noise." if lm.random_weights else ""
     source = f"`{Path(lm.source[5:]).name}`" if lm.source.startswith("file ") else lm.source
     return (f"**{lm.name}**: {cfg.depth} layers × {cfg.num_heads} heads, width {cfg.embed_dim}, "
-            f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches, tokens: {prefix}; "
+            f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches"
+            f"{' (a convolutional stem makes them; no timm twin)' if cfg.conv_stem else ''}, tokens: {prefix}; "
             f"{head}. Weights: {source}.{warn}")
 
 
@@ -84,8 +85,8 @@ class ModelPicker(Section):
             self.wire_loader(ctx)
 
     def wire_menu(self, ctx: Context) -> None:
-        """A pick from the model menu (downloading a hub model once), and the model's description
-        on page load."""
+        """A pick from the model menu (downloading a hub model once), the model's description on
+        page load, and the menu brought up to date with ``weights/`` on page load and on focus."""
         reg, state, model_dd, model_md, status = ctx.reg, ctx.state, ctx.model_dd, ctx.model_md, ctx.status
 
         @friendly
@@ -114,6 +115,13 @@ class ModelPicker(Section):
             return model_summary(reg.get(ctx.default_key)) if reg.is_loaded(ctx.default_key) else gr.skip()
 
         ctx.demo.load(on_page_load, None, [model_md], api_visibility="private", show_progress="hidden", queue=False)
+
+        def on_menu(sess: Session | None):  # the menu follows weights/: a checkpoint trained meanwhile joins it
+            reg.refresh()
+            return gr.update(choices=reg.choices(sess.extra_models if sess is not None else ()))
+
+        for event in (ctx.demo.load, model_dd.focus):  # on page load, and each time the menu is opened
+            event(on_menu, [state], [model_dd], api_visibility="private", show_progress="hidden", queue=False)
 
     def wire_loader(self, ctx: Context) -> None:
         """"Use your own checkpoint": the button (a typed path, else the uploaded file) and an upload."""
