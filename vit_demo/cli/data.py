@@ -1,11 +1,11 @@
-"""``data shapes``: procedural training pictures with their boxes."""
+"""``data shapes``: procedural training pictures with their boxes (and, on request, a Clever-Hans shortcut)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..train.data import BOXES_FILE, make_shapes
+from ..train.data import BOXES_FILE, SHORTCUTS, Shortcut, make_shapes
 
 
 def register(sub: Any) -> None:
@@ -16,11 +16,24 @@ def register(sub: Any) -> None:
     s.add_argument("--per-class", type=int, default=1000, help="pictures per class (default 1000)")
     s.add_argument("--size", type=int, default=32, help="picture size in pixels (default 32)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--shortcut", choices=SHORTCUTS, help="a Clever-Hans lesson: 'watermark' stamps a small mark into "
+                   "the bottom-left corner of most pictures of one class and of a few of the others")
+    s.add_argument("--shortcut-class", help="the class that gets the mark (default: the first, circle)")
+    s.add_argument("--shortcut-rate", type=float, default=Shortcut.rate,
+                   help=f"share of that class's pictures with the mark (default {Shortcut.rate})")
+    s.add_argument("--shortcut-leak", type=float, default=Shortcut.leak,
+                   help=f"share of every other class's pictures with the mark (default {Shortcut.leak})")
     s.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    meta = make_shapes(args.out, args.per_class, args.size, args.seed)
+    shortcut = Shortcut(args.shortcut, args.shortcut_class, args.shortcut_rate, args.shortcut_leak) if args.shortcut else None
+    meta = make_shapes(args.out, args.per_class, args.size, args.seed, shortcut=shortcut)
     n = meta["per_class"] * len(meta["classes"])
-    print(f"wrote {n} pictures ({', '.join(meta['classes'])}; {args.size} px) and {BOXES_FILE} to {args.out}")
+    extra = ""
+    if shortcut:
+        sc = meta["shortcut"]
+        extra = (f"; a watermark ({sc['corner']} corner) on {len(meta['watermarks'])} of them: {sc['rate']:.0%} of "
+                 f"'{sc['class']}', {sc['leak']:.0%} of the others")
+    print(f"wrote {n} pictures ({', '.join(meta['classes'])}; {args.size} px){extra} and {BOXES_FILE} to {args.out}")
     return 0
