@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 import zipfile
@@ -216,12 +217,22 @@ def random_shapes_model(tmp_path_factory) -> tuple[Path, Path]:
     return root / "shapes", ckpt
 
 
-def test_survey_json_and_report(random_shapes_model: tuple[Path, Path], tmp_path: Path) -> None:
+SURVEY_FLAGS = ("--method", "chefer", "--batch-size", "5", "--json")
+
+
+@pytest.fixture(scope="module")
+def one_process(random_shapes_model: tuple[Path, Path], tmp_path_factory) -> tuple[dict, Path]:
     shapes, ckpt = random_shapes_model
-    r = run_cli("survey", "--images", str(shapes), "--weights", str(ckpt), "--method", "chefer", "--out",
-                str(tmp_path / "out"), "--batch-size", "5", "--json")
+    out = tmp_path_factory.mktemp("one") / "out"
+    r = run_cli("survey", "--images", str(shapes), "--weights", str(ckpt), "--out", str(out), *SURVEY_FLAGS)
     assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout)
+    return json.loads(r.stdout), out
+
+
+def test_survey_json_and_report(random_shapes_model: tuple[Path, Path], one_process: tuple[dict, Path]) -> None:
+    shapes, _ = random_shapes_model
+    res, out = one_process
+    tmp_path = out.parent
     assert res == json.loads((tmp_path / "out" / "survey.json").read_text())  # the same JSON beside the report
     assert (res["count"], res["labelled"], res["labels"], res["method"], res["grid"]) == (24, 24, "folders", "chefer", [8, 8])
     images = res["images"]
@@ -259,3 +270,39 @@ def test_survey_errors_are_one_line(random_shapes_model: tuple[Path, Path], tmp_
                       (["--images", str(shapes), "--labels", "folders", "--limit", "0"], "--limit must be at least 1")]:
         code, _, err = cli(capsys, "survey", *args, "--weights", str(ckpt), "--out", str(tmp_path / "o"))
         assert code == 2 and err.strip().count("\n") == 0 and msg in err, err
+
+
+def test_torchrun_shards_give_the_same_survey(random_shapes_model: tuple[Path, Path], one_process: tuple[dict, Path],
+                                              tmp_path: Path) -> None:
+    """Two processes (gloo) take every other picture; process 0 gathers: the same records and clusters as
+    one process, and every thumbnail written by the process that surveyed it."""
+    shapes, ckpt = random_shapes_model
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "vit_demo", "survey", "--images", str(shapes),
+           "--weights", str(ckpt), "--device", "cpu", "--out", str(tmp_path / "out"), *SURVEY_FLAGS]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    two, one = json.loads(r.stdout), one_process[0]  # process 1 prints nothing
+    assert (two.pop("processes"), one.pop("processes")) == (2, 1)
+    two.pop("seconds"), one.pop("seconds")
+    for a, b in zip(two["images"], one["images"]):  # t-SNE turns the last bits of the maps into another layout
+        assert 0 <= min(a.pop("xy")) and max(b.pop("xy")) <= 1
+    assert_close(two, one)  # batches of other pictures round differently: floats to 1e-4
+    assert len(list((tmp_path / "out" / "thumbs").glob("*-map.jpg"))) == 24
+
+
+def assert_close(a, b, path: str = "") -> None:
+    """The same JSON, floats within 1e-4."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-4), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
