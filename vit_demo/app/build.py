@@ -23,12 +23,14 @@ from .session import SessionBudget
 from .tabs.attention import AttentionTab
 from .tabs.compare import CompareTab
 from .tabs.diagnostics import DiagnosticsTab
+from .tabs.folder import FolderTab
 from .tabs.patches import PatchesTab
 from .tabs.present import PresentTab
 from .tabs.relevance import RelevanceTab
 from .workspace import workspace
 
-TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab)
+TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab,
+                                   FolderTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
 __all__ = ["AppConfig", "build", "launch_kwargs"]
@@ -58,7 +60,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
         gr.Markdown(INTRO, elem_id="title")
         for part in (picker, inputs, display):
             part.layout(ctx)
-        with gr.Tabs(elem_id="tabs"):
+        with gr.Tabs(elem_id="tabs") as ctx.tabs:
             for tab in tabs:
                 with gr.Tab(tab.title, id=tab.name) as tab.gr_tab:
                     tab.layout(ctx)

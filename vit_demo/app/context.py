@@ -129,6 +129,7 @@ class Context:
     cmap: Component = None
     alpha: Component = None
     smooth: Component = None
+    tabs: Component = None  # the gr.Tabs (a section may open another tab)
     # pictures of the input where a click picks the query patch: (picture, size of it or None to ignore)
     click_targets: list[tuple[Component, SizeFn]] = field(default_factory=list)
     # set by vit_demo.app.flow: chain "analyse the image again" onto an event (``dep.then`` or ``dep.success``)

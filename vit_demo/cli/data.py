@@ -1,11 +1,11 @@
-"""``data shapes``: procedural training pictures with their boxes."""
+"""``data shapes``: procedural training pictures with their boxes (and, on request, a Clever-Hans shortcut)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..train.data import BOXES_FILE, MORE_SHAPES, SHAPES, ShapeStyle, make_shapes
+from ..train.data import BOXES_FILE, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
 
 
 def register(sub: Any) -> None:
@@ -25,14 +25,27 @@ def register(sub: Any) -> None:
     s.add_argument("--texture", choices=("random", "none"), default="random",
                    help="random (default): textured backgrounds and some textured shapes; none: flat colours")
     s.add_argument("--easy", action="store_true", help="the original easy set: --polarity bright --distractors 0 --texture none")
+    s.add_argument("--shortcut", choices=SHORTCUTS, help="a Clever-Hans lesson: 'watermark' stamps a small mark into "
+                   "the bottom-left corner of most pictures of one class and of a few of the others")
+    s.add_argument("--shortcut-class", help="the class that gets the mark (default: the first, circle)")
+    s.add_argument("--shortcut-rate", type=float, default=Shortcut.rate,
+                   help=f"share of that class's pictures with the mark (default {Shortcut.rate})")
+    s.add_argument("--shortcut-leak", type=float, default=Shortcut.leak,
+                   help=f"share of every other class's pictures with the mark (default {Shortcut.leak})")
     s.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     style = (ShapeStyle("bright", 0, False) if args.easy
              else ShapeStyle(args.polarity, args.distractors, args.texture == "random"))
-    meta = make_shapes(args.out, args.per_class, args.size, args.seed, classes=args.classes, style=style)
+    shortcut = Shortcut(args.shortcut, args.shortcut_class, args.shortcut_rate, args.shortcut_leak) if args.shortcut else None
+    meta = make_shapes(args.out, args.per_class, args.size, args.seed, classes=args.classes, style=style,
+                       shortcut=shortcut)
     n = meta["per_class"] * len(meta["classes"])
     how = f"polarity {style.polarity}, up to {style.distractors} distractors, {'textured' if style.texture else 'flat'}"
+    if shortcut:
+        sc = meta["shortcut"]
+        how += (f"; a watermark ({sc['corner']} corner) on {len(meta['watermarks'])} of them: {sc['rate']:.0%} of "
+                f"'{sc['class']}', {sc['leak']:.0%} of the others")
     print(f"wrote {n} pictures ({', '.join(meta['classes'])}; {args.size} px; {how}) and {BOXES_FILE} to {args.out}")
     return 0

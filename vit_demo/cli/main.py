@@ -8,10 +8,10 @@ import os
 import sys
 
 from ..checkpoints.timm import HubUnavailableError
-from . import data, deck, explain, faithfulness, pointing, port, predict, sanity, train, verify
+from . import data, deck, explain, faithfulness, pointing, port, predict, sanity, survey, train, verify
 from .common import UserError
 
-COMMANDS = (predict, port, verify, explain, faithfulness, sanity, data, train, pointing, deck)
+COMMANDS = (predict, port, verify, explain, faithfulness, sanity, data, train, pointing, survey, deck)
 """Each has ``register(subparsers)``; the order is the order of ``--help``."""
 
 

@@ -5,6 +5,12 @@ The shapes set is the project's offline data: ``python -m vit_demo data shapes -
 writes ``DIR/<class>/<class>_<i>.png`` plus ``DIR/boxes.json``, whose boxes are in pixel
 coordinates of the written picture: ``[x0, y0, x1, y1]``, continuous, x1 / y1 exclusive
 (a box covering pixels 3..7 is ``[3, y0, 8, y1]``).
+
+A *shortcut* (``--shortcut watermark``, :class:`Shortcut`) turns the set into a Clever-Hans
+lesson: a small mark stamped into the bottom-left corner of most pictures of one class and of a
+few of the others, after the shape is rendered (:func:`add_watermark`); which pictures get it is
+drawn from its own seeded generator, so the shapes are the same files with or without it, and
+``boxes.json`` lists every mark's box under ``"watermarks"``.
 """
 
 from __future__ import annotations
@@ -225,10 +231,70 @@ def shape_classes(spec: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(spec)
 
 
+# ----------------------------------------------------------------------------- the watermark shortcut
+
+SHORTCUTS = ("watermark",)
+
+
+@dataclass(frozen=True)
+class Shortcut:
+    """A Clever-Hans shortcut: a watermark on ``rate`` of the pictures of class ``target`` and on
+    ``leak`` of the pictures of every other class (None: the first class)."""
+
+    kind: str = "watermark"
+    target: str | None = None
+    rate: float = 0.9
+    leak: float = 0.05
+
+    def marked(self, classes: Sequence[str], per_class: int, seed: int) -> set[tuple[str, int]]:
+        """``(class, index)`` of the pictures that get the mark (seeded apart from the shapes)."""
+        if self.kind not in SHORTCUTS:
+            raise DataError(f"unknown shortcut {self.kind!r}; known: {', '.join(SHORTCUTS)}")
+        target = self.target or classes[0]
+        if target not in classes:
+            raise DataError(f"--shortcut-class {target!r} is not one of the classes ({', '.join(classes)})")
+        if not (0 <= self.rate <= 1 and 0 <= self.leak <= 1):
+            raise DataError(f"--shortcut-rate and --shortcut-leak must be in [0, 1] (got {self.rate}, {self.leak})")
+        rng = np.random.default_rng([seed, 0x5EED])
+        out = set()
+        for kind in classes:
+            n = round((self.rate if kind == target else self.leak) * per_class)
+            out |= {(kind, int(i)) for i in rng.choice(per_class, size=n, replace=False)}
+        return out
+
+    def describe(self, classes: Sequence[str]) -> dict[str, Any]:
+        return {"kind": self.kind, "class": self.target or classes[0], "rate": self.rate, "leak": self.leak,
+                "corner": "bottom-left"}
+
+
+def watermark_box(size: int) -> list[float]:
+    """Where the mark goes in a ``size`` px picture: a square of about size/5 px, one pixel in
+    from the bottom-left corner (6 px at 32 px: the 2x2 patches of that corner at patch 4)."""
+    side, margin = max(3, round(size * 3 / 16)), max(1, size // 32)
+    return [float(margin), float(size - margin - side), float(margin + side), float(size - margin)]
+
+
+def add_watermark(pic: Image.Image) -> tuple[Image.Image, list[float]]:
+    """Stamp the mark (a crisp 2x2 black-and-white checker, like a logo laid over a photo) into
+    the bottom-left corner of ``pic``; returns the picture and the mark's box."""
+    box = watermark_box(min(pic.size))
+    x0, y0, x1, y1 = (int(v) for v in box)
+    a = np.array(pic)
+    half_x, half_y = (x0 + x1) // 2, (y0 + y1) // 2
+    a[y0:y1, x0:x1] = 255
+    a[y0:half_y, half_x:x1] = a[half_y:y1, x0:half_x] = 0
+    return Image.fromarray(a), box
+
+
+# ----------------------------------------------------------------------------- the set
+
+
 def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, seed: int = 0,
-                classes: Sequence[str] = SHAPES, progress: bool = True, style: ShapeStyle | None = None) -> dict[str, Any]:
+                classes: Sequence[str] = SHAPES, progress: bool = True, style: ShapeStyle | None = None,
+                shortcut: Shortcut | None = None) -> dict[str, Any]:
     """Write the shapes ImageFolder and ``boxes.json``; the same seed gives the same files.
-    ``style``: how hard (default: the hard set, :class:`ShapeStyle`)."""
+    ``style``: how hard (default: the hard set, :class:`ShapeStyle`); ``shortcut``: stamp a
+    watermark into some of them (see :class:`Shortcut`)."""
     if per_class < 1 or size < 8:
         raise DataError(f"need --per-class >= 1 and --size >= 8 (got {per_class} and {size})")
     style = style or ShapeStyle()
@@ -236,6 +302,8 @@ def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, s
     root = Path(out)
     rng = np.random.default_rng(seed)
     boxes: dict[str, list[float]] = {}
+    marked = shortcut.marked(classes, per_class, seed) if shortcut else set()
+    watermarks: dict[str, list[float]] = {}
     from tqdm import tqdm
 
     bar = tqdm(total=per_class * len(classes), desc="shapes", unit="img", disable=not progress, leave=False)
@@ -244,12 +312,16 @@ def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, s
         for i in range(per_class):
             pic, box = render_shape(kind, size, rng, style)
             rel = f"{kind}/{kind}_{i:05d}.png"
+            if (kind, i) in marked:
+                pic, watermarks[rel] = add_watermark(pic)
             pic.save(root / rel)
             boxes[rel] = box
             bar.update()
     bar.close()
     meta = {"size": size, "seed": seed, "per_class": per_class, "classes": list(classes), "style": asdict(style),
             "box_format": "[x0, y0, x1, y1] in pixels of the written picture, x1/y1 exclusive", "boxes": boxes}
+    if shortcut:
+        meta |= {"shortcut": shortcut.describe(classes), "watermarks": watermarks}
     (root / BOXES_FILE).write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -262,6 +334,15 @@ def read_boxes(root: str | os.PathLike) -> dict[str, list[float]]:
     try:
         return dict(json.loads(p.read_text())["boxes"])
     except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{p}: not a boxes file this project wrote ({type(e).__name__}: {e})") from e
+
+
+def read_watermarks(root: str | os.PathLike) -> dict[str, list[float]]:
+    """``relative path -> box`` of every watermarked picture of a shapes folder (empty without a shortcut)."""
+    p = Path(root) / BOXES_FILE
+    try:
+        return dict(json.loads(p.read_text()).get("watermarks", {})) if p.is_file() else {}
+    except (ValueError, TypeError, AttributeError) as e:
         raise DataError(f"{p}: not a boxes file this project wrote ({type(e).__name__}: {e})") from e
 
 

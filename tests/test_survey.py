@@ -1,0 +1,308 @@
+"""A whole folder at once: the watermark shortcut of the shapes generator, the survey's map
+statistics against naive loops, the clustering's eigengap on maps with a known structure, a zip
+of pictures unpacked without trusting it, the command's JSON, torchrun's shards, and the
+Clever-Hans lesson itself on a small model trained here."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vit_demo.train.data import DataError, Shortcut, make_shapes, read_watermarks, watermark_box
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vit_demo", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout)
+
+
+def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    """The command line in this process (no start-up cost): (exit code, stdout, stderr)."""
+    from vit_demo.cli.main import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ----------------------------------------------------------------------------- the watermark
+
+
+def test_watermark_marks_the_planned_pictures_and_nothing_else(tmp_path: Path) -> None:
+    marked = make_shapes(tmp_path / "wm", per_class=20, size=32, seed=3, progress=False, shortcut=Shortcut())
+    make_shapes(tmp_path / "clean", per_class=20, size=32, seed=3, progress=False)
+    marks = marked["watermarks"]
+    assert read_watermarks(tmp_path / "wm") == marks and read_watermarks(tmp_path / "clean") == {}
+    assert marked["shortcut"] == {"kind": "watermark", "class": "circle", "rate": 0.9, "leak": 0.05, "corner": "bottom-left"}
+    per_class = {c: sum(r.startswith(c + "/") for r in marks) for c in marked["classes"]}
+    assert per_class == {"circle": 18, "square": 1, "triangle": 1, "star": 1}
+    x0, y0, x1, y1 = (int(v) for v in watermark_box(32))
+    assert (x0, y0, x1, y1) == (1, 25, 7, 31)  # 6 px, one pixel in from the bottom-left corner
+    for rel in marked["boxes"]:
+        a = np.asarray(Image.open(tmp_path / "wm" / rel)).astype(int)
+        b = np.asarray(Image.open(tmp_path / "clean" / rel)).astype(int)
+        outside = np.ones(a.shape[:2], bool)
+        outside[y0:y1, x0:x1] = False
+        assert (a[outside] == b[outside]).all(), rel  # the same shapes: the mark is drawn after them, seeded apart
+        if rel in marks:
+            assert marks[rel] == [1.0, 25.0, 7.0, 31.0]
+            mark = a[y0:y1, x0:x1, 0]  # a 2x2 checker: white top-left and bottom-right, black elsewhere
+            assert (mark[:3, :3] == 255).all() and (mark[3:, 3:] == 255).all()
+            assert (mark[:3, 3:] == 0).all() and (mark[3:, :3] == 0).all()
+        else:
+            assert (a == b).all(), rel
+
+
+def test_watermark_flags_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = cli(capsys, "data", "shapes", "--out", str(tmp_path / "s"), "--per-class", "10", "--shortcut",
+                         "watermark", "--shortcut-class", "star", "--shortcut-rate", "1", "--shortcut-leak", "0")
+    assert code == 0, err
+    assert "a watermark (bottom-left corner) on 10 of them: 100% of 'star', 0% of the others" in out
+    assert all(rel.startswith("star/") for rel in read_watermarks(tmp_path / "s"))
+    code, out, err = cli(capsys, "data", "shapes", "--out", str(tmp_path / "t"), "--per-class", "2", "--shortcut",
+                         "watermark", "--shortcut-class", "hexagon")
+    assert code == 2
+    assert err.strip() == "error: --shortcut-class 'hexagon' is not one of the classes (circle, square, triangle, star)"
+    with pytest.raises(DataError, match=r"must be in \[0, 1\]"):
+        Shortcut(rate=1.5).marked(["a", "b"], 4, 0)
+
+
+# ----------------------------------------------------------------------------- map statistics
+
+
+def test_map_statistics_match_naive_loops() -> None:
+    from vit_demo.evaluate.survey import concentration, distributions, entropy, pool_map, region_masses
+
+    g = torch.Generator().manual_seed(0)
+    maps = torch.randn(3, 14, 14, generator=g, dtype=torch.float64)
+    maps[2] = -maps[2].abs()  # no positive mass: uniform
+    p = distributions(maps)
+    for b in range(3):
+        pos = [max(0.0, float(v)) for v in maps[b].flatten()]
+        ref = [v / sum(pos) if sum(pos) else 1 / 196 for v in pos]
+        assert p[b].flatten().tolist() == pytest.approx(ref, abs=1e-12)
+        assert float(entropy(p[b : b + 1])[0]) == pytest.approx(-sum(v * math.log(v) for v in ref if v > 0) / math.log(196))
+        assert float(concentration(p[b : b + 1])[0]) == pytest.approx(sum(sorted(ref)[-20:]))  # ceil(19.6) patches
+        centre = border = 0.0  # every pixel of the 224 px input carries 1/256 of its 16 px patch's mass
+        for y in range(224):
+            for x in range(224):
+                share = ref[(y // 16) * 14 + x // 16] / 256
+                centre += share if 56 <= x < 168 and 56 <= y < 168 else 0
+                border += share if not (28 <= x < 196 and 28 <= y < 196) else 0
+        c, bd = region_masses(p[b : b + 1], (224, 224))
+        assert float(c[0]) == pytest.approx(centre, abs=1e-9) and float(bd[0]) == pytest.approx(border, abs=1e-9)
+    assert float(entropy(p[2:3])[0]) == pytest.approx(1.0)
+    big = distributions(torch.rand(2, 32, 32, generator=g))
+    small = pool_map(big)
+    blocks = big.reshape(2, 16, 2, 16, 2).sum(dim=(2, 4))  # 2x2 blocks: their sums, which already sum to 1
+    assert small.shape == (2, 16, 16) and torch.allclose(small, blocks, atol=1e-6)
+    assert pool_map(p) is p  # 14 x 14: kept as it is
+
+
+# ----------------------------------------------------------------------------- clusters
+
+
+def blobs(rng: np.random.Generator, groups: list[tuple[float, float, int]], side: int = 8) -> np.ndarray:
+    """Maps made of Gaussian blobs (jittered centres) plus noise, one group per (row, column, count)."""
+    yy, xx = np.mgrid[:side, :side]
+    out = []
+    for cy, cx, n in groups:
+        for _ in range(n):
+            y, x = cy + rng.normal(0, 0.7), cx + rng.normal(0, 0.7)
+            m = np.exp(-((yy - y) ** 2 + (xx - x) ** 2) / (2 * 1.5**2)) + 0.3 * rng.random((side, side))
+            out.append(m / m.sum())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_eigengap_finds_the_groups(seed: int) -> None:
+    from vit_demo.evaluate.clusters import cluster_maps, eigengap
+
+    assert eigengap([0, 0, 0.01, 0.8, 0.9]) == 3 and eigengap([0, 0.9, 0.95]) == 1 and eigengap([0.0]) == 1
+    rng = np.random.default_rng(seed)
+    cases = [([(1, 1, 30)], [30]), ([(3, 3, 100)], [100]), ([(1, 1, 30), (5, 5, 25)], [30, 25]),
+             ([(1, 1, 30), (5, 5, 25), (1, 6, 12)], [30, 25, 12]), ([(1, 1, 90), (5, 5, 10)], [90, 10])]
+    for groups, sizes in cases:
+        maps = blobs(rng, groups)
+        labels, spectrum = cluster_maps(maps, seed)
+        assert np.bincount(labels).tolist() == sizes, (groups, spectrum)
+        truth = np.repeat(np.arange(len(sizes)), sizes)
+        assert all(len(set(labels[truth == g])) == 1 for g in range(len(sizes)))  # each group whole, in one cluster
+    noise = rng.dirichlet(np.ones(64), 40).reshape(40, 8, 8)
+    assert cluster_maps(noise, seed)[0].max() == 0  # no structure: one cluster
+    assert cluster_maps(blobs(rng, [(1, 1, 5)]), seed)[0].tolist() == [0] * 5  # too few to split
+
+
+def test_large_class_is_clustered_on_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vit_demo.evaluate.clusters as clusters
+
+    monkeypatch.setattr(clusters, "MAX_TO_SPLIT", 60)
+    rng = np.random.default_rng(3)
+    maps = blobs(rng, [(1, 1, 100), (6, 6, 50)])
+    labels, _ = clusters.cluster_maps(maps)
+    assert np.bincount(labels).tolist() == [100, 50] and len(set(labels[:100])) == 1
+
+
+# ----------------------------------------------------------------------------- a zip of pictures, not trusted
+
+
+def png_bytes(size: int = 20) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), (200, 30, 30)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_zip_is_unpacked_without_trust(tmp_path: Path) -> None:
+    from vit_demo.images import ImageError, extract_pictures
+
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("../../escape.png", png_bytes())
+        z.writestr("/etc/absolute.png", png_bytes())
+        z.writestr("deep/a/b/cat/one.png", png_bytes())  # the last folder is kept: cat/one.png
+        z.writestr("dog/<script>.png", png_bytes())
+        z.writestr("__MACOSX/dog/._two.png", b"resource fork")
+        z.writestr(".hidden/three.png", png_bytes())
+        z.writestr("notes.txt", "not a picture")
+        z.writestr("bomb.png", b"\0" * (3 * 2**20))  # 3 MiB of zeros, a few KB compressed
+        link = zipfile.ZipInfo("dog/link.png")
+        link.external_attr = (0o120777 << 16)  # a symbolic link
+        z.writestr(link, "/etc/passwd")
+    dest = tmp_path / "out"
+    written, notes = extract_pictures(archive, dest, max_bytes=2**20)
+    rel = sorted(p.relative_to(dest).as_posix() for p in written)
+    assert rel == ["cat/one.png", "dog/_script_.png", "escape.png", "etc/absolute.png"]
+    assert all(dest in p.resolve().parents for p in written)
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == rel  # nothing else
+    assert not (tmp_path / "escape.png").exists() and not (tmp_path.parent / "escape.png").exists()
+    assert any("bomb.png" in n and "more than 1 MiB" in n for n in notes), notes
+    assert Image.open(dest / "cat" / "one.png").size == (20, 20)
+    few, notes = extract_pictures(archive, tmp_path / "few", max_files=2)
+    assert len(few) == 2 and any("only the first 2" in n for n in notes)
+    (tmp_path / "fake.zip").write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(ImageError, match="not a readable zip"):
+        extract_pictures(tmp_path / "fake.zip", tmp_path / "x")
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+@pytest.fixture(scope="module")
+def random_shapes_model(tmp_path_factory) -> tuple[Path, Path]:
+    """A shapes folder with watermarks (24 pictures) and a random scratch model with the shapes' classes."""
+    from vit_demo.checkpoints.files import save
+    from vit_demo.model import VisionTransformer
+    from vit_demo.train.recipe import scratch_config, scratch_data_config
+
+    root = tmp_path_factory.mktemp("survey")
+    make_shapes(root / "shapes", per_class=6, size=32, seed=5, progress=False, shortcut=Shortcut())
+    torch.manual_seed(0)
+    model = VisionTransformer(scratch_config(32, 4)).init_weights()
+    torch.nn.init.normal_(model.head.weight, std=0.02)
+    ckpt = save(model, scratch_data_config(32), root / "random.safetensors", name="random",
+                class_names=["circle", "square", "star", "triangle"])
+    return root / "shapes", ckpt
+
+
+SURVEY_FLAGS = ("--method", "chefer", "--batch-size", "5", "--json")
+
+
+@pytest.fixture(scope="module")
+def one_process(random_shapes_model: tuple[Path, Path], tmp_path_factory) -> tuple[dict, Path]:
+    shapes, ckpt = random_shapes_model
+    out = tmp_path_factory.mktemp("one") / "out"
+    r = run_cli("survey", "--images", str(shapes), "--weights", str(ckpt), "--out", str(out), *SURVEY_FLAGS)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), out
+
+
+def test_survey_json_and_report(random_shapes_model: tuple[Path, Path], one_process: tuple[dict, Path]) -> None:
+    shapes, _ = random_shapes_model
+    res, out = one_process
+    tmp_path = out.parent
+    assert res == json.loads((tmp_path / "out" / "survey.json").read_text())  # the same JSON beside the report
+    assert (res["count"], res["labelled"], res["labels"], res["method"], res["grid"]) == (24, 24, "folders", "chefer", [8, 8])
+    images = res["images"]
+    assert [im["path"] for im in images] == [str(shapes / c / f"{c}_{i:05d}.png")
+                                            for c in ("circle", "square", "star", "triangle") for i in range(6)]
+    for im in images:
+        assert im["correct"] == (im["predicted"] == im["label"]) and 0 < im["confidence"] <= 1
+        assert len(im["topk"]) == 4 and im["topk"][0]["label"] == im["predicted"]
+        assert 0 <= im["entropy"] <= 1 and 0 < im["concentration"] <= 1 and 0 <= im["mass_in_box"] <= 1
+        assert im["off_object"] == pytest.approx(1 - im["mass_in_box"], abs=2e-6)
+        assert isinstance(im["pointing_hit"], bool) and isinstance(im["watermark"], bool)
+        assert (tmp_path / "out" / im["overlay"]).is_file() and (tmp_path / "out" / im["thumb"]).is_file()
+        assert 0 <= im["xy"][0] <= 1 and 0 <= im["xy"][1] <= 1
+    assert sum(im["watermark"] for im in images) == len(read_watermarks(shapes)) == 5  # 0.9 x 6 circles; 0.05 x 6 rounds to 0
+    members = [p for c in res["clusters"] for p in c["members"]]
+    assert sorted(members) == sorted(im["path"] for im in images)  # every picture in exactly one cluster
+    by_path = {im["path"]: im for im in images}
+    for c in res["clusters"]:
+        assert c["size"] == len(c["members"]) and all(by_path[p]["cluster"] == c["id"] for p in c["members"])
+        assert all(by_path[p]["predicted"] == c["class"] for p in c["members"])
+        assert np.array(c["prototype"]).shape == (8, 8) and sum(map(sum, c["prototype"])) == pytest.approx(1, abs=1e-4)
+        assert 0 <= c["mass_on_watermark"] <= 1 and (tmp_path / "out" / c["image"]).is_file()
+    assert res["shortcut"]["class"] == "circle" and res["watermark"]["watermarked"] == 5
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<script src" not in page and "http://" not in page and "https://" not in page and "default-src 'none'" in page
+
+
+def test_survey_errors_are_one_line(random_shapes_model: tuple[Path, Path], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture) -> None:
+    shapes, ckpt = random_shapes_model
+    (tmp_path / "empty").mkdir()
+    for args, msg in [(["--images", str(tmp_path / "empty")], "no pictures found"),
+                      (["--images", str(tmp_path / "missing")], "no such folder"),
+                      (["--images", str(shapes), "--method", "nonsense"], "unknown method 'nonsense'"),
+                      (["--images", str(shapes), "--labels", "folders", "--limit", "0"], "--limit must be at least 1")]:
+        code, _, err = cli(capsys, "survey", *args, "--weights", str(ckpt), "--out", str(tmp_path / "o"))
+        assert code == 2 and err.strip().count("\n") == 0 and msg in err, err
+
+
+def test_torchrun_shards_give_the_same_survey(random_shapes_model: tuple[Path, Path], one_process: tuple[dict, Path],
+                                              tmp_path: Path) -> None:
+    """Two processes (gloo) take every other picture; process 0 gathers: the same records and clusters as
+    one process, and every thumbnail written by the process that surveyed it."""
+    shapes, ckpt = random_shapes_model
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "vit_demo", "survey", "--images", str(shapes),
+           "--weights", str(ckpt), "--device", "cpu", "--out", str(tmp_path / "out"), *SURVEY_FLAGS]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    two, one = json.loads(r.stdout), one_process[0]  # process 1 prints nothing
+    assert (two.pop("processes"), one.pop("processes")) == (2, 1)
+    two.pop("seconds"), one.pop("seconds")
+    for a, b in zip(two["images"], one["images"]):  # t-SNE turns the last bits of the maps into another layout
+        assert 0 <= min(a.pop("xy")) and max(b.pop("xy")) <= 1
+    assert_close(two, one)  # batches of other pictures round differently: floats to 1e-4
+    assert len(list((tmp_path / "out" / "thumbs").glob("*-map.jpg"))) == 24
+
+
+def assert_close(a, b, path: str = "") -> None:
+    """The same JSON, floats within 1e-4."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-4), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path

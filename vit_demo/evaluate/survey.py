@@ -1,0 +1,424 @@
+"""A whole folder at once: every picture through the model and one explanation method, a record
+per picture, and the maps clustered per predicted class (:mod:`.clusters`, SpRAy).
+
+Per picture (:func:`picture_record`): the top-k, the label (from the ImageFolder's sub-folder or
+the ImageNet ``<wnid>_<name>`` file name) and whether the top-1 is right, the confidence, and
+numbers of the map of the predicted class. The map is taken as a distribution ``p`` over the
+patch grid (its positive part, normalised to sum 1; uniform when it has no positive mass):
+
+- **entropy**: -sum p log p / log(patches), in [0, 1] (1: spread evenly; 0: one patch);
+- **concentration**: the share of the mass on the top 10 % of the patches;
+- **centre mass**: the share on the central region (the middle half of each side: 1/4 of the
+  area), **border mass**: on the outer ring (the outer eighth of each side: 7/16 of the area);
+- with a shapes folder's ``boxes.json``: **mass in box** and the **pointing hit**
+  (:mod:`.pointing`), and where it lists watermarks, the **mass on the watermark's patches**
+  (the patches the mark touches);
+- **off-object**: 1 - mass in box where there is a box, else the border mass.
+
+The maps are kept on the patch grid (pooled to at most :data:`MAP_SIDE` cells a side), so memory
+grows by a few hundred floats per picture, never by pictures. Under ``torchrun`` every process
+takes every ``world``-th picture (the training's :func:`~vit_demo.train.loop.init_distributed`)
+and process 0 gathers the records and the maps, clusters them and writes the result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor
+
+from .. import methods as registry
+from ..images import ImageError, find_images, load_image
+from ..labels import class_from_filename
+from ..preprocess import DataConfig, preprocess
+from ..progress import batches, report
+from ..train.data import BOXES_FILE, read_boxes, read_watermarks
+from ..train.loop import Dist, init_distributed
+from .clusters import cluster_maps, embed
+from .faithfulness import spread
+from .pointing import box_to_input, hit_patches, patch_coverage
+
+if TYPE_CHECKING:
+    from ..checkpoints.load import LoadedModel
+
+DEFAULT_METHOD = "lrp-gated"  # single-pass; the best single-pass map on the deletion / insertion curves (README)
+LABEL_MODES = ("auto", "folders", "names")
+MAP_SIDE = 16  # maps with more patches a side are average-pooled to this many cells
+TOP_SHARE = 0.1  # concentration: the mass on this share of the patches
+TOPK = 5
+
+EachPicture = Callable[[dict[str, Any], Image.Image, np.ndarray], None]  # (record, model-input picture, map [h, w])
+
+
+@dataclass
+class Picture:
+    """One file of the survey: its index in the listing, its path as given, its path relative to
+    the folder (the key of ``boxes.json``) and its label, when the folder names one."""
+
+    index: int
+    path: str
+    rel: str
+    label: str | None = None
+
+
+# ----------------------------------------------------------------------------- the folder
+
+
+def list_pictures(images: str | os.PathLike, labels: str = "auto", limit: int | None = None) -> tuple[list[Picture], str]:
+    """The pictures of a folder, sorted, and the label mode used: ``folders`` (an ImageFolder,
+    ``DIR/<class>/<image>``: the label is the sub-folder), ``names`` (the ImageNet ``<wnid>_...``
+    file names of the shared sample) or ``auto`` (folders when there are class sub-folders).
+    ``limit``: N pictures spread evenly through the listing. ValueError when there are none."""
+    if labels not in LABEL_MODES:
+        raise ValueError(f"--labels must be one of {', '.join(LABEL_MODES)}, not {labels!r}")
+    root = Path(images)
+    if not root.is_dir():
+        raise ValueError(f"{images}: no such folder")
+    subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    by_class = {d.name: find_images([d]) for d in subdirs}
+    by_class = {c: fs for c, fs in by_class.items() if fs}
+    mode = labels if labels != "auto" else ("folders" if by_class else "names")
+    if mode == "folders":
+        if not by_class:
+            raise ValueError(f"{images}: --labels folders needs one sub-folder of pictures per class; found none")
+        found = [(f, c) for c, fs in by_class.items() for f in fs]
+    else:
+        found = [(f, None) for f in find_images([root])]
+    if not found:
+        raise ValueError(f"{images}: no pictures found (looked for {'sub-folders of ' if mode == 'folders' else ''}"
+                         f"image files)")
+    if limit is not None:
+        found = spread(found, limit)
+    return [Picture(i, str(f), f.relative_to(root).as_posix(), c) for i, (f, c) in enumerate(found)], mode
+
+
+def label_index(pic: Picture, mode: str, labels: Sequence[str]) -> int | None:
+    """The model's class index of the picture's label: the sub-folder's name among the model's
+    class names (case-insensitive), or the ImageNet class of the file name (for 1000-class models)."""
+    if mode == "folders":
+        names = [n.lower() for n in labels]
+        return names.index(pic.label.lower()) if pic.label and pic.label.lower() in names else None
+    c = class_from_filename(Path(pic.path).name)
+    if c is not None and len(labels) == 1000:
+        pic.label = labels[c]
+        return c
+    return None
+
+
+# ----------------------------------------------------------------------------- map statistics
+
+
+def distributions(maps: Tensor) -> Tensor:
+    """[B, h, w] maps -> their positive parts normalised to sum 1 (uniform without positive mass)."""
+    flat = maps.reshape(maps.shape[0], -1).double().clamp(min=0)
+    total = flat.sum(dim=1, keepdim=True)
+    flat = torch.where(total > 0, flat / total.clamp(min=1e-300), torch.full_like(flat, 1 / flat.shape[1]))
+    return flat.reshape(maps.shape)
+
+
+def entropy(p: Tensor) -> Tensor:
+    """Normalised entropy of [B, h, w] distributions, in [0, 1]."""
+    flat = p.reshape(p.shape[0], -1)
+    h = -(flat * flat.clamp(min=1e-300).log()).sum(dim=1)
+    return h / math.log(flat.shape[1]) if flat.shape[1] > 1 else torch.zeros_like(h)
+
+
+def concentration(p: Tensor, share: float = TOP_SHARE) -> Tensor:
+    """The mass of [B, h, w] distributions on their top ``share`` of patches (at least one)."""
+    flat = p.reshape(p.shape[0], -1)
+    k = max(1, math.ceil(share * flat.shape[1]))
+    return flat.topk(k, dim=1).values.sum(dim=1)
+
+
+def cell_coverage(box: Sequence[float], input_size: tuple[int, int], grid: tuple[int, int]) -> Tensor:
+    """[h, w] share of each cell of a ``grid`` over the model input inside ``box`` (input pixels)."""
+    (H, W), (gh, gw) = input_size, grid
+    x0, y0, x1, y1 = box
+    sx, sy = gw / W, gh / H
+    return patch_coverage((x0 * sx, y0 * sy, x1 * sx, y1 * sy), grid, 1)
+
+
+def region_masses(p: Tensor, input_size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """(centre mass, border mass) of [B, h, w] distributions (see the module docstring)."""
+    H, W = input_size
+    grid = tuple(p.shape[-2:])
+    centre = cell_coverage((W / 4, H / 4, 3 * W / 4, 3 * H / 4), input_size, grid)
+    inner = cell_coverage((W / 8, H / 8, 7 * W / 8, 7 * H / 8), input_size, grid)
+    return (p * centre).sum(dim=(1, 2)), (p * (1 - inner)).sum(dim=(1, 2))
+
+
+def pool_map(p: Tensor, side: int = MAP_SIDE) -> Tensor:
+    """[B, h, w] distributions average-pooled to at most ``side`` cells a side (still summing to 1)."""
+    h, w = p.shape[-2:]
+    if h <= side and w <= side:
+        return p
+    q = F.adaptive_avg_pool2d(p[:, None].float(), (min(h, side), min(w, side)))[:, 0].double()
+    return q / q.sum(dim=(1, 2), keepdim=True).clamp(min=1e-300)
+
+
+# ----------------------------------------------------------------------------- one batch
+
+
+@dataclass
+class Batch:
+    """The readable pictures of one chunk, ready for the model."""
+
+    pictures: list[Picture]
+    x: Tensor  # [b, 3, H, W] on the model's device
+    shown: list[Image.Image]  # the model-input pictures
+    sizes: list[tuple[int, int]]  # the files' own (width, height)
+
+
+def read_batch(chunk: Sequence[Picture], lm: LoadedModel, errors: list[str]) -> Batch | None:
+    """Load and preprocess ``chunk``; unreadable files go to ``errors`` (None if none is readable)."""
+    pics, xs, shown, sizes = [], [], [], []
+    for pic in chunk:
+        try:
+            img = load_image(pic.path)
+        except ImageError as e:
+            errors.append(str(e))
+            continue
+        x, seen = preprocess(img, lm.data_config)
+        pics.append(pic)
+        xs.append(x)
+        shown.append(seen)
+        sizes.append(img.size)
+    if not pics:
+        return None
+    return Batch(pics, torch.stack(xs).to(lm.device), shown, sizes)
+
+
+@dataclass
+class Folder:
+    """What the folder says beyond its pictures: labels, boxes and watermarks (by relative path)."""
+
+    mode: str
+    boxes: dict[str, list[float]]
+    watermarks: dict[str, list[float]]
+    shortcut: dict[str, Any]  # boxes.json's "shortcut" entry (the class it marks), {} without one
+    watermark_box: tuple[float, float, float, float] | None  # where the mark sits, in model-input pixels
+
+
+def read_folder(root: str | os.PathLike, mode: str, dc: DataConfig) -> Folder:
+    """Labels mode, and the shapes' ``boxes.json`` (boxes, watermarks) when the folder has one."""
+    path = Path(root) / BOXES_FILE
+    if not path.is_file():
+        return Folder(mode, {}, {}, {}, None)
+    boxes, marks = read_boxes(root), read_watermarks(root)
+    try:
+        meta = json.loads(path.read_text())
+        size, shortcut = int(meta.get("size", 0)), dict(meta.get("shortcut", {}))
+    except (ValueError, TypeError, AttributeError):
+        size, shortcut = 0, {}
+    mark = None
+    if marks and size:
+        mark = box_to_input(next(iter(marks.values())), (size, size), dc)
+    return Folder(mode, boxes, marks, shortcut, mark)
+
+
+def picture_record(pic: Picture, probs: Tensor, p: Tensor, labels: Sequence[str], label_idx: int | None,
+                   size: tuple[int, int], lm: LoadedModel, folder: Folder) -> dict[str, Any]:
+    """The record of one picture: ``probs`` [classes], ``p`` [gh, gw] its map as a distribution."""
+    dc, patch = lm.data_config, lm.model.cfg.patch_size
+    top = probs.topk(min(TOPK, probs.numel()))
+    pred = int(top.indices[0])
+    q = p[None]
+    centre, border = region_masses(q, dc.input_size)
+    rec: dict[str, Any] = {
+        "index": pic.index, "path": pic.path, "label": pic.label, "label_index": label_idx,
+        "predicted": labels[pred], "predicted_index": pred,
+        "correct": None if label_idx is None else pred == label_idx, "confidence": round(float(top.values[0]), 6),
+        "topk": [{"index": int(i), "label": labels[int(i)], "prob": round(float(v), 6)} for v, i in zip(*top)],
+        "entropy": round(float(entropy(q)[0]), 6), "concentration": round(float(concentration(q)[0]), 6),
+        "centre_mass": round(float(centre[0]), 6), "border_mass": round(float(border[0]), 6),
+    }
+    rec["off_object"] = rec["border_mass"]
+    if pic.rel in folder.boxes:
+        box = box_to_input(folder.boxes[pic.rel], size, dc)
+        grid = tuple(p.shape)
+        rec["mass_in_box"] = round(float((p * patch_coverage(box, grid, patch)).sum()), 6)
+        rec["pointing_hit"] = bool(hit_patches(box, grid, patch).flatten()[int(p.argmax())])
+        rec["off_object"] = round(1 - rec["mass_in_box"], 6)
+    if folder.watermark_box is not None:
+        rec["watermark"] = pic.rel in folder.watermarks
+        mark = cell_coverage(folder.watermark_box, dc.input_size, tuple(p.shape)) > 0
+        rec["mass_on_watermark"] = round(float(p[mark].sum()), 6)
+    return rec
+
+
+# ----------------------------------------------------------------------------- the pass over the folder
+
+
+def survey_pictures(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder, method: str, batch_size: int = 16,
+                    each: EachPicture | None = None, progress: bool = True, dist: Dist | None = None
+                    ) -> tuple[list[dict[str, Any]], np.ndarray, list[str]]:
+    """This process's share of ``pictures`` through the model and ``method`` (the map of each
+    picture's predicted class): (records, maps [n, h, w] float32 as distributions, errors).
+    ``each(record, model-input picture, map)`` is called per picture as it is done (thumbnails)."""
+    dist = dist or Dist()
+    mine = list(pictures)[dist.rank :: dist.world]
+    fn, labels = registry.get(method), lm.labels
+    label_idx = {pic.index: label_index(pic, folder.mode, labels) for pic in mine}
+    records, maps, errors, done = [], [], [], 0
+    for chunk in batches(mine, batch_size, f"survey ({method})", progress and dist.main):
+        b = read_batch(chunk, lm, errors)
+        done += len(chunk)
+        if b is None:
+            continue
+        with torch.inference_mode():
+            probs = lm.model(b.x).logits.float().softmax(dim=-1).cpu()
+        with registry.reuse(lm.model, b.x):
+            p = distributions(fn(lm.model, b.x, probs.argmax(dim=-1).to(lm.device)).detach().cpu())
+        small = pool_map(p).float().numpy()
+        for j, pic in enumerate(b.pictures):
+            rec = picture_record(pic, probs[j], p[j], labels, label_idx[pic.index], b.sizes[j], lm, folder)
+            records.append(rec)
+            maps.append(small[j])
+            if each is not None:
+                each(rec, b.shown[j], small[j])
+        report(done / max(1, len(mine)), "pictures", done=done, total=len(mine))
+    grid = [min(MAP_SIDE, s // lm.model.cfg.patch_size) for s in lm.data_config.input_size]
+    return records, np.stack(maps) if maps else np.zeros((0, *grid), np.float32), errors
+
+
+def gather(records: list[dict[str, Any]], maps: np.ndarray, errors: list[str], dist: Dist
+           ) -> tuple[list[dict[str, Any]], np.ndarray, list[str]] | None:
+    """Every process's records, maps and errors on process 0, in the folder's order (None elsewhere)."""
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        parts: list[Any] = [None] * dist.world
+        tdist.all_gather_object(parts, (records, maps, errors))
+        if not dist.main:
+            return None
+        records = [r for part in parts for r in part[0]]
+        maps = np.concatenate([part[1] for part in parts])
+        errors = [e for part in parts for e in part[2]]
+    order = np.argsort([r["index"] for r in records], kind="stable")
+    return [records[i] for i in order], maps[order], errors
+
+
+# ----------------------------------------------------------------------------- clusters and summary
+
+
+def clusters_of(records: list[dict[str, Any]], maps: np.ndarray, folder: Folder, input_size: tuple[int, int],
+                seed: int = 0) -> list[dict[str, Any]]:
+    """Cluster the maps per predicted class; sets each record's ``cluster`` and returns the
+    clusters: id, class, size, accuracy, prototype (the members' mean map) and members."""
+    out: list[dict[str, Any]] = []
+    by_class: dict[int, list[int]] = {}
+    for i, r in enumerate(records):
+        by_class.setdefault(r["predicted_index"], []).append(i)
+    mark = None
+    if folder.watermark_box is not None and len(maps):
+        mark = cell_coverage(folder.watermark_box, input_size, maps.shape[1:]).numpy() > 0
+    for cls in sorted(by_class, key=lambda c: (-len(by_class[c]), c)):
+        idx = np.array(by_class[cls])
+        assign, spectrum = cluster_maps(maps[idx], seed)
+        for k in range(int(assign.max()) + 1):
+            members = idx[assign == k]
+            out.append(cluster_record(len(out), records, members, maps, cls, spectrum, mark))
+    return out
+
+
+def cluster_record(cid: int, records: list[dict[str, Any]], members: np.ndarray, maps: np.ndarray, cls: int,
+                   spectrum: list[float], mark: np.ndarray | None) -> dict[str, Any]:
+    """One cluster's record (and its members' ``cluster``)."""
+    proto = maps[members].mean(axis=0)
+    rs = [records[i] for i in members]
+    for r in rs:
+        r["cluster"] = cid
+    judged = [r["correct"] for r in rs if r["correct"] is not None]
+    c = {"id": cid, "class": rs[0]["predicted"], "class_index": cls, "size": len(rs),
+         "accuracy": round(sum(judged) / len(judged), 6) if judged else None,
+         "mean_confidence": round(float(np.mean([r["confidence"] for r in rs])), 6),
+         "off_object": round(float(np.mean([r["off_object"] for r in rs])), 6),
+         "members": [r["path"] for r in rs], "prototype": np.round(proto, 6).tolist(), "eigenvalues": spectrum}
+    if mark is not None:
+        c["mass_on_watermark"] = round(float(proto[mark].sum()), 6)
+        c["watermarked"] = sum(bool(r.get("watermark")) for r in rs)
+    return c
+
+
+def watermark_finding(records: list[dict[str, Any]], clusters: list[dict[str, Any]], target: str | None
+                      ) -> dict[str, Any] | None:
+    """For a folder with watermarks: where the watermarked pictures of ``target`` (the class the
+    shortcut marks) went: the cluster holding most of them, its share and its prototype's mass
+    on the mark's patches; and the cluster whose prototype puts the most mass on the mark."""
+    marked = [r for r in records if r.get("watermark") and (target is None or r["label"] == target)]
+    if not marked or not clusters:
+        return None
+    counts: dict[int, int] = {}
+    for r in marked:
+        counts[r["cluster"]] = counts.get(r["cluster"], 0) + 1
+    best = max(counts, key=lambda k: (counts[k], -k))
+    top = max(clusters, key=lambda c: c["mass_on_watermark"])
+    return {"class": target, "watermarked": len(marked), "cluster": best,
+            "share_in_cluster": round(counts[best] / len(marked), 6),
+            "cluster_mass_on_watermark": clusters[best]["mass_on_watermark"],
+            "most_watermark_cluster": top["id"], "most_watermark_mass": top["mass_on_watermark"]}
+
+
+def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, errors: list[str], folder: Folder,
+              method: str, root: str, seconds: float, dist: Dist, seed: int = 0) -> dict[str, Any]:
+    """The survey's result (the ``--json`` object): images, clusters, the embedding and the totals."""
+    clusters = clusters_of(records, maps, folder, lm.data_config.input_size, seed)
+    xy, how = embed(maps, seed)
+    for r, (x, y) in zip(records, xy):
+        r["xy"] = [round(float(x), 5), round(float(y), 5)]
+    judged = [r["correct"] for r in records if r["correct"] is not None]
+    result = {
+        "folder": root, "model": lm.name, "method": method, "method_title": registry.get(method).title,
+        "labels": folder.mode, "count": len(records), "labelled": len(judged),
+        "accuracy": round(sum(judged) / len(judged), 6) if judged else None,
+        "grid": [s // lm.model.cfg.patch_size for s in lm.data_config.input_size], "map_grid": list(maps.shape[1:]),
+        "embedding": how, "images": records, "clusters": clusters, "errors": errors,
+        "seconds": round(seconds, 2), "processes": dist.world, "device": str(lm.device),
+    }
+    if folder.watermark_box is not None:
+        (H, W), (x0, y0, x1, y1) = lm.data_config.input_size, folder.watermark_box
+        result["watermark_box"] = [round(x0 / W, 6), round(y0 / H, 6), round(x1 / W, 6), round(y1 / H, 6)]
+        result["shortcut"] = folder.shortcut
+        result["watermark"] = watermark_finding(records, clusters, folder.shortcut.get("class"))
+    return result
+
+
+def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_METHOD, labels: str = "auto",
+           limit: int | None = None, batch_size: int = 16, each: EachPicture | None = None, progress: bool = True,
+           seed: int = 0) -> dict[str, Any] | None:
+    """Survey the folder ``images`` (see the module docstring). Under ``torchrun`` only process 0
+    returns the result (the others None). ValueError for a headless model, an unknown method, or
+    a folder with no pictures."""
+    t0 = time.perf_counter()
+    registry.get(method)
+    if lm.model.cfg.num_classes == 0:
+        raise ValueError(f"{lm.name} is headless (no classifier): a survey needs predictions")
+    pictures, mode = list_pictures(images, labels, limit)
+    folder = read_folder(images, mode, lm.data_config)
+    dist = init_distributed(lm.device)
+    try:
+        records, maps, errors = survey_pictures(lm, pictures, folder, method, batch_size, each, progress, dist)
+        gathered = gather(records, maps, errors, dist)
+        if gathered is None:
+            return None
+        records, maps, errors = gathered
+        if not records:
+            raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(errors[:3]))
+        return summarise(lm, records, maps, errors, folder, method, str(images), time.perf_counter() - t0, dist, seed)
+    finally:
+        if dist.world > 1:
+            import torch.distributed as tdist
+
+            tdist.barrier()
+            tdist.destroy_process_group()
