@@ -170,6 +170,10 @@ class TokenLayout(NamedTuple):
         out += [f"[reg{i}]" for i in range(len(self.reg_indices))]
         return out
 
+    def detach(self) -> TokenLayout:
+        """The same layout with the probe (if any) out of the autograd graph."""
+        return self if self.probe is None else self._replace(probe=self.probe.detach())
+
     def cpu(self) -> TokenLayout:
         """The same layout with the probe (if any) detached on the CPU, to be kept."""
         return self if self.probe is None else self._replace(probe=self.probe.detach().float().cpu())
@@ -256,8 +260,12 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.cfg = cfg
         D = cfg.attn_head_dim
-        if cfg.rope == "mixed":  # learned: [x or y, block, head, D/2] (values come from the weights)
-            self.freqs = nn.Parameter(torch.zeros(2, cfg.depth, cfg.num_heads, D // 2))
+        if cfg.rope == "mixed":  # learned [x or y, block, head, D/2]; initialised as RoPE-ViT: turned at random
+            mag = 1.0 / cfg.rope_temperature ** (torch.arange(0, D, 4).float() / D)
+            turn = torch.rand(cfg.depth, cfg.num_heads, 1) * 2 * math.pi
+            fx = torch.cat([mag * torch.cos(turn), mag * torch.cos(turn + math.pi / 2)], dim=-1)
+            fy = torch.cat([mag * torch.sin(turn), mag * torch.sin(turn + math.pi / 2)], dim=-1)
+            self.freqs = nn.Parameter(torch.stack([fx, fy]))
         self.cache: dict[tuple[Any, ...], torch.Tensor] = {}  # fixed tables per grid and device
 
     def coordinates(self, grid: tuple[int, int]) -> torch.Tensor:
@@ -413,10 +421,9 @@ class Attention(nn.Module):
             q = self.q_proj(x).reshape(B, N, H, D).transpose(1, 2)
             k = self.k_proj(x).reshape(B, N, self.kv_heads, D).transpose(1, 2)
             return q, k, self.v_proj(x).reshape(B, N, self.kv_heads, D).transpose(1, 2)
-        if self.q_bias is None:
-            qkv = self.qkv(x)
-        else:
-            qkv = F.linear(x, self.qkv.weight, torch.cat((self.q_bias, self.k_bias, self.v_bias)))
+        qkv = self.qkv(x)
+        if self.q_bias is not None:  # EVA, BEiT: q and v biases, k's fixed at 0
+            qkv = qkv + torch.cat((self.q_bias, self.k_bias, self.v_bias))
         q, k, v = qkv.reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, N, D]
         return q, k, v
 
