@@ -298,15 +298,17 @@ class RotaryEmbedding(nn.Module):
 
     def table(self, grid: tuple[int, int], device: torch.device) -> torch.Tensor:
         """sin | cos of the angles, each repeated for the two channels of its pair."""
+        if self.cfg.rope == "mixed":  # learned: follows the parameters (and their gradients)
+            return self.encode(self.angles(grid)).to(device)
         key = (grid, str(device))
-        if self.cfg.rope != "mixed" and key in self.cache:
-            return self.cache[key]
-        a = self.angles(grid)
+        if key not in self.cache:  # fixed: one table per grid and device, kept out of autograd and inference mode
+            with torch.inference_mode(False), torch.no_grad():
+                self.cache[key] = self.encode(self.angles(grid)).to(device)
+        return self.cache[key]
+
+    def encode(self, a: torch.Tensor) -> torch.Tensor:
         a = torch.cat([a, a], dim=-1) if self.cfg.rope_half else a.repeat_interleave(2, dim=-1)
-        out = torch.cat([a.sin(), a.cos()], dim=-1).to(device)
-        if self.cfg.rope != "mixed":
-            self.cache[key] = out
-        return out
+        return torch.cat([a.sin(), a.cos()], dim=-1)
 
 
 def rotate(x: torch.Tensor, table: torch.Tensor, num_prefix: int, half: bool) -> torch.Tensor:

@@ -345,7 +345,8 @@ def explain_pos_embed(lm, s: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """The image-independent position-embedding similarity figure, once per model."""
     sim = pos_embed_similarity(lm.model).detach().float().cpu()
     gh, gw = sim.shape[1:]
-    fig = viz.pos_embed_figure(sim, title=f"Position embedding similarity  ·  {lm.name}")
+    what = "Position embedding" if lm.model.pos_embed is not None else "Rotary position code"  # RoPE without one
+    fig = viz.pos_embed_figure(sim, title=f"{what} similarity  ·  {lm.name}")
     stem = safe_stem(lm.name)
     fig_path = viz.save_figure(fig, out_dir / f"{stem}_pos-embed.{s['format']}", width_px=s["width"])
     record = {
