@@ -51,10 +51,10 @@ def config_from_timm(tm: nn.Module) -> ViTConfig:
         raise UnsupportedModelError(f"{name}: not a timm ViT-family model ({kind}; known: {', '.join(FAMILIES)})")
     problems: list[str] = []
     fields: dict[str, Any] = {}
-    for read in (read_block, read_embedding, read_norms, read_attention, read_mlp, read_positions, read_head):
+    for read in (read_block, read_attention, read_embedding, read_norms, read_mlp, read_positions, read_head):
         fields.update(read(tm, problems))
-        if problems and read is read_block:  # a block of another kind: its parts cannot be read as ours
-            break
+        if problems and read in (read_block, read_attention):  # a block or attention of another kind: the rest
+            break  # of it cannot be read as ours
     if problems:
         raise UnsupportedModelError(f"{name}: not a ViT variant this project implements: " + ", ".join(dict.fromkeys(problems)))
     try:
@@ -123,7 +123,8 @@ def read_attention(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     attn = getattr(tm.blocks[0], "attn", None)
     if type(attn).__name__ not in ATTENTIONS:
         what = type(attn).__name__
-        problems.append(f"attention {what}" + (" (differential attention)" if "Diff" in what else ""))
+        problems.append(f"attention {what}" + (" (differential attention: the difference of two softmax maps, "
+                                                "not one attention distribution)" if "Diff" in what else ""))
         return {}
     if getattr(attn, "gate", None) is not None:
         problems.append("gated attention")
