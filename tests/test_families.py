@@ -127,3 +127,19 @@ def test_config_read_not_tabled() -> None:
     assert (cfg.depth, cfg.global_pool, cfg.reg_tokens, cfg.qk_norm, cfg.pos_embed, cfg.num_classes) == (
         3, "max", 2, True, False, 5)
     assert (cfg.rope, cfg.rope_ref_grid, cfg.mlp, cfg.act, cfg.qv_bias) == ("axial", (16, 16), "glu", "silu", True)
+
+
+def test_verify_command_on_a_family(capsys) -> None:
+    """``verify --model NAME --random-init`` at a non-square size (timm's own init, its dynamic
+    size), and a relative-bias model at another size is refused in one line."""
+    import json
+
+    from vit_demo.cli.main import main
+
+    rc = main(["verify", "--model", "eva02_tiny_patch14_224", "--random-init", "--device", "cpu", "--input-size", "210x252",
+               "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert rc == 0 and r["passed"] and r["input_size"] == [210, 252] and r["max_abs_logit_diff"] <= TOL
+    rc = main(["verify", "--model", "vit_relpos_small_patch16_224", "--random-init", "--device", "cpu", "--input-size",
+               "224x288"])
+    assert rc == 2 and "relative position bias is defined for the 14x14 patch grid" in capsys.readouterr().err

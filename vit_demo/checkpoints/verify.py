@@ -127,6 +127,10 @@ def verify(
     lm = load_model(model, weights, random_init=random_init, device=device)
     dc = lm.data_config if input_size is None else lm.data_config.with_size(input_size)
     resized = tuple(dc.input_size) != tuple(lm.model.cfg.img_size)
+    if resized and lm.model.cfg.rel_pos:
+        (gh, gw), (h, w) = lm.model.cfg.grid_size, lm.model.cfg.img_size
+        raise ValueError(f"{lm.name}: its relative position bias is defined for the {gh}x{gw} patch grid it was "
+                         f"trained at (in timm too): verify it at its own size, {h}x{w}")
     if reference is not None:
         tm = transformers_reference(reference, interpolate=resized).to(lm.device)
         ref_name = f"transformers {tm.architecture}"
