@@ -15,6 +15,7 @@ from PIL import Image
 
 from vit_demo import methods
 from vit_demo.app.registry import HUB_MODELS, ModelRegistry
+from vit_demo.app.sections.models import model_summary
 from vit_demo.app.tabs.compare import compare_with_timm
 from vit_demo.app.tabs.diagnostics import distance_picture, pos_embed_picture
 from vit_demo.checkpoints.timm import config_from_timm
@@ -66,6 +67,8 @@ def test_family_model_in_the_app(name: str, package_photos: dict[str, Path]) -> 
         assert m.shape[-2:] == a.layout.grid and torch.isfinite(m).all()
     for picture in (distance_picture(a, 600), pos_embed_picture(lm, 600)):
         assert picture.width == 600 and np.asarray(picture).std() > 0
+    summary = model_summary(lm)
+    assert lm.model.cfg.variants() and all(v in summary for v in lm.model.cfg.variants()), summary
     c = compare_with_timm(a, lm, reg.timm_twin(key))
     assert c["identical"], c["verdict"]
     assert len(c["layer_attn_max_diff"]) == lm.model.cfg.depth

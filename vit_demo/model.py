@@ -133,6 +133,15 @@ class ViTConfig:
     def attn_head_dim(self) -> int:
         return self.head_dim or self.embed_dim // self.num_heads
 
+    def variants(self) -> list[str]:
+        """The variants beyond the plain ViT that are on, in a few words each (for summaries)."""
+        named = [(self.rope, f"RoPE ({self.rope})"), (self.rel_pos, f"relative position bias ({self.rel_pos})"),
+                 (not self.pos_embed, "no absolute position embedding"), (self.global_pool == "map", "attention-pool head"),
+                 (self.mlp != "mlp", "SwiGLU" if self.act == "silu" else f"GLU ({self.act})"),
+                 (self.norm == "rmsnorm", "RMSNorm"), (self.qk_norm, "qk-norm"), (self.post_norm, "res-post blocks"),
+                 (self.kv_heads, "grouped k/v heads"), (self.layer_scale, "LayerScale")]
+        return [text for on, text in named if on]
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["img_size"] = list(self.img_size)

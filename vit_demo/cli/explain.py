@@ -248,7 +248,8 @@ def _map(lm, x: torch.Tensor, out, s: dict[str, Any], target: int | None) -> tup
     if method == "attention":
         if qp is None:
             m = cls_attention(out.attentions, out.layout, s["layer"], s["head"])
-            query = "[class]" if query_index(out.layout) is not None else "mean of the patch queries"
+            query = ("the attention pool's query" if out.layout.probe is not None else
+                     "[class]" if query_index(out.layout) is not None else "mean of the patch queries")
         else:
             m = query_attention(out.attentions, out.layout, s["layer"], qp, s["head"])
             query = f"patch {qp}"
