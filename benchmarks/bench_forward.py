@@ -1,9 +1,13 @@
 """Scratch forward time / timm forward time, same process, same threads, same weights.
 
-    python benchmarks/bench_forward.py [--models deit_tiny_patch16_224 vit_base_patch16_224] [--repeats 7]
+    python benchmarks/bench_forward.py [--models deit_tiny_patch16_224 vit_base_patch16_224 ...] [--repeats 7]
 
 Runs alternate between the two models so that machine noise hits both alike; medians are
-reported. Target: ratio <= 1.0 on the fast (no capture) path.
+reported. Target: ratio <= 1.0 on the fast (no capture) path. The default models: DeiT-Tiny and
+ViT-B/16 (the plain ViT), EVA-02-Tiny (RoPE, packed SwiGLU, q/v biases) and SigLIP-B/16 (the
+attention-pool head), random init. Batches of 32 on a base model take seconds per forward pass:
+they get ``--repeats-large`` runs. The machine's load (``os.getloadavg``) is printed before and
+after: on a shared machine the ratios are the part to read.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def bench(name: str, batch: int, repeats: int) -> dict:
     model, _ = from_timm(tm)
     x = torch.randn(batch, 3, *model.cfg.img_size)
     scratch = lambda t: model(t).logits  # noqa: E731
-    for _ in range(2):  # warm-up
+    for _ in range(1 if repeats <= 3 else 2):  # warm-up
         timed(scratch, x), timed(tm, x)
     a, b = [], []
     for i in range(repeats):  # alternate who goes first: caches and clocks favour neither
@@ -53,16 +57,21 @@ def bench(name: str, batch: int, repeats: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["deit_tiny_patch16_224", "vit_base_patch16_224"])
+    ap.add_argument("--models", nargs="+", default=["deit_tiny_patch16_224", "vit_base_patch16_224",
+                                                    "eva02_tiny_patch14_224", "vit_base_patch16_siglip_224"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats-large", type=int, default=3, help="repeats at batch >= 32 of a base-size model")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
+          f"load average {os.getloadavg()[0]:.1f} (before)")
     print("| model | batch | scratch ms | timm ms | scratch / timm |\n|---|---|---|---|---|")
     for name in args.models:
         for batch in args.batches:
-            r = bench(name, batch, args.repeats)
+            large = batch >= 32 and ("base" in name or "large" in name)
+            r = bench(name, batch, args.repeats_large if large else args.repeats)
             print(f"| {r['model']} | {r['batch']} | {r['scratch_ms']:.1f} | {r['timm_ms']:.1f} | {r['ratio']:.3f} |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} (after)")
 
 
 if __name__ == "__main__":

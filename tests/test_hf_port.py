@@ -165,3 +165,76 @@ def test_app_registry_takes_a_transformers_folder(tmp_path: Path, package_photos
     spec = reg.add_checkpoint(str(folder))
     a = reg.analyze(spec.key, Image.open(package_photos["coffee"]))
     assert a.labels == tuple(FRUIT) and a.topk(1)[0]["label"] in FRUIT
+
+
+# ----------------------------------------------------------------------------- DINOv2, CLIP, SigLIP
+
+FAMILY_SMALL = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)
+FAMILIES = {  # transformers class -> (its config class, overrides, its image processor)
+    "Dinov2Model": ("Dinov2Config", dict(layerscale_value=0.5, initializer_range=0.3), "BitImageProcessor"),
+    "Dinov2Model-swiglu": ("Dinov2Config", dict(use_swiglu_ffn=True, initializer_range=0.3), "BitImageProcessor"),
+    "Dinov2WithRegistersModel": ("Dinov2WithRegistersConfig", dict(num_register_tokens=4, initializer_range=0.3),
+                                 "BitImageProcessor"),
+    "CLIPVisionModel": ("CLIPVisionConfig", dict(intermediate_size=96, initializer_factor=3.0), "CLIPImageProcessor"),
+    "CLIPVisionModelWithProjection": ("CLIPVisionConfig", dict(intermediate_size=96, projection_dim=24,
+                                                               initializer_factor=3.0), "CLIPImageProcessor"),
+    "SiglipVisionModel": ("SiglipVisionConfig", dict(intermediate_size=96), "SiglipImageProcessor"),
+}
+
+
+def make_family_folder(tmp: Path, fid: str) -> Path:
+    """A transformers folder of a DINOv2 / CLIP / SigLIP vision model: random weights (seeded),
+    every parameter moved by noise (so that LayerScale, norms and SigLIP's probe matter), and
+    the family's image processor at 32 px."""
+    cfg_name, overrides, proc = FAMILIES[fid]
+    torch.manual_seed(0)
+    model = getattr(transformers, fid.split("-")[0])(getattr(transformers, cfg_name)(**FAMILY_SMALL, **overrides))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    folder = tmp / fid
+    model.save_pretrained(folder)
+    size = {"shortest_edge": 32} if proc != "SiglipImageProcessor" else {"height": 32, "width": 32}
+    kwargs = {"crop_size": {"height": 32, "width": 32}} if proc != "SiglipImageProcessor" else {}
+    getattr(transformers, proc)(size=size, **kwargs).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("fid", FAMILIES)
+def test_dinov2_clip_siglip_port_and_verify(tmp_path: Path, capsys, fid: str) -> None:
+    """port --from DIR, then verify --reference DIR at the model's size and at a non-square one
+    (transformers' own interpolation of the position embedding): logits (or the pooled features
+    of a headless model) within 1e-4."""
+    folder = make_family_folder(tmp_path, fid)
+    out = tmp_path / "ported.safetensors"
+    assert main(["port", "--from", str(folder), "--out", str(out)]) == 0
+    _, meta = read_checkpoint(out)
+    assert meta["hf_architecture"] == fid.split("-")[0]
+    capsys.readouterr()
+    for size in ([], ["--input-size", "32x48"]):
+        rc = main(["verify", "--weights", str(out), "--reference", str(folder), "--device", "cpu", "--json", *size])
+        r = json.loads(capsys.readouterr().out)
+        assert rc == 0 and r["passed"], r
+        assert r["max_abs_logit_diff"] <= 1e-4 and r["reference"] == f"transformers {fid.split('-')[0]}"
+        assert r["input_size"] == ([32, 48] if size else [32, 32])
+    model, dc, _ = from_hf_folder(folder)
+    with torch.inference_mode():
+        assert model(torch.randn(2, 3, 32, 32)).logits.abs().max() > 0.1
+    proc = json.loads((folder / "preprocessor_config.json").read_text())
+    assert dc.mean == pytest.approx(tuple(proc["image_mean"])) and dc.input_size == (32, 32)
+    cfg = model.cfg
+    if fid == "Dinov2WithRegistersModel":
+        assert (cfg.reg_tokens, cfg.no_embed_class, cfg.layer_scale) == (4, True, True)
+    if fid == "CLIPVisionModelWithProjection":
+        assert (cfg.num_classes, cfg.head_bias, cfg.pre_norm, cfg.act) == (24, False, True, "quick_gelu")
+    if fid == "SiglipVisionModel":
+        assert (cfg.global_pool, cfg.class_token, cfg.act) == ("map", False, "gelu_tanh")
+
+
+def test_siglip_without_its_head_is_refused(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**FAMILY_SMALL, intermediate_size=96,
+                                                                            vision_use_head=False))
+    model.save_pretrained(tmp_path / "siglip")
+    with pytest.raises(UnsupportedModelError, match="vision_use_head=false"):
+        from_hf_folder(tmp_path / "siglip")

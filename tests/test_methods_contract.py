@@ -1,8 +1,9 @@
 """The contract every registered method keeps (parametrised over the registry, so a new method is
 checked by being registered): the map's shape, a batch equals its images one by one, the target
-is respected, and the same call gives the same map. And the extension point itself: a module
-dropped into ``vit_demo/methods/`` appears in ``explain --method`` and ``faithfulness --methods``
-with no other edit."""
+is respected, and the same call gives the same map; on a plain ViT, and (shortened) on a small
+random model of every family the scratch model ports (SigLIP, PE, EVA-02, DINOv3, BEiT, ...).
+And the extension point itself: a module dropped into ``vit_demo/methods/`` appears in
+``explain --method`` and ``faithfulness --methods`` with no other edit."""
 
 from __future__ import annotations
 
@@ -36,6 +37,51 @@ def small():
     return model, x
 
 
+# One small random model of every family of timm's ViT family that the scratch model ports
+# (README, "Model families"): the variants that change what a method reads or differentiates.
+FAMILIES = {
+    "siglip": dict(class_token=False, global_pool="map", act="gelu_tanh"),
+    "pe": dict(global_pool="map", pool_include_prefix=True, rope="axial", rope_xy=True, rope_offset=1.0,
+               rope_ref_grid=(4, 4), pre_norm=True, patch_bias=False),
+    "eva02": dict(rope="axial", rope_ref_grid=(8, 8), mlp="glu", act="silu", qkv_bias=False, qv_bias=True,
+                  global_pool="avg", fc_norm=True),
+    "eva02-clip": dict(qkv_fused=False, qkv_bias=False, qv_bias=True, mlp="swiglu", act="silu", mlp_norm=True,
+                       attn_norm=True, head_bias=False),
+    "dinov3": dict(rope="dinov3", rope_half=True, rope_temperature=100.0, reg_tokens=2, pos_embed=False,
+                   layer_scale=True, layer_scale_on_block=True, mlp="swiglu", act="silu"),
+    "rope-mixed": dict(rope="mixed", rope_xy=True, rope_temperature=10.0),
+    "sapiens2": dict(norm="rmsnorm", qk_norm=True, qkv_fused=False, kv_heads=(2, 1), layer_scale=True,
+                     layer_scale_on_block=True, layer_scale_attn_only=True, mlp="glu", act="silu", rope="dinov3",
+                     rope_half=True, pos_embed=False),
+    "beit": dict(rel_pos="table", pos_embed=False, qkv_bias=False, qv_bias=True, layer_scale=True,
+                 layer_scale_on_block=True, global_pool="avg", fc_norm=True),
+    "beit-shared": dict(rel_pos="shared_table", pos_embed=False, global_pool="avg", fc_norm=True),
+    "relpos": dict(rel_pos="mlp", rel_pos_hidden=16, pos_embed=False, class_token=False, global_pool="avg",
+                   fc_norm=True, layer_scale=True, qkv_bias=False),
+    "relpos-rpn": dict(rel_pos="shared_mlp", rel_pos_hidden=16, post_norm=True, pos_embed=False, class_token=False,
+                       global_pool="avg"),
+    "aimv2": dict(norm="rmsnorm", patch_norm=True, mlp="swiglu", act="silu", qkv_bias=False, proj_bias=False,
+                  class_token=False, global_pool="avg", fc_norm=True),
+}
+
+
+@pytest.fixture(scope="module")
+def family_models():
+    """Each family's small random model (PyTorch's init, then every parameter moved by noise so
+    that zero-initialised tables and biases matter; a decisive head) and 2 inputs."""
+    out = {}
+    for i, (fid, variant) in enumerate(FAMILIES.items()):
+        torch.manual_seed(i)
+        model = VisionTransformer(ViTConfig(img_size=(48, 64), patch_size=16, embed_dim=32, depth=2, num_heads=2,
+                                            num_classes=7, **variant)).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+            model.head.weight.mul_(3)
+        out[fid] = model, torch.randn(2, 3, 48, 64, generator=torch.Generator().manual_seed(1))
+    return out
+
+
 def call(name: str, model, x, target):
     """The registry's function; the slow ones with fewer masks (the contract does not depend on them)."""
     fast = {"rise": {"settings": RiseSettings(masks=16, chunk=8)},
@@ -57,6 +103,23 @@ def test_method_contract(name, small):
     if methods.get(name).class_specific:
         assert not torch.allclose(other, got), "the map does not depend on the class explained"
         torch.testing.assert_close(call(name, model, x, None), call(name, model, x, top1), atol=1e-6, rtol=1e-4)
+    else:
+        torch.testing.assert_close(other, got)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", methods.names())
+def test_method_contract_on_every_family(name, family, family_models):
+    """The contract, shortened (two images, three calls), on every family: shape, the batch is
+    its images one by one, the target is respected (or ignored by a class-agnostic method)."""
+    model, x = family_models[family]
+    t = torch.tensor([1, 4])
+    got = call(name, model, x, t)
+    assert got.shape == (2, 3, 4) and got.dtype == torch.float32 and torch.isfinite(got).all()
+    torch.testing.assert_close(call(name, model, x[1:], t[1:]), got[1:], atol=1e-6, rtol=1e-4)
+    other = call(name, model, x, torch.tensor([2, 0]))
+    if methods.get(name).class_specific:
+        assert not torch.allclose(other, got), "the map does not depend on the class explained"
     else:
         torch.testing.assert_close(other, got)
 

@@ -82,8 +82,8 @@ def test_non_square_input_matches_dynamic_timm(size: tuple[int, int]) -> None:
 def test_unsupported_model_named() -> None:
     from vit_demo.checkpoints.files import UnsupportedModelError
 
-    tm = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, depth=1)
-    with pytest.raises(UnsupportedModelError, match="attention-pool"):
+    tm = timm.create_model("vit_dwee_patch16_reg1_gap_256", pretrained=False, depth=1)  # SigLIP's MAP head is ported now
+    with pytest.raises(UnsupportedModelError, match="differential attention"):
         config_from_timm(tm)
 
 

@@ -91,7 +91,7 @@ def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
         x=x,
         logits=logits,
         attentions=[a.float().cpu() for a in out.attentions],
-        layout=out.layout,
+        layout=out.layout.cpu(),
         patch_size=lm.model.cfg.patch_size,
         labels=lm.labels,
         forward_s=dt,

@@ -1,19 +1,29 @@
 """A Vision Transformer written from scratch, readable top to bottom.
 
 Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR 2021), plus the variants timm
-builds on the same skeleton: DeiT (distillation token), DeiT-III (LayerScale, position
-embedding without the prefix tokens), CLIP (pre-norm, QuickGELU), register tokens, and
-average-pool heads with ``fc_norm``.
+builds on the same skeleton, each a config option of a few lines (README, "Model families"):
 
-Parameter names follow timm's state_dict layout, so porting is a checked copy (see checkpoints/timm.py).
+- tokens and heads: DeiT's distillation token, register tokens (DINOv2), average / max pooling
+  with ``fc_norm``, and an attention-pool head (MAP: a learned query reads the sequence; SigLIP, PE);
+- position: the learned absolute embedding (with or without the prefix tokens), 2-D rotary
+  embeddings of q and k (EVA-02, RoPE-ViT incl. learned mixed frequencies, DINOv3, PE), relative
+  position biases (BEiT's tables, the relpos ViT's MLP), or none;
+- blocks: LayerScale (DeiT-III, DINOv2, EVA, BEiT), res-post norms (EVA-02-E), pre-norm before
+  the blocks (CLIP), qk-norm, a norm inside the attention and the MLP (EVA-02, BEiT-3), GLU MLPs
+  (SwiGLU, packed and unpacked), RMSNorm (AIMv2), projections without bias, grouped-query attention;
+- activations: GELU, GELU-tanh (SigLIP), QuickGELU (CLIP), SiLU (GLUs).
+
+Parameter names follow timm's state_dict layout of each family (``blocks.0.ls1.gamma`` in timm's
+ViT, ``blocks.0.gamma_1`` in EVA and BEiT), so porting is a checked copy (see checkpoints/timm.py).
 Nothing here imports timm: timm is the reference we compare against, not a building block.
 
-Shapes in comments: B batch, C embed dim, N tokens, P prefix tokens, gh x gw patch grid,
+Shapes in comments: B batch, C embed dim, N tokens, P prefix tokens, n = gh x gw patches,
 H heads, D head dim.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, NamedTuple
@@ -22,10 +32,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+POOLS = ("token", "avg", "max", "avgmax", "map", "")
+ACTIVATIONS = ("gelu", "quick_gelu", "gelu_tanh", "silu")
+
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """Everything that defines the architecture of a plain ViT."""
+    """Everything that defines the architecture. The defaults are a plain ViT; every field
+    below ``pos_embed_antialias`` is one variant of timm's ViT family, off by default."""
 
     img_size: tuple[int, int] = (224, 224)  # the size it was trained at (H, W)
     patch_size: int = 16
@@ -36,7 +50,7 @@ class ViTConfig:
     mlp_ratio: float = 4.0  # MLP hidden width = embed_dim * mlp_ratio
     qkv_bias: bool = True
     norm_eps: float = 1e-6  # 1e-6 for timm ViT/DeiT, 1e-5 for CLIP
-    act: Literal["gelu", "quick_gelu"] = "gelu"
+    act: Literal["gelu", "quick_gelu", "gelu_tanh", "silu"] = "gelu"
     class_token: bool = True
     dist_token: bool = False  # DeiT distillation token (two heads, averaged at inference)
     reg_tokens: int = 0  # register tokens (Darcet et al. 2024)
@@ -45,21 +59,65 @@ class ViTConfig:
     patch_bias: bool = True
     final_norm: bool = True
     layer_scale: bool = False  # LayerScale (DeiT-III, DINOv2); values come from the weights
-    global_pool: Literal["token", "avg", ""] = "token"
+    global_pool: Literal["token", "avg", "max", "avgmax", "map", ""] = "token"  # map: attention-pool head
     fc_norm: bool = False  # norm after pooling instead of before (avg-pool heads)
     num_classes: int = 1000  # 0: headless (features only, e.g. DINO)
     pos_embed_antialias: bool = True  # resampling positions for another input size: timm antialiases, transformers not
+    # -- norms, projections, MLP
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"  # every norm of the model (AIMv2, Sapiens2: RMSNorm)
+    patch_norm: bool = False  # a norm on the patch embeddings (AIMv2)
+    head_dim: int = 0  # width of one head; 0: embed_dim // num_heads
+    kv_heads: tuple[int, ...] = ()  # key / value heads per block, grouped-query attention (Sapiens2); (): num_heads
+    qkv_fused: bool = True  # one qkv projection; False: q_proj, k_proj, v_proj (EVA-02 CLIP, Sapiens2)
+    qv_bias: bool = False  # learned q and v biases, none for k (BEiT, EVA): attn.q_bias, attn.v_bias
+    proj_bias: bool = True  # bias of attn.proj and of the MLP's layers (AIMv2: none)
+    qk_norm: bool = False  # a norm on every head's queries and keys
+    attn_norm: bool = False  # a norm on the heads' concatenated output, before attn.proj (EVA-02 CLIP, BEiT-3)
+    mlp: Literal["mlp", "swiglu", "glu"] = "mlp"  # GLU: act(gate) * value; swiglu: fc1_g + fc1_x; glu: fc1's halves
+    mlp_hidden_dim: int = 0  # 0: int(embed_dim * mlp_ratio)
+    mlp_norm: bool = False  # a norm on the MLP's hidden layer (NormFormer; EVA-02, BEiT-3)
+    head_bias: bool = True  # False: a projection head without bias (CLIP's visual projection)
+    # -- blocks
+    post_norm: bool = False  # res-post blocks, x + norm(attn(x)): EVA-02-E, the "rpn" ViTs
+    layer_scale_on_block: bool = False  # LayerScale stored as blocks.i.gamma_1 / gamma_2 (EVA, BEiT)
+    layer_scale_attn_only: bool = False  # LayerScale on the attention branch only (Sapiens2)
+    # -- position information besides (or instead of) the absolute embedding
+    pos_embed: bool = True  # the learned absolute position embedding
+    rel_pos: Literal["", "table", "shared_table", "mlp", "shared_mlp"] = ""  # relative position bias (BEiT; relpos ViT)
+    rel_pos_hidden: int = 0  # hidden width of the relative-position MLP
+    rope: Literal["", "axial", "mixed", "dinov3"] = ""  # 2-D rotary embedding of q and k (RotaryEmbedding below)
+    rope_temperature: float = 10000.0  # frequencies temperature^(-i / (D/4))
+    rope_xy: bool = False  # angles from (x, y) instead of (row, column): timm's grid_indexing="xy"
+    rope_offset: float = 0.0  # added to every coordinate
+    rope_ref_grid: tuple[int, int] | None = None  # EVA: coordinates rescaled as if the grid were this one
+    rope_half: bool = False  # rotate pairs (i, i + D/2) instead of neighbours (2i, 2i + 1)
+    rope_normalize: Literal["separate", "min", "max"] = "separate"  # DINOv3: coordinates in [-1, 1] by which side
+    rope_periods: tuple[float, float] | None = None  # DINOv3: min and max period instead of a temperature
+    # -- the attention-pool head
+    map_heads: int = 0  # 0: num_heads
+    map_mlp_hidden: int = 0  # 0: the blocks' MLP width
+    pool_include_prefix: bool = False  # the attention pool reads the prefix tokens too (PE)
     # Trained here only, never in a port (timm's ViT has no such option; timm parity does not cover it):
     conv_stem: bool = False  # 3x3 stride-2 convolutions + BatchNorm + ReLU before a 1x1 patch projection (ConvStem)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", tuple(int(s) for s in self.img_size))
-        if self.embed_dim % self.num_heads:
+        for name in ("rope_ref_grid", "rope_periods", "kv_heads"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.head_dim == 0 and self.embed_dim % self.num_heads:
             raise ValueError(f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}")
+        kv = self.kv_heads
+        if kv and (len(kv) != self.depth or self.qkv_fused or any(self.num_heads % h for h in kv)):
+            raise ValueError(f"kv_heads {self.kv_heads}: one per block, dividing num_heads {self.num_heads}, with unfused q/k/v")
         if self.global_pool == "token" and not (self.class_token or self.dist_token):
             raise ValueError("global_pool='token' needs a class token")
-        if self.act not in ("gelu", "quick_gelu"):
+        if self.global_pool not in POOLS:
+            raise ValueError(f"unknown global_pool {self.global_pool!r}")
+        if self.act not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.act!r}")
+        if self.rope and self.attn_head_dim % 4:
+            raise ValueError(f"2-D RoPE needs a head dim divisible by 4, not {self.attn_head_dim}")
         if self.conv_stem and (self.patch_size < 2 or self.patch_size & (self.patch_size - 1)):
             raise ValueError(f"conv_stem needs a patch size that is a power of 2, got {self.patch_size}")
 
@@ -73,7 +131,20 @@ class ViTConfig:
 
     @property
     def mlp_hidden(self) -> int:
-        return int(self.embed_dim * self.mlp_ratio)
+        return self.mlp_hidden_dim or int(self.embed_dim * self.mlp_ratio)
+
+    @property
+    def attn_head_dim(self) -> int:
+        return self.head_dim or self.embed_dim // self.num_heads
+
+    def variants(self) -> list[str]:
+        """The variants beyond the plain ViT that are on, in a few words each (for summaries)."""
+        named = [(self.rope, f"RoPE ({self.rope})"), (self.rel_pos, f"relative position bias ({self.rel_pos})"),
+                 (not self.pos_embed, "no absolute position embedding"), (self.global_pool == "map", "attention-pool head"),
+                 (self.mlp != "mlp", "SwiGLU" if self.act == "silu" else f"GLU ({self.act})"),
+                 (self.norm == "rmsnorm", "RMSNorm"), (self.qk_norm, "qk-norm"), (self.post_norm, "res-post blocks"),
+                 (self.kv_heads, "grouped k/v heads"), (self.layer_scale, "LayerScale")]
+        return [text for on, text in named if on]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -97,6 +168,9 @@ class TokenLayout(NamedTuple):
     dist_index: int | None
     reg_indices: tuple[int, ...]
     grid: tuple[int, int]  # (gh, gw) patch grid of this input
+    # an attention-pool head's query: its attention over the N tokens, heads averaged [B, N]
+    # (0 on the prefix tokens it does not read). Filled by a forward pass that captures.
+    probe: torch.Tensor | None = None
 
     @property
     def num_patches(self) -> int:
@@ -108,6 +182,17 @@ class TokenLayout(NamedTuple):
         out += ["[dist]"] if self.dist_index is not None else []
         out += [f"[reg{i}]" for i in range(len(self.reg_indices))]
         return out
+
+    def detach(self) -> TokenLayout:
+        """The same layout with the probe (if any) out of the autograd graph."""
+        return self if self.probe is None else self._replace(probe=self.probe.detach())
+
+    def cpu(self) -> TokenLayout:
+        """The same layout with the probe (if any) detached on the CPU, to be kept."""
+        return self if self.probe is None else self._replace(probe=self.probe.detach().float().cpu())
+
+
+# ----------------------------------------------------------------------------- small parts
 
 
 class QuickGELU(nn.Module):
@@ -131,6 +216,28 @@ class ConvStem(nn.Sequential):
         super().__init__(*layers)
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight: LayerNorm without centring or bias (Zhang & Sennrich 2019)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(cfg: ViTConfig, dim: int | None = None) -> nn.Module:
+    """The model's norm (LayerNorm or RMSNorm) over ``dim`` channels (default: embed_dim)."""
+    dim = dim or cfg.embed_dim
+    return RMSNorm(dim, cfg.norm_eps) if cfg.norm == "rmsnorm" else nn.LayerNorm(dim, eps=cfg.norm_eps)
+
+
+def make_act(name: str) -> nn.Module:
+    return {"quick_gelu": QuickGELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "silu": nn.SiLU}.get(name, nn.GELU)()
+
+
 class PatchEmbed(nn.Module):
     """Cut the image into patches and project each one: a strided convolution does both
     (with ``conv_stem``, convolutions reach the patch grid and a 1x1 convolution projects)."""
@@ -142,6 +249,7 @@ class PatchEmbed(nn.Module):
         self.stem = ConvStem(cfg) if cfg.conv_stem else None
         c_in, p = (cfg.embed_dim // 2, 1) if cfg.conv_stem else (cfg.in_chans, p)
         self.proj = nn.Conv2d(c_in, cfg.embed_dim, kernel_size=p, stride=p, bias=cfg.patch_bias)
+        self.norm = make_norm(cfg) if cfg.patch_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         _, _, h, w = x.shape  # [B, 3, h, w]
@@ -151,49 +259,7 @@ class PatchEmbed(nn.Module):
         if self.stem is not None:
             x = self.stem(x)  # [B, C/2, gh, gw]
         x = self.proj(x)  # [B, C, gh, gw]
-        return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])  # [B, gh*gw, C], row-major
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention. Two paths, same numbers: a fused kernel for speed, and an
-    explicit softmax(q k^T / sqrt(d)) that also returns the attention probabilities."""
-
-    def __init__(self, cfg: ViTConfig) -> None:
-        super().__init__()
-        self.num_heads = cfg.num_heads
-        self.head_dim = cfg.embed_dim // cfg.num_heads
-        self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(cfg.embed_dim, 3 * cfg.embed_dim, bias=cfg.qkv_bias)
-        self.proj = nn.Linear(cfg.embed_dim, cfg.embed_dim)
-        self.relevance_rule: Callable | None = None  # set only in LRP's explanation mode (lrp.py)
-
-    def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)  # each [B, H, N, D]
-        if self.relevance_rule is not None:  # same values, gradients shaped by an LRP rule
-            q, k, v = self.relevance_rule(q, k, v)
-        if capture:
-            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, H, N, N]
-            x = attn @ v
-        else:
-            attn = None
-            x = F.scaled_dot_product_attention(q, k, v)
-        x = x.transpose(1, 2).reshape(B, N, C)  # concatenate the heads
-        return self.proj(x), attn
-
-
-class Mlp(nn.Module):
-    """Two linear layers with a GELU between: applied to every token independently."""
-
-    def __init__(self, cfg: ViTConfig) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(cfg.embed_dim, cfg.mlp_hidden)
-        self.act = QuickGELU() if cfg.act == "quick_gelu" else nn.GELU()
-        self.fc2 = nn.Linear(cfg.mlp_hidden, cfg.embed_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        return self.norm(x.flatten(2).transpose(1, 2)), (x.shape[2], x.shape[3])  # [B, gh*gw, C], row-major
 
 
 class LayerScale(nn.Module):
@@ -207,23 +273,334 @@ class LayerScale(nn.Module):
         return x * self.gamma
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+# ----------------------------------------------------------------------------- position information
+
+
+class RotaryEmbedding(nn.Module):
+    """2-D rotary position embedding (RoPE; Su et al. 2021, for images: Heo et al., ECCV 2024).
+
+    Each patch's query and key are cut into pairs of channels and every pair is turned by an
+    angle that grows with the patch's position, so q . k depends on where two patches are
+    relative to each other. The angles are a table [n, D/2]: ``axial`` (EVA-02, RoPE-ViT, PE)
+    gives the first half of each head's pairs the row (or x) coordinate and the second half the
+    column, times frequencies temperature^(-i / (D/4)); ``mixed`` (RoPE-ViT) learns frequencies
+    per block and head that mix x and y; ``dinov3`` uses coordinates in [-1, 1] and 2 pi / periods.
+    ``table(grid)`` gives [n, 2D] (sin | cos), or [L, H, n, 2D] for ``mixed``.
+    """
 
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.norm_eps)
-        self.attn = Attention(cfg)
-        self.ls1 = LayerScale(cfg.embed_dim) if cfg.layer_scale else nn.Identity()
-        self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=cfg.norm_eps)
-        self.mlp = Mlp(cfg)
-        self.ls2 = LayerScale(cfg.embed_dim) if cfg.layer_scale else nn.Identity()
+        self.cfg = cfg
+        D = cfg.attn_head_dim
+        if cfg.rope == "mixed":  # learned [x or y, block, head, D/2]; initialised as RoPE-ViT: turned at random
+            mag = 1.0 / cfg.rope_temperature ** (torch.arange(0, D, 4).float() / D)
+            turn = torch.rand(cfg.depth, cfg.num_heads, 1) * 2 * math.pi
+            fx = torch.cat([mag * torch.cos(turn), mag * torch.cos(turn + math.pi / 2)], dim=-1)
+            fy = torch.cat([mag * torch.sin(turn), mag * torch.sin(turn + math.pi / 2)], dim=-1)
+            self.freqs = nn.Parameter(torch.stack([fx, fy]))
+        self.cache: dict[tuple[Any, ...], torch.Tensor] = {}  # fixed tables per grid and device
+
+    def coordinates(self, grid: tuple[int, int]) -> torch.Tensor:
+        """[n, 2] coordinates of the patches (row-major), as (row, col) or (x, y) with ``rope_xy``."""
+        cfg = self.cfg
+        shape, ref = (grid[::-1], (cfg.rope_ref_grid or ())[::-1]) if cfg.rope_xy else (grid, cfg.rope_ref_grid)
+        if cfg.rope == "dinov3":  # patch centres in (0, 1) of the image side, then [-1, 1]
+            denom = {"separate": shape, "min": (min(shape),) * 2, "max": (max(shape),) * 2}[cfg.rope_normalize]
+            axes = [(torch.arange(0.5, s, dtype=torch.float32) + cfg.rope_offset) / d for s, d in zip(shape, denom)]
+        else:
+            axes = [torch.arange(s).float() + cfg.rope_offset for s in shape]
+            if ref:  # EVA: as if the grid had the size it was pretrained at
+                axes = [a / s * r for a, s, r in zip(axes, shape, ref)]
+        c = torch.stack(torch.meshgrid(axes, indexing="xy" if cfg.rope_xy else "ij"), dim=-1).reshape(-1, 2)
+        return 2.0 * c - 1.0 if cfg.rope == "dinov3" else c
+
+    def angles(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The angle of every patch and pair: [n, D/2], or [L, H, n, D/2] for ``mixed``."""
+        cfg, n4 = self.cfg, self.cfg.attn_head_dim // 4
+        c = self.coordinates(grid).to(self.freqs.device if cfg.rope == "mixed" else "cpu")
+        if cfg.rope == "mixed":
+            return c[:, 0, None] * self.freqs[0][..., None, :] + c[:, 1, None] * self.freqs[1][..., None, :]
+        if cfg.rope == "dinov3":
+            lo_hi = cfg.rope_periods
+            periods = (lo_hi[0] * (lo_hi[1] / lo_hi[0]) ** torch.linspace(0, 1, n4) if lo_hi else
+                       cfg.rope_temperature ** (2.0 * torch.arange(n4, dtype=torch.float32) / (2 * n4)))
+            return (2 * math.pi * c[:, :, None] / periods).flatten(1)
+        bands = 1.0 / cfg.rope_temperature ** (torch.arange(n4, dtype=torch.float32) / n4)
+        return (c[:, :, None] * bands).flatten(1)  # [n, (row | x) bands then (col | y) bands]
+
+    def table(self, grid: tuple[int, int], device: torch.device) -> torch.Tensor:
+        """sin | cos of the angles, each repeated for the two channels of its pair."""
+        if self.cfg.rope == "mixed":  # learned: follows the parameters (and their gradients)
+            return self.encode(self.angles(grid)).to(device)
+        key = (grid, str(device))
+        if key not in self.cache:  # fixed: one table per grid and device, kept out of autograd and inference mode
+            with torch.inference_mode(False), torch.no_grad():
+                self.cache[key] = self.encode(self.angles(grid)).to(device)
+        return self.cache[key]
+
+    def encode(self, a: torch.Tensor) -> torch.Tensor:
+        a = torch.cat([a, a], dim=-1) if self.cfg.rope_half else a.repeat_interleave(2, dim=-1)
+        return torch.cat([a.sin(), a.cos()], dim=-1)
+
+
+def rotate(x: torch.Tensor, table: torch.Tensor, num_prefix: int, half: bool) -> torch.Tensor:
+    """Turn the patch tokens of q or k [B, H, N, D] by ``table`` ([n, 2D] or [H, n, 2D]); the
+    prefix tokens have no position and stay as they are."""
+    sin, cos = table.chunk(2, dim=-1)
+    p = x[:, :, num_prefix:]
+    if half:  # pairs (i, i + D/2): (a, b) -> (-b, a)
+        a, b = p.chunk(2, dim=-1)
+        turned = torch.cat([-b, a], dim=-1)
+    else:  # pairs (2i, 2i + 1)
+        turned = torch.stack([-p[..., 1::2], p[..., ::2]], dim=-1).reshape(p.shape)
+    return torch.cat([x[:, :, :num_prefix], (p * cos + turned * sin).to(x.dtype)], dim=2)
+
+
+def relative_position_index(grid: tuple[int, int], cls: bool) -> torch.Tensor:
+    """[N, N] index into a table of (2gh-1)(2gw-1) relative offsets (Swin, BEiT), plus three
+    entries for [class] -> patch, patch -> [class] and [class] -> [class] when ``cls``."""
+    gh, gw = grid
+    yx = torch.stack(torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")).flatten(1)  # [2, n]
+    d = (yx[:, :, None] - yx[:, None, :]).permute(1, 2, 0)  # [n, n, 2] offsets
+    index = (d[..., 0] + gh - 1) * (2 * gw - 1) + (d[..., 1] + gw - 1)
+    if cls:
+        m = (2 * gh - 1) * (2 * gw - 1)
+        index = F.pad(index, (1, 0, 1, 0))
+        index[0, :], index[:, 0], index[0, 0] = m, m + 1, m + 2
+    return index
+
+
+def table_bias(table: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """A learned relative-position table [entries, H] -> the attention bias [1, H, N, N] (BEiT:
+    [class] is the only prefix token)."""
+    n = grid[0] * grid[1] + 1
+    index = relative_position_index(grid, cls=True).to(table.device)
+    return table[index.view(-1)].view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
+
+
+class RelPosTable(nn.Module):
+    """BEiT's relative position bias shared by all blocks: one learned table."""
+
+    def __init__(self, cfg: ViTConfig) -> None:
+        super().__init__()
+        gh, gw = cfg.grid_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * gh - 1) * (2 * gw - 1) + 3, cfg.num_heads))
+
+    def forward(self, grid: tuple[int, int]) -> torch.Tensor:
+        return table_bias(self.relative_position_bias_table, grid)
+
+
+class RelPosMlp(nn.Module):
+    """The relpos ViT's bias: a small MLP (ReLU) of the log-spaced relative offset,
+    sign(d) log(1 + |d|) per axis (timm's "cr" mode, after Swin-V2), one output per head.
+    Prefix tokens get no bias."""
+
+    def __init__(self, cfg: ViTConfig) -> None:
+        super().__init__()
+        self.num_prefix = cfg.num_prefix_tokens
+        self.mlp = Mlp(2, cfg.rel_pos_hidden, nn.ReLU(), out=cfg.num_heads)
+
+    def forward(self, grid: tuple[int, int]) -> torch.Tensor:
+        gh, gw = grid
+        d = torch.stack(torch.meshgrid(torch.arange(1 - gh, gh).float(), torch.arange(1 - gw, gw).float(),
+                                       indexing="ij"), dim=-1).to(self.mlp.fc1.weight.device)  # [2gh-1, 2gw-1, 2]
+        bias = self.mlp(torch.sign(d) * torch.log(1.0 + d.abs())).view(-1, self.mlp.fc2.out_features)
+        n = gh * gw
+        bias = bias[relative_position_index(grid, cls=False).to(d.device).view(-1)].view(n, n, -1).permute(2, 0, 1)
+        return F.pad(bias, [self.num_prefix, 0, self.num_prefix, 0]).unsqueeze(0)  # [1, H, N, N]
+
+
+# ----------------------------------------------------------------------------- attention and MLP
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention. Two paths, same numbers: a fused kernel for speed, and an
+    explicit softmax(q k^T / sqrt(d) + bias) that also returns the attention probabilities.
+    Variants: q/k norms, RoPE on q and k, a relative position bias, grouped key/value heads."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__()
+        C, H, D = cfg.embed_dim, cfg.num_heads, cfg.attn_head_dim
+        self.num_heads, self.kv_heads, self.head_dim = H, cfg.kv_heads[index] if cfg.kv_heads else H, D
+        self.scale = D**-0.5
+        self.num_prefix, self.rope_half, self.grid = cfg.num_prefix_tokens, cfg.rope_half, cfg.grid_size
+        if cfg.qkv_fused:
+            self.qkv = nn.Linear(C, 3 * H * D, bias=cfg.qkv_bias)
+            if cfg.qv_bias:  # EVA, BEiT: biases on q and v only (k's is a fixed 0)
+                self.q_bias, self.v_bias = nn.Parameter(torch.zeros(H * D)), nn.Parameter(torch.zeros(H * D))
+                self.register_buffer("k_bias", torch.zeros(H * D), persistent=False)
+            else:
+                self.q_bias = None
+        else:
+            self.qkv = None
+            self.q_proj = nn.Linear(C, H * D, bias=cfg.qkv_bias or cfg.qv_bias)
+            self.k_proj = nn.Linear(C, self.kv_heads * D, bias=cfg.qkv_bias)
+            self.v_proj = nn.Linear(C, self.kv_heads * D, bias=cfg.qkv_bias or cfg.qv_bias)
+        self.q_norm = make_norm(cfg, D) if cfg.qk_norm else nn.Identity()
+        self.k_norm = make_norm(cfg, D) if cfg.qk_norm else nn.Identity()
+        self.relative_position_bias_table = None  # BEiT: one learned table per block
+        self.rel_pos = RelPosMlp(cfg) if cfg.rel_pos == "mlp" else None  # relpos ViT: one MLP per block
+        if cfg.rel_pos == "table":
+            gh, gw = cfg.grid_size
+            self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * gh - 1) * (2 * gw - 1) + 3, H))
+        self.norm = make_norm(cfg, H * D) if cfg.attn_norm else nn.Identity()
+        self.proj = nn.Linear(H * D, C, bias=cfg.proj_bias)
+        self.relevance_rule: Callable | None = None  # set only in LRP's explanation mode (lrp.py)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, N, C] -> q [B, H, N, D], k and v [B, H_kv, N, D]."""
+        B, N, _ = x.shape
+        H, D = self.num_heads, self.head_dim
+        if self.qkv is None:  # three projections (EVA-02 CLIP, PE, Sapiens2)
+            q = self.q_proj(x).reshape(B, N, H, D).transpose(1, 2)
+            k = self.k_proj(x).reshape(B, N, self.kv_heads, D).transpose(1, 2)
+            return q, k, self.v_proj(x).reshape(B, N, self.kv_heads, D).transpose(1, 2)
+        qkv = self.qkv(x)
+        if self.q_bias is not None:  # EVA, BEiT: q and v biases, k's fixed at 0
+            qkv = qkv + torch.cat((self.q_bias, self.k_bias, self.v_bias))
+        q, k, v = qkv.reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, N, D]
+        return q, k, v
+
+    def position_bias(self, grid: tuple[int, int], shared: torch.Tensor | None) -> torch.Tensor | None:
+        """This block's relative position bias [1, H, N, N] plus the shared one, if any."""
+        own = None
+        if self.relative_position_bias_table is not None or self.rel_pos is not None:
+            if grid != self.grid:
+                raise ValueError(f"a relative position bias is defined for the {self.grid[0]}x{self.grid[1]} patch "
+                                 f"grid the model was trained at, not {grid[0]}x{grid[1]}: use its input size")
+            own = (self.rel_pos(grid) if self.rel_pos is not None else
+                   table_bias(self.relative_position_bias_table, grid))
+        return shared if own is None else (own if shared is None else own + shared)
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, _ = x.shape
+        q, k, v = self.project(x)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:  # patch tokens turned by their 2-D position
+            q, k = rotate(q, rope, self.num_prefix, self.rope_half), rotate(k, rope, self.num_prefix, self.rope_half)
+        if self.kv_heads != self.num_heads:  # grouped-query attention: each k/v head serves a group of q heads
+            k = k.repeat_interleave(self.num_heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.num_heads // self.kv_heads, dim=1)
+        if self.relevance_rule is not None:  # same values, gradients shaped by an LRP rule
+            q, k, v = self.relevance_rule(q, k, v)
+        bias = self.position_bias(grid or self.grid, bias)
+        if capture:
+            logits = (q * self.scale) @ k.transpose(-2, -1)
+            attn = (logits if bias is None else logits + bias).softmax(dim=-1)  # [B, H, N, N]
+            x = attn @ v
+        else:
+            attn = None
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        x = x.transpose(1, 2).reshape(B, N, self.num_heads * self.head_dim)  # concatenate the heads
+        return self.proj(self.norm(x)), attn
+
+
+class Mlp(nn.Module):
+    """Two linear layers with an activation between, applied to every token independently; or a
+    gated linear unit (GLU, Shazeer 2020): act(gate) * value, then fc2. ``swiglu`` has separate
+    gate and value layers (fc1_g, fc1_x), ``glu`` one fc1 whose first half is the gate."""
+
+    def __init__(self, dim: int, hidden: int, act: nn.Module, out: int | None = None, bias: bool = True,
+                 kind: str = "mlp", norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "swiglu":
+            self.fc1_g = nn.Linear(dim, hidden, bias=bias)
+            self.fc1_x = nn.Linear(dim, hidden, bias=bias)
+        else:
+            self.fc1 = nn.Linear(dim, 2 * hidden if kind == "glu" else hidden, bias=bias)
+        self.act = act
+        self.norm = norm or nn.Identity()  # NormFormer's norm on the hidden layer (EVA-02, BEiT-3)
+        self.fc2 = nn.Linear(hidden, out or dim, bias=bias)
+        self.relevance_rule: Callable | None = None  # set only in LRP's explanation mode (lrp.py)
+
+    @classmethod
+    def of(cls, cfg: ViTConfig) -> Mlp:
+        """The blocks' MLP."""
+        h = cfg.mlp_hidden
+        return cls(cfg.embed_dim, h, make_act(cfg.act), bias=cfg.proj_bias, kind=cfg.mlp,
+                   norm=make_norm(cfg, h) if cfg.mlp_norm else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "mlp":
+            return self.fc2(self.norm(self.act(self.fc1(x))))
+        gate, value = (self.fc1_g(x), self.fc1_x(x)) if self.kind == "swiglu" else self.fc1(x).chunk(2, dim=-1)
+        gate = self.act(gate)
+        if self.relevance_rule is not None:  # same values, gradients shaped by an LRP rule
+            gate, value = self.relevance_rule(gate, value)
+        return self.fc2(self.norm(gate * value))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)). With ``post_norm``
+    the norm moves onto the branch: x + norm(attn(x)), then x + norm(mlp(x))."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__()
+        C = cfg.embed_dim
+        self.post_norm = cfg.post_norm
+        self.norm1 = make_norm(cfg)
+        self.attn = Attention(cfg, index)
+        scales = cfg.layer_scale and not cfg.layer_scale_on_block
+        self.ls1 = LayerScale(C) if scales else nn.Identity()
+        self.norm2 = make_norm(cfg)
+        self.mlp = Mlp.of(cfg)
+        self.ls2 = LayerScale(C) if scales and not cfg.layer_scale_attn_only else nn.Identity()
+        on_block = cfg.layer_scale and cfg.layer_scale_on_block  # EVA, BEiT: the same scales, other names
+        self.gamma_1 = nn.Parameter(torch.full((C,), 1e-5)) if on_block else None
+        self.gamma_2 = nn.Parameter(torch.full((C,), 1e-5)) if on_block and not cfg.layer_scale_attn_only else None
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.post_norm:
+            a, attn = self.attn(x, capture, rope, bias, grid)
+            x = x + self.norm1(a)
+            return x + self.norm2(self.mlp(x)), attn
+        a, attn = self.attn(self.norm1(x), capture, rope, bias, grid)
+        x = x + (self.ls1(a) if self.gamma_1 is None else self.gamma_1 * a)
+        m = self.mlp(self.norm2(x))
+        x = x + (self.ls2(m) if self.gamma_2 is None else self.gamma_2 * m)
+        return x, attn
+
+
+class AttentionPool(nn.Module):
+    """Multihead attention pooling (MAP; SigLIP, PE): a learned latent query attends to the
+    token sequence, then an MLP with a residual connection. Returns the pooled features [B, C]
+    and, when captured, the query's attention over the tokens [B, H, 1, N]."""
+
+    def __init__(self, cfg: ViTConfig) -> None:
+        super().__init__()
+        C = cfg.embed_dim
+        self.num_heads = cfg.map_heads or cfg.num_heads
+        self.head_dim = C // self.num_heads
+        self.scale = self.head_dim**-0.5
+        self.latent = nn.Parameter(torch.zeros(1, 1, C))
+        self.q = nn.Linear(C, C)
+        self.kv = nn.Linear(C, 2 * C)
+        self.proj = nn.Linear(C, C)
+        self.norm = make_norm(cfg)
+        self.mlp = Mlp(C, cfg.map_mlp_hidden or cfg.mlp_hidden, make_act(cfg.act))
+        self.relevance_rule: Callable | None = None  # set only in LRP's explanation mode (lrp.py)
 
     def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        a, attn = self.attn(self.norm1(x), capture)
-        x = x + self.ls1(a)
-        x = x + self.ls2(self.mlp(self.norm2(x)))
-        return x, attn
+        B, N, C = x.shape
+        H, D = self.num_heads, self.head_dim
+        q = self.q(self.latent.expand(B, -1, -1)).reshape(B, 1, H, D).transpose(1, 2)  # [B, H, 1, D]
+        k, v = self.kv(x).reshape(B, N, 2, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, N, D]
+        if self.relevance_rule is not None:
+            q, k, v = self.relevance_rule(q, k, v)
+        if capture:
+            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, H, 1, N]
+            x = attn @ v
+        else:
+            attn = None
+            x = F.scaled_dot_product_attention(q, k, v)
+        x = self.proj(x.transpose(1, 2).reshape(B, 1, C))
+        x = x + self.mlp(self.norm(x))
+        return x[:, 0], attn
 
 
 def resample_pos_embed(
@@ -246,6 +623,7 @@ class ViTOutput(NamedTuple):
     logits: torch.Tensor  # [B, num_classes], or pooled features [B, C] when headless
     attentions: list[torch.Tensor] | None  # per layer, post-softmax [B, H, N, N]
     layout: TokenLayout
+    pool_attention: torch.Tensor | None = None  # attention-pool head, captured: [B, H, 1, tokens it reads]
 
 
 class VisionTransformer(nn.Module):
@@ -261,35 +639,42 @@ class VisionTransformer(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, C)) if cfg.reg_tokens else None
         gh, gw = cfg.grid_size
         pos_len = gh * gw + (0 if cfg.no_embed_class else cfg.num_prefix_tokens)
-        self.pos_embed = nn.Parameter(torch.randn(1, pos_len, C) * 0.02)
-        self.norm_pre = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.pre_norm else nn.Identity()
-        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.depth)])
-        self.norm = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.final_norm and not cfg.fc_norm else nn.Identity()
-        self.fc_norm = nn.LayerNorm(C, eps=cfg.norm_eps) if cfg.final_norm and cfg.fc_norm else nn.Identity()
-        self.head = nn.Linear(C, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        self.pos_embed = nn.Parameter(torch.randn(1, pos_len, C) * 0.02) if cfg.pos_embed else None
+        self.rope = RotaryEmbedding(cfg) if cfg.rope else None
+        self.rel_pos_bias = RelPosTable(cfg) if cfg.rel_pos == "shared_table" else None  # BEiT's name
+        self.shared_rel_pos = RelPosMlp(cfg) if cfg.rel_pos == "shared_mlp" else None  # the relpos ViT's name
+        self.norm_pre = make_norm(cfg) if cfg.pre_norm else nn.Identity()
+        self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.depth)])
+        self.norm = make_norm(cfg) if cfg.final_norm and not cfg.fc_norm else nn.Identity()
+        self.attn_pool = AttentionPool(cfg) if cfg.global_pool == "map" else None
+        self.fc_norm = make_norm(cfg) if cfg.final_norm and cfg.fc_norm else nn.Identity()
+        self.head = nn.Linear(C, cfg.num_classes, bias=cfg.head_bias) if cfg.num_classes > 0 else nn.Identity()
         self.head_dist = nn.Linear(C, cfg.num_classes) if cfg.dist_token and cfg.num_classes > 0 else None
 
     @torch.no_grad()
     def init_weights(self) -> VisionTransformer:
         """Initialise for training from scratch, as ViT / DeiT do: truncated normal (std 0.02)
-        for linear layers and position embeddings, zero biases, unit LayerNorms, a tiny
+        for linear layers and position embeddings, zero biases, unit norms, a tiny
         [class] token, and a zero head so that every class starts out equally likely."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
+            elif isinstance(m, (nn.LayerNorm, RMSNorm)):
                 nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+        if self.pos_embed is not None:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
         for t in (self.cls_token, self.dist_token, self.reg_token):
             if t is not None:
                 nn.init.normal_(t, std=1e-6)
         for head in (self.head, self.head_dist):
             if isinstance(head, nn.Linear):
                 nn.init.zeros_(head.weight)
-                nn.init.zeros_(head.bias)
+                if head.bias is not None:
+                    nn.init.zeros_(head.bias)
         return self
 
     def layout(self, grid: tuple[int, int]) -> TokenLayout:
@@ -308,45 +693,69 @@ class VisionTransformer(nn.Module):
         cfg = self.cfg
         x, (gh, gw) = self.patch_embed(x)  # [B, gh*gw, C]
         B = x.shape[0]
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        if self.pos_embed is None:  # position comes from RoPE or a relative bias, inside the attention
+            return torch.cat(prefix + [x], dim=1), self.layout((gh, gw))
         pos = self.pos_embed
         if (gh, gw) != cfg.grid_size:  # another input size: resample the patches' positions
             P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
             pos = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, (gh, gw), cfg.pos_embed_antialias)], dim=1)
-        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         if cfg.no_embed_class:  # DeiT-III / DINOv2: only patches get a position
             x = torch.cat(prefix + [x + pos], dim=1)
         else:
             x = torch.cat(prefix + [x], dim=1) + pos
         return x, self.layout((gh, gw))
 
+    def positions(self, grid: tuple[int, int], device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """What the blocks need besides the tokens: the RoPE table and the shared relative
+        position bias, each None when the model has none."""
+        rope = self.rope.table(grid, device) if self.rope is not None else None
+        shared = self.rel_pos_bias if self.rel_pos_bias is not None else self.shared_rel_pos
+        if shared is not None and grid != self.cfg.grid_size:
+            raise ValueError(f"a relative position bias is defined for the {self.cfg.grid_size[0]}x"
+                             f"{self.cfg.grid_size[1]} patch grid the model was trained at: use its input size")
+        return rope, (shared(grid) if shared is not None else None)
+
     def forward_features(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, list[torch.Tensor], TokenLayout]:
         """All tokens after the last block and final norm [B, N, C], plus captured attention."""
         x, layout = self.embed(x)
         x = self.norm_pre(x)
+        rope, bias = self.positions(layout.grid, x.device)
         attentions = []
-        for block in self.blocks:
-            x, attn = block(x, capture)
+        for i, block in enumerate(self.blocks):
+            r = rope[i] if rope is not None and self.cfg.rope == "mixed" else rope  # mixed: one table per block
+            x, attn = block(x, capture, r, bias, layout.grid)
             if capture:
                 attentions.append(attn)
         return self.norm(x), attentions, layout
 
-    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
-        """Token sequence [B, N, C] -> logits [B, classes] (or pooled features if headless)."""
+    def forward_head(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token sequence [B, N, C] -> logits [B, classes] (or pooled features if headless), and
+        the attention-pool head's attention when captured (None without one)."""
         cfg = self.cfg
         if self.head_dist is not None:  # DeiT distilled: average the [class] and [dist] heads
-            return (self.head(x[:, 0]) + self.head_dist(x[:, 1])) / 2
-        if cfg.global_pool == "token":
+            return (self.head(x[:, 0]) + self.head_dist(x[:, 1])) / 2, None
+        P, pool_attn = cfg.num_prefix_tokens, None
+        if self.attn_pool is not None:  # a learned query reads the sequence (with or without the prefix)
+            x, pool_attn = self.attn_pool(x if cfg.pool_include_prefix else x[:, P:], capture)
+        elif cfg.global_pool == "token":
             x = x[:, 0]
         elif cfg.global_pool == "avg":
-            x = x[:, cfg.num_prefix_tokens :].mean(dim=1)
-        return self.head(self.fc_norm(x))
+            x = x[:, P:].mean(dim=1)
+        elif cfg.global_pool in ("max", "avgmax"):
+            patches = x[:, P:]
+            x = patches.amax(dim=1) if cfg.global_pool == "max" else 0.5 * (patches.amax(dim=1) + patches.mean(dim=1))
+        return self.head(self.fc_norm(x)), pool_attn
 
     def forward(self, x: torch.Tensor, capture: bool = False) -> ViTOutput:
         """Image [B, 3, h, w] -> logits; with ``capture=True`` also every layer's attention."""
         feats, attentions, layout = self.forward_features(x, capture)
-        return ViTOutput(self.forward_head(feats), attentions if capture else None, layout)
+        logits, pool_attn = self.forward_head(feats, capture)
+        if pool_attn is not None:  # the pool's query over all N tokens (0 on a prefix it does not read)
+            probe = pool_attn.mean(dim=1)[:, 0]
+            layout = layout._replace(probe=F.pad(probe, (feats.shape[1] - probe.shape[-1], 0)))
+        return ViTOutput(logits, attentions if capture else None, layout, pool_attn)
 
     @property
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
-

@@ -56,6 +56,14 @@ HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (t
     "deit3_small_patch16_224",
     "vit_base_patch16_224",
     "vit_small_patch16_224.dino",
+    # the other families (README, "Model families"): ImageNet classifiers first, then feature models
+    "eva02_tiny_patch14_336.mim_in22k_ft_in1k",  # EVA-02: RoPE, SwiGLU
+    "beitv2_base_patch16_224.in1k_ft_in1k",  # BEiT v2: relative position bias
+    "vit_relpos_small_patch16_224.sw_in1k",  # relative-position MLP, no [class]
+    "vit_small_patch14_reg4_dinov2.lvd142m",  # DINOv2 with registers (headless)
+    "vit_small_patch16_dinov3.lvd1689m",  # DINOv3: its RoPE, registers (headless)
+    "vit_base_patch16_siglip_224.webli",  # SigLIP: attention-pool head (headless)
+    "vit_pe_core_tiny_patch16_384.fb",  # Perception Encoder: RoPE, attention pool, CLIP projection
 )
 
 
@@ -106,7 +114,8 @@ class ModelRegistry:
     whether a user may load any checkpoint path from the UI (off when the app is exposed);
     ``allow_uploads``: whether a user may upload one. ``models_bytes``: the budget for loaded
     models and their timm twins together (the least recently used leave; the model in use
-    stays, whatever its size); ``cache_bytes``: the budget for analyses.
+    stays, whatever its size); ``cache_bytes``: the budget for analyses. ``random_names``: timm
+    architectures offered with random weights (teaching, tests).
     """
 
     def __init__(
@@ -119,6 +128,7 @@ class ModelRegistry:
         allow_uploads: bool = True,
         models_bytes: int = DEFAULT_MODELS_MB * MB,
         cache_bytes: int = DEFAULT_CACHE_MB * MB,
+        random_names: Sequence[str] = (RANDOM_MODEL,),
     ) -> None:
         self.device = device
         self.allow_paths = allow_paths
@@ -142,8 +152,8 @@ class ModelRegistry:
                                 f"ships with vit_demo)", "file", DEFAULT_MODEL, default.resolve()))
         self._discover()
         self.has_checkpoint = bool(self._specs)
-        self._add(ModelSpec(f"random:{RANDOM_MODEL}", f"{RANDOM_MODEL}  ·  RANDOM weights (no checkpoint needed)",
-                            "random", RANDOM_MODEL))
+        for n in random_names:
+            self._add(ModelSpec(f"random:{n}", f"{n}  ·  RANDOM weights (no checkpoint needed)", "random", n))
         names = list(hub_names)
         if model_name and model_name not in names and not given:
             names.insert(0, model_name)
@@ -234,7 +244,8 @@ class ModelRegistry:
                      if s.name == self.model_name or (s.path and s.path.name.startswith(self.model_name))]
             if named:
                 return named[0].key
-        return files[0].key if files else f"random:{RANDOM_MODEL}"
+        randoms = [s.key for s in self._specs.values() if s.kind == "random"]
+        return files[0].key if files else (randoms[0] if randoms else f"random:{RANDOM_MODEL}")
 
     def spec(self, key: str) -> ModelSpec:
         if isinstance(key, str) and key in self._specs:

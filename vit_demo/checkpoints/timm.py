@@ -1,5 +1,5 @@
-"""timm models <-> the from-scratch ViT: the config read off a timm instance, its weights
-copied over (strictly, :mod:`.files`), timm's pretrained weights from the hub (only when it is
+"""timm models <-> the from-scratch ViT: the config read off a timm instance (:mod:`.timm_arch`),
+its weights copied over (strictly, :mod:`.files`), timm's pretrained weights from the hub (only when it is
 reachable, failing fast otherwise), and timm-layout checkpoint files.
 """
 
@@ -14,97 +14,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..model import VisionTransformer, ViTConfig
+from ..model import VisionTransformer
 from ..preprocess import DataConfig
 from .files import CheckpointError, UnsupportedModelError, is_timm_layout, load_state_dict_strict
+from .timm_arch import config_from_timm
+
+__all__ = ["config_from_timm", "from_timm", "from_hub", "from_timm_file", "timm_model"]
 
 HUB_HOST = ("huggingface.co", 443)
 
 
-# ----------------------------------------------------------------------------- timm -> config
-
-
-def _unsupported_model_parts(tm: nn.Module, name: str) -> list[str]:
-    """What of the model outside its blocks the scratch ViT does not implement (its head, embedding)."""
-    problems: list[str] = []
-    if not hasattr(tm, "blocks") or not hasattr(tm, "patch_embed") or not hasattr(tm, "pos_embed"):
-        raise UnsupportedModelError(f"{name}: not a timm VisionTransformer (no blocks / patch_embed / pos_embed)")
-    if getattr(tm, "attn_pool", None) is not None:
-        problems.append("attention-pool head (global_pool='map')")
-    if tm.pos_embed is None:
-        problems.append("no absolute position embedding")
-    if not isinstance(getattr(tm.patch_embed, "norm", nn.Identity()), nn.Identity):
-        problems.append("a norm inside the patch embedding")
-    if getattr(tm, "pool_include_prefix", False):
-        problems.append("pooling that includes prefix tokens")
-    if tm.global_pool not in ("token", "avg", ""):
-        problems.append(f"global_pool={tm.global_pool!r}")
-    return problems
-
-
-def _unsupported_block_parts(tm: nn.Module) -> list[str]:
-    """What of the blocks the scratch ViT does not implement (norms, activations, attention)."""
-    problems: list[str] = []
-    b0 = tm.blocks[0]
-    attn, mlp = b0.attn, b0.mlp
-    for part, what in ((getattr(attn, "q_norm", None), "qk_norm"), (getattr(attn, "norm", None), "attention scale norm"),
-                       (getattr(mlp, "norm", None), "MLP scale norm")):
-        if part is not None and not isinstance(part, nn.Identity):
-            problems.append(what)
-    if type(b0).__name__ != "Block" or type(attn).__name__ != "Attention" or type(mlp).__name__ != "Mlp":
-        problems.append(f"block type {type(b0).__name__}/{type(attn).__name__}/{type(mlp).__name__}")
-    if getattr(attn, "gate", None) is not None:
-        problems.append("gated attention")
-    if attn.proj.bias is None or mlp.fc1.bias is None:
-        problems.append("projections without bias")
-    act = type(mlp.act).__name__
-    if act not in ("GELU", "QuickGELU"):
-        problems.append(f"activation {act}")
-    if act == "GELU" and getattr(mlp.act, "approximate", "none") != "none":
-        problems.append("tanh-approximate GELU")
-    norms = [m for m in tm.modules() if isinstance(m, nn.LayerNorm)]
-    if not norms or any(type(m).__name__ not in ("LayerNorm",) for m in norms):
-        problems.append("a norm layer other than LayerNorm")
-    return problems
-
-
-def config_from_timm(tm: nn.Module) -> ViTConfig:
-    """Read the architecture off a timm ``VisionTransformer`` instance (no table of names)."""
-    name = getattr(getattr(tm, "pretrained_cfg", {}), "get", lambda k, d=None: d)("architecture", type(tm).__name__)
-    problems = _unsupported_model_parts(tm, name) + _unsupported_block_parts(tm)
-    b0 = tm.blocks[0]
-    attn, mlp = b0.attn, b0.mlp
-    act = type(mlp.act).__name__
-    if problems:
-        raise UnsupportedModelError(f"{name}: not a plain ViT this project implements: " + ", ".join(problems))
-
-    proj = tm.patch_embed.proj
-    embed_dim = proj.out_channels
-    dist = getattr(tm, "dist_token", None) is not None
-    reg = getattr(tm, "reg_token", None)
-    return ViTConfig(
-        img_size=tuple(tm.patch_embed.img_size),
-        patch_size=proj.kernel_size[0],
-        in_chans=proj.in_channels,
-        embed_dim=embed_dim,
-        depth=len(tm.blocks),
-        num_heads=attn.num_heads,
-        mlp_ratio=mlp.fc1.out_features / embed_dim,
-        qkv_bias=attn.qkv.bias is not None,
-        norm_eps=b0.norm1.eps,
-        act="quick_gelu" if act == "QuickGELU" else "gelu",
-        class_token=getattr(tm, "cls_token", None) is not None,
-        dist_token=dist,
-        reg_tokens=0 if reg is None else reg.shape[1],
-        no_embed_class=bool(tm.no_embed_class),
-        pre_norm=not isinstance(tm.norm_pre, nn.Identity),
-        patch_bias=proj.bias is not None,
-        final_norm=not (isinstance(tm.norm, nn.Identity) and isinstance(tm.fc_norm, nn.Identity)),
-        layer_scale=not isinstance(b0.ls1, nn.Identity),
-        global_pool=tm.global_pool,
-        fc_norm=not isinstance(tm.fc_norm, nn.Identity),
-        num_classes=tm.num_classes,
-    )
+# ----------------------------------------------------------------------------- timm -> scratch
 
 
 def data_config_from_timm(tm: nn.Module) -> DataConfig:

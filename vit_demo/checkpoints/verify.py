@@ -129,6 +129,10 @@ def verify(
     lm = load_model(model, weights, random_init=random_init, device=device)
     dc = lm.data_config if input_size is None else lm.data_config.with_size(input_size)
     resized = tuple(dc.input_size) != tuple(lm.model.cfg.img_size)
+    if resized and lm.model.cfg.rel_pos:
+        (gh, gw), (h, w) = lm.model.cfg.grid_size, lm.model.cfg.img_size
+        raise ValueError(f"{lm.name}: its relative position bias is defined for the {gh}x{gw} patch grid it was "
+                         f"trained at (in timm too): verify it at its own size, {h}x{w}")
     if reference is not None:
         tm = transformers_reference(reference, interpolate=resized).to(lm.device)
         ref_name = f"transformers {tm.architecture}"
@@ -164,17 +168,26 @@ def verify(
 
 
 class TransformersReference(nn.Module):
-    """transformers' own model loaded from a folder, called like timm's: pixels -> logits
-    (for a headless ``ViTModel``: the normed [class] token, which is what ours returns)."""
+    """transformers' own model loaded from a folder, called like timm's: pixels -> logits, or
+    what a headless model outputs, as ours: CLIP's projected ``image_embeds``, the
+    ``pooler_output`` (DINOv2's and CLIP's normed [class] token, SigLIP's attention pool), or
+    ``ViTModel``'s normed [class] token."""
 
     def __init__(self, model: nn.Module, architecture: str, interpolate: bool) -> None:
         super().__init__()
         self.model, self.architecture, self.interpolate = model, architecture, interpolate
+        import inspect
+
+        # DINOv2 always resizes its position embedding; the others on request
+        self.kwargs = {"interpolate_pos_encoding": interpolate} if "interpolate_pos_encoding" in inspect.signature(
+            model.forward).parameters else {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.model(pixel_values=x, interpolate_pos_encoding=self.interpolate)
-        logits = getattr(out, "logits", None)
-        return logits if logits is not None else out.last_hidden_state[:, 0]
+        out = self.model(pixel_values=x, **self.kwargs)
+        for name in ("logits", "image_embeds", "pooler_output"):
+            if getattr(out, name, None) is not None:
+                return getattr(out, name)
+        return out.last_hidden_state[:, 0]
 
 
 def transformers_reference(folder: str | os.PathLike, interpolate: bool = False) -> TransformersReference:

@@ -248,7 +248,8 @@ def _map(lm, x: torch.Tensor, out, s: dict[str, Any], target: int | None) -> tup
     if method == "attention":
         if qp is None:
             m = cls_attention(out.attentions, out.layout, s["layer"], s["head"])
-            query = "[class]" if query_index(out.layout) is not None else "mean of the patch queries"
+            query = ("the attention pool's query" if out.layout.probe is not None else
+                     "[class]" if query_index(out.layout) is not None else "mean of the patch queries")
         else:
             m = query_attention(out.attentions, out.layout, s["layer"], qp, s["head"])
             query = f"patch {qp}"
@@ -345,7 +346,8 @@ def explain_pos_embed(lm, s: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """The image-independent position-embedding similarity figure, once per model."""
     sim = pos_embed_similarity(lm.model).detach().float().cpu()
     gh, gw = sim.shape[1:]
-    fig = viz.pos_embed_figure(sim, title=f"Position embedding similarity  ·  {lm.name}")
+    what = "Position embedding" if lm.model.pos_embed is not None else "Rotary position code"  # RoPE without one
+    fig = viz.pos_embed_figure(sim, title=f"{what} similarity  ·  {lm.name}")
     stem = safe_stem(lm.name)
     fig_path = viz.save_figure(fig, out_dir / f"{stem}_pos-embed.{s['format']}", width_px=s["width"])
     record = {

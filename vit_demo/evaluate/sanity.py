@@ -10,8 +10,9 @@ model loses its map as the weights go (correlation near 0); one whose map surviv
 image (edges, contrast), whatever the model has learned.
 
 Re-initialisation follows timm's ViT init: Linear and Conv weights truncated normal (std 0.02),
-biases 0, LayerNorm weight 1 and bias 0, position embedding and prefix tokens normal (std 0.02);
-LayerScale is left alone. One seeded generator: a run is reproducible.
+biases 0 (EVA's and BEiT's q / v biases too), norm weights 1 and biases 0, position embedding,
+prefix tokens, relative-position tables and an attention pool's query normal (std 0.02);
+LayerScale and learned RoPE frequencies are left alone. One seeded generator: a run is reproducible.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import methods as registry
-from ..model import VisionTransformer
+from ..model import RMSNorm, VisionTransformer
 from .faithfulness import check_request, target_batches
 
 if TYPE_CHECKING:
@@ -34,11 +35,12 @@ if TYPE_CHECKING:
 
 def stages(model: VisionTransformer) -> list[tuple[str, list[nn.Module | nn.Parameter]]]:
     """The cascade, top down: (name, what it re-initialises) per stage."""
-    head = [m for m in (model.head, model.head_dist, model.fc_norm, model.norm) if m is not None]
+    head = [m for m in (model.head, model.head_dist, model.fc_norm, model.attn_pool, model.norm) if m is not None]
     out: list[tuple[str, list[nn.Module | nn.Parameter]]] = [("head", head)]
     out += [(f"block {i}", [model.blocks[i]]) for i in reversed(range(len(model.blocks)))]
-    embed = [model.patch_embed, model.norm_pre, model.pos_embed]
-    embed += [t for t in (model.cls_token, model.dist_token, model.reg_token) if t is not None]
+    embed = [model.patch_embed, model.norm_pre]
+    embed += [t for t in (model.pos_embed, model.rope, model.rel_pos_bias, model.shared_rel_pos, model.cls_token,
+                          model.dist_token, model.reg_token) if t is not None]
     return out + [("embedding", embed)]
 
 
@@ -66,6 +68,13 @@ def reinit_(parts: Sequence[nn.Module | nn.Parameter], generator: torch.Generato
             elif isinstance(m, nn.LayerNorm) and m.elementwise_affine:
                 m.weight.fill_(1.0)
                 m.bias.zero_()
+            elif isinstance(m, RMSNorm):
+                m.weight.fill_(1.0)
+            for name, p in m.named_parameters(recurse=False):  # the variants' own parameters
+                if name in ("q_bias", "v_bias"):
+                    p.zero_()
+                elif name in ("relative_position_bias_table", "latent"):
+                    _drawn_on_cpu(p, lambda v: v.normal_(0.0, 0.02, generator=generator))
 
 
 def average_ranks(v: Tensor) -> Tensor:

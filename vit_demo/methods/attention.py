@@ -10,9 +10,15 @@ the prefix tokens and the patch grid are, and returns maps over the patch grid [
 - mean attention distance and position-embedding similarity (Dosovitskiy et al., ICLR 2021,
   Fig. 7).
 
-Models without a [class] token (average-pool heads) have no natural "class" query: there the
-maps average the rows of every patch query instead (see :func:`query_index`). Attention rollout
-is :mod:`~vit_demo.methods.rollout`; the gradient-weighted maps :mod:`~vit_demo.methods.gradients`.
+Which row is "the model's view" (:func:`class_row`): the [class] query's. A model with an
+attention-pool head (MAP: SigLIP, PE; no paper defines this case for these methods) predicts
+from a learned query that reads the last block's tokens, so the pool's attention over the tokens,
+heads averaged (``layout.probe``), plays the role of the [class] row: the maps are that probe
+carried through the matrix, ``probe @ M`` (for rollout: rollout through the blocks, then the
+pool). Models with neither (average-pool heads) have no natural "class" query: there the maps
+average the rows of every patch query instead (see :func:`query_index`). Register tokens are
+prefix tokens: never on a map. Attention rollout is :mod:`~vit_demo.methods.rollout`; the
+gradient-weighted maps :mod:`~vit_demo.methods.gradients`.
 
 Shapes: B batch, L layers, H heads, N tokens = P prefix + gh*gw patches (row-major).
 """
@@ -43,10 +49,18 @@ def on_grid(v: Tensor, layout: TokenLayout) -> Tensor:
 
 
 def class_row(m: Tensor, layout: TokenLayout) -> Tensor:
-    """[..., N, N] token-to-token matrix -> [..., gh, gw]: the [class] query's row over the
-    patch keys, or the mean of the patch queries' rows when there is no [class] token."""
+    """[B, ..., N, N] token-to-token matrix -> [B, ..., gh, gw]: the row of the query that makes
+    the prediction, over the patch keys. With an attention-pool head: its probe [B, N] carried
+    through ``m`` (probe @ m); else the [class] query's row, or the mean of the patch queries'
+    rows when there is no [class] token."""
     P, q = layout.num_prefix, query_index(layout)
-    row = m[..., q, P:] if q is not None else m[..., P:, P:].mean(dim=-2)
+    if layout.probe is not None:
+        probe = layout.probe.to(m.device, m.dtype).reshape(m.shape[0], *([1] * (m.ndim - 3)), 1, m.shape[-1])
+        row = (probe @ m)[..., 0, P:]
+    elif q is not None:
+        row = m[..., q, P:]
+    else:
+        row = m[..., P:, P:].mean(dim=-2)
     return on_grid(row, layout)
 
 
@@ -107,7 +121,9 @@ def captured(model: VisionTransformer, x: Tensor) -> ViTOutput:
 
 @register("attention", title="Raw attention", cite="last layer, [class] query, mean of heads", class_specific=False)
 def attention_map(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
-    """Last layer's [class] attention, heads averaged (class-agnostic: ``target`` unused)."""
+    """Last layer's [class] attention, heads averaged (class-agnostic: ``target`` unused).
+    With an attention-pool head (no [class] query in the blocks): the pool's attention carried
+    through the last block's attention, probe @ A_L (see :func:`class_row`)."""
     out = captured(model, x)
     return cls_attention(out.attentions, out.layout, layer=-1)
 
@@ -147,11 +163,26 @@ def mean_attention_distance(attentions: Sequence[Tensor], layout: TokenLayout, p
 def pos_embed_similarity(model: VisionTransformer) -> Tensor:
     """Cosine similarity of each patch's learned position embedding with every other patch's,
     [gh*gw, gh, gw] at the training grid (ViT paper, Fig. 7 centre). Prefix tokens' position
-    embeddings, where the model has them, are left out."""
+    embeddings, where the model has them, are left out.
+
+    A model with rotary position embedding and no absolute one (EVA-02, DINOv3, RoPE-ViT): the
+    cosine similarity of the patches' rotary codes (cos, sin of every pair's angle, of every
+    block and head for learned frequencies), mean_i cos(theta_i(p) - theta_i(q)): how alike two
+    patches look to q . k for the same content. A model whose positions are only relative
+    biases (BEiT, the relpos ViT) has no per-patch code: ValueError."""
     cfg = model.cfg
-    pos = model.pos_embed.detach()[0].float()
-    if not cfg.no_embed_class:
-        pos = pos[cfg.num_prefix_tokens :]
     gh, gw = cfg.grid_size
+    if model.pos_embed is None:
+        if model.rope is None:
+            raise ValueError(f"this model has no position embedding to compare: its positions are relative "
+                             f"biases inside the attention ({cfg.rel_pos or 'none'})")
+        with torch.no_grad():
+            a = model.rope.angles((gh, gw)).float()  # [n, D/2] or [L, H, n, D/2]
+        a = a.movedim(-2, 0).reshape(gh * gw, -1)
+        pos = torch.cat([a.cos(), a.sin()], dim=-1)
+    else:
+        pos = model.pos_embed.detach()[0].float()
+        if not cfg.no_embed_class:
+            pos = pos[cfg.num_prefix_tokens :]
     p = F.normalize(pos, dim=-1)
     return (p @ p.T).reshape(gh * gw, gh, gw)

@@ -4,7 +4,9 @@ The patch tokens of one layer's output are laid out on the patch grid as a [C, g
 "feature map" (prefix tokens dropped), as pytorch-grad-cam's ViT tutorial does with its
 ``reshape_transform``. Each channel is weighted by the mean over the patches of the gradient of
 the class logit, and the map is ReLU(sum_c w_c A_c). Default layer: the last block's ``norm1``
-(the tutorial's choice: the last block's output only feeds the [class] token's path).
+(the tutorial's choice: the last block's output only feeds the [class] token's path). In a model
+of res-post blocks (EVA-02-E, the "rpn" ViTs), whose norm1 normalises the attention's output, not
+the tokens, the same tokens are the last block's input: the output of the block before it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from .registry import Target, register
 
 
 def default_layer(model: VisionTransformer) -> nn.Module:
-    """The last block's first LayerNorm, as in pytorch-grad-cam's ViT example."""
-    return model.blocks[-1].norm1
+    """The last block's first LayerNorm, as in pytorch-grad-cam's ViT example (res-post blocks:
+    the block before the last, or the embedding's last step in a one-block model)."""
+    if not model.cfg.post_norm:
+        return model.blocks[-1].norm1
+    return model.blocks[-2] if len(model.blocks) > 1 else model.norm_pre
 
 
 def gradcam(model: VisionTransformer, x: Tensor, target: Target = None, layer: nn.Module | None = None) -> Tensor:
@@ -29,7 +34,11 @@ def gradcam(model: VisionTransformer, x: Tensor, target: Target = None, layer: n
     layer = default_layer(model) if layer is None else layer
     seen: list[Tensor] = []
     me = threading.get_ident()  # another thread's forward through the same layer is not ours
-    handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out) if threading.get_ident() == me else None)
+    def keep(m: nn.Module, inp: tuple, out: Tensor | tuple) -> None:
+        if threading.get_ident() == me:
+            seen.append(out[0] if isinstance(out, tuple) else out)  # a block returns (tokens, attention)
+
+    handle = layer.register_forward_hook(keep)
     try:
         with gradient_pass(model, x) as x:
             out = model(x)

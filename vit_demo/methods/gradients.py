@@ -4,6 +4,11 @@ relevance of Chefer, Gur & Wolf, "Generic Attention-model Explainability" (ICCV 
 One forward pass that captures attention and one backward pass of the class logit
 (:func:`attention_gradients`) feed both maps; each layer's heads are weighted by how the class
 score responds to them, E_h[(grad A * A)^+].
+
+With an attention-pool head (SigLIP, PE), which neither paper covers, the maps read the pool's
+query instead of the [class] row (:func:`~vit_demo.methods.attention.class_row`): the class-specific
+weighting stays in the blocks' matrices, and the pool's attention, averaged over its heads and not
+weighted by its gradient, is the read-out row, as the [class] row is (probe @ R).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ def attention_gradients(model: VisionTransformer, x: Tensor, target: Target = No
         score = out.logits.gather(1, t[:, None]).sum()
         grads = torch.autograd.grad(score, out.attentions)
     return AttnGrads(
-        out.logits.detach(), [a.detach() for a in out.attentions], [g.detach() for g in grads], out.layout, t.detach()
+        out.logits.detach(), [a.detach() for a in out.attentions], [g.detach() for g in grads], out.layout.detach(),
+        t.detach()
     )
 
 

@@ -23,6 +23,20 @@ outside the ``with`` block, e.g. grad-rollout, keeps its ordinary gradients):
   convolutions get the conv gamma (its BatchNorm, an affine map in eval mode, and ReLU pass the
   gradient, which for ReLU is the identity rule).
 
+The variants of timm's ViT family get the same rules where they have the same parts, and for the
+rest (neither paper covers them) this module does what the papers' reasoning implies:
+
+- RMSNorm: the root mean square held constant, as LayerNorm's standard deviation;
+- SiLU and GELU-tanh: the identity rule, as GELU;
+- a GLU MLP's product act(gate) * value: AttnLRP's uniform rule (both gradients / 2, as its
+  paper does for LLaMA's SwiGLU); CP-LRP holds the gate constant, as it holds the attention
+  probabilities, so relevance flows through the value (the "signal-take-all" rule of Arras et
+  al. 2017 for gated LSTMs);
+- an attention-pool head's attention: the same attention rule as the blocks';
+- RoPE rotates q and k by fixed angles (linear, no bias: relevance passes as in gradient x
+  input), a relative position bias is a constant added to the logits: nothing to propagate;
+- EVA's and BEiT's q / v biases are added after the gamma-ruled qkv layer (they take no share).
+
 While the mode is on the model instance is in explanation mode for every caller: do not share
 that instance with a concurrent plain forward (the app runs one analysis at a time per model).
 """
@@ -38,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model import Attention, QuickGELU, VisionTransformer
+from ..model import Attention, AttentionPool, Mlp, QuickGELU, RMSNorm, VisionTransformer
 from .gradients import attention_gradients, grad_rollout
 from .passes import gradient_lock, gradient_pass, targets
 from .registry import Target, register
@@ -178,6 +192,21 @@ def gamma_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
     return _GammaConv.apply(x, m.weight, m.bias, gamma, m.stride, m.padding)
 
 
+def rms_norm_constant(m: RMSNorm, x: Tensor) -> Tensor:
+    """RMSNorm with its root mean square detached (the LayerNorm rule without the mean)."""
+    return x / (x.pow(2).mean(dim=-1, keepdim=True) + m.eps).sqrt().detach() * m.weight
+
+
+def cp_gate(gate: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """CP-LRP on a GLU: the gate is a constant, relevance flows through the value."""
+    return gate.detach(), value
+
+
+def uniform_gate(gate: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """AttnLRP on a GLU: the uniform rule for a product of two inputs, each gradient / 2."""
+    return scale_gradient(gate, 2), scale_gradient(value, 2)
+
+
 def cp_attention(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """CP-LRP: attention probabilities are constants; relevance flows through v only."""
     return q.detach(), k.detach(), v
@@ -196,21 +225,25 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
     """Within the block, ``model``'s backward pass propagates LRP relevance by ``rules``.
 
     Forward hooks on this instance's LayerNorm, activation, Linear and Conv modules return
-    the same values with rule-shaped gradients, and every :class:`Attention` gets a rule for
-    its q, k, v. Everything is removed on exit, also after an error.
+    the same values with rule-shaped gradients, every :class:`Attention` (and an attention
+    pool) gets a rule for its q, k, v and every GLU MLP one for its gate. Everything is removed
+    on exit, also after an error.
     """
     if rules.attention not in ("cp", "attnlrp"):
         raise ValueError(f"unknown attention rule {rules.attention!r}: 'cp' or 'attnlrp'")
-    attn_rule = cp_attention if rules.attention == "cp" else attnlrp_attention
+    attn_rule, gate_rule = (cp_attention, cp_gate) if rules.attention == "cp" else (attnlrp_attention, uniform_gate)
     handles = []
-    attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    attentions = [m for m in model.modules() if isinstance(m, (Attention, AttentionPool))]
+    gated = [m for m in model.modules() if isinstance(m, Mlp) and m.kind != "mlp"]
     lock = gradient_lock(model)
     lock.acquire()  # no plain gradient pass on this instance while the rules are on
     try:
         for m in model.modules():
             if isinstance(m, nn.LayerNorm):
                 handles.append(m.register_forward_hook(lambda mod, inp, out: layer_norm_constant_std(mod, inp[0])))
-            elif isinstance(m, (nn.GELU, QuickGELU)):
+            elif isinstance(m, RMSNorm):
+                handles.append(m.register_forward_hook(lambda mod, inp, out: rms_norm_constant(mod, inp[0])))
+            elif isinstance(m, (nn.GELU, QuickGELU, nn.SiLU)):
                 handles.append(m.register_forward_hook(lambda mod, inp, out: identity_rule(inp[0], out)))
             elif isinstance(m, nn.Linear):
                 g = rules.gamma_linear
@@ -220,11 +253,13 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
                 handles.append(m.register_forward_hook(lambda mod, inp, out, g=g: gamma_conv(mod, inp[0], g)))
         for a in attentions:
             a.relevance_rule = attn_rule
+        for m in gated:
+            m.relevance_rule = gate_rule
         yield model
     finally:
         for h in handles:
             h.remove()
-        for a in attentions:
+        for a in attentions + gated:
             a.relevance_rule = None
         lock.release()
 

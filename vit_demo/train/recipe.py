@@ -98,7 +98,10 @@ def with_new_head(model: VisionTransformer, num_classes: int, img_size: int | No
     size = (img_size, img_size) if img_size else cfg.img_size
     new = VisionTransformer(replace(cfg, num_classes=num_classes, img_size=size)).init_weights()
     sd = {k: v for k, v in model.state_dict().items() if not k.startswith(("head.", "head_dist."))}
-    if size != cfg.img_size:
+    if size != cfg.img_size and cfg.rel_pos:
+        raise ValueError(f"a relative position bias ({cfg.rel_pos}) is defined for the {cfg.img_size[0]}x{cfg.img_size[1]} "
+                         f"input it was trained at: fine-tune at that size")
+    if size != cfg.img_size and "pos_embed" in sd:  # RoPE tables follow the grid by themselves
         P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
         pos = sd["pos_embed"]
         sd["pos_embed"] = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, new.cfg.grid_size)], 1)
@@ -108,7 +111,8 @@ def with_new_head(model: VisionTransformer, num_classes: int, img_size: int | No
 
 
 def make_optimizer(model: VisionTransformer, recipe: Recipe, freeze: bool) -> torch.optim.AdamW:
-    """AdamW; no weight decay on biases, norms, tokens and position embeddings (as timm does);
+    """AdamW; no weight decay on biases, norms, tokens, position embeddings, relative-position
+    tables, learned RoPE frequencies and an attention pool's query (as timm does);
     the head at ``lr``, the backbone at ``lr * backbone_lr_scale`` (or frozen)."""
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():
@@ -116,8 +120,9 @@ def make_optimizer(model: VisionTransformer, recipe: Recipe, freeze: bool) -> to
         if freeze and not is_head:
             p.requires_grad_(False)
             continue
-        groups.setdefault((is_head, p.ndim <= 1 or name in ("pos_embed", "cls_token", "dist_token", "reg_token")),
-                          []).append(p)
+        no_decay = p.ndim <= 1 or name in ("pos_embed", "cls_token", "dist_token", "reg_token", "rope.freqs") or \
+            name.endswith(("relative_position_bias_table", "attn_pool.latent"))
+        groups.setdefault((is_head, no_decay), []).append(p)
     param_groups = [
         {"params": ps, "lr": recipe.lr * (1.0 if is_head else recipe.backbone_lr_scale),
          "weight_decay": 0.0 if no_decay else recipe.weight_decay}

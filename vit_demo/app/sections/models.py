@@ -30,10 +30,11 @@ def model_summary(lm: LoadedModel) -> str:
     head = f"{cfg.num_classes} classes" if cfg.num_classes else "no classifier (features only)"
     warn = "  **Random weights**: the machinery is real, the predictions are noise." if lm.random_weights else ""
     source = f"`{Path(lm.source[5:]).name}`" if lm.source.startswith("file ") else lm.source
+    variants = f" Variants: {', '.join(cfg.variants())}." if cfg.variants() else ""
     return (f"**{lm.name}**: {cfg.depth} layers × {cfg.num_heads} heads, width {cfg.embed_dim}, "
             f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches"
             f"{' (a convolutional stem makes them; no timm twin)' if cfg.conv_stem else ''}, tokens: {prefix}; "
-            f"{head}. Weights: {source}.{warn}")
+            f"{head}.{variants} Weights: {source}.{warn}")
 
 
 def no_checkpoint_message() -> str:

@@ -61,6 +61,8 @@ def _head(head: str | int | None) -> str | int:
 
 def _query_label(a: Analysis, query: int | None) -> str:
     if query is None:
+        if a.layout.probe is not None:  # an attention-pool head predicts: its query, through this layer
+            return "the attention pool's query (its attention over the tokens, carried through this layer)"
         if a.layout.cls_index is None:
             return "every patch (mean; this model has no [class] token)"
         return "the [class] token"
@@ -74,8 +76,12 @@ def prefix_share(a: Analysis, layer: int, head: str | int, query: int | None) ->
     if not P:
         return None
     att = a.attentions[layer][0]  # [H, N, N]
-    rows = att[:, P + query] if query is not None else (
-        att[:, a.layout.cls_index] if a.layout.cls_index is not None else att[:, P:].mean(1))
+    if query is not None:
+        rows = att[:, P + query]
+    elif a.layout.probe is not None:  # the attention pool's query, carried through this layer
+        rows = a.layout.probe[0].to(att.dtype) @ att
+    else:
+        rows = att[:, a.layout.cls_index] if a.layout.cls_index is not None else att[:, P:].mean(1)
     share = rows[:, :P].sum(-1)  # [H]
     return float(share.mean() if not isinstance(head, int) else share[head])
 

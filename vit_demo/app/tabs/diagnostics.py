@@ -4,10 +4,11 @@ matplotlib figures, slower to draw: they are drawn lazily, when the tab is open.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import gradio as gr
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from ... import viz
 from ...analysis import Analysis
@@ -41,12 +42,20 @@ def distance_picture(a: Analysis, width: int = 1100) -> Image.Image:
 
 def pos_embed_figure(lm: LoadedModel):
     sim = pos_embed_similarity(lm.model).cpu()
-    return viz.pos_embed_figure(sim, title=f"Position-embedding similarity · {lm.name}")
+    what = "Position-embedding" if lm.model.pos_embed is not None else "Rotary position-code"  # RoPE without one
+    return viz.pos_embed_figure(sim, title=f"{what} similarity · {lm.name}")
 
 
 def pos_embed_picture(lm: LoadedModel, width: int = 1100) -> Image.Image:
-    """The model's position-embedding similarity figure (depends on the model only)."""
-    return viz.figure_to_image(pos_embed_figure(lm), width)
+    """The model's position-embedding similarity figure (depends on the model only), or, for a
+    model whose positions are only relative biases (BEiT, the relpos ViT), a note saying so."""
+    try:
+        return viz.figure_to_image(pos_embed_figure(lm), width)
+    except ValueError as e:  # no per-patch position code to compare: say so in the picture's place
+        img = Image.new("RGB", (width, width // 4), "white")
+        text = textwrap.fill(f"{lm.name}: {e}.", width=70)
+        ImageDraw.Draw(img).multiline_text((width // 20, width // 20), text, fill="#333333", font=viz.text_font(width // 40))
+        return img
 
 
 def export_distance(a: Analysis, up: Upload) -> Path:

@@ -1,0 +1,145 @@
+"""Every family of timm's ViT modules the scratch model ports, one small random-init model each:
+the same logits as timm (fast and capture paths) within 1e-4, the same top-1, and every layer's
+attention equal to timm's own (fused attention off), at the model's size and, where timm resizes
+(``dynamic_img_size``), at a non-square one. Then the refusals, each named with its reason.
+
+The models are timm's own architectures with fewer blocks and narrower layers (timm's constructor
+keywords), every parameter moved by noise so that LayerScale, biases and tables matter."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+from vit_demo.checkpoints.files import UnsupportedModelError
+from vit_demo.checkpoints.timm import config_from_timm, from_timm
+from vit_demo.checkpoints.verify import timm_attentions
+
+TOL = 1e-4
+SMALL = dict(depth=2, embed_dim=64, num_heads=4)
+
+# (id, timm name, constructor keywords, timm resizes it: True / False, what it exercises)
+FAMILIES = [
+    ("siglip", "vit_base_patch32_siglip_256", dict(SMALL, img_size=64), True,
+     "SigLIP: attention-pool (MAP) head, GELU-tanh, no [class]"),
+    ("map-prefix", "test_vit3", dict(depth=2, img_size=64), True, "MAP head reading a register token, LayerScale"),
+    ("eva02", "eva02_tiny_patch14_224", dict(depth=2, embed_dim=64, num_heads=2, img_size=56), True,
+     "EVA-02: axial RoPE rescaled to the pretraining grid, packed SwiGLU, q/v biases, avg pool"),
+    ("eva02-clip", "eva02_base_patch16_clip_224", dict(depth=2, embed_dim=64, num_heads=2, img_size=64), True,
+     "EVA-02 CLIP: separate q/k/v, SwiGLU with its hidden norm, the attention's inner norm, projection head"),
+    ("eva02-e", "eva02_enormous_patch14_clip_224", dict(SMALL, img_size=56), True, "EVA-02-E: res-post blocks"),
+    ("eva", "eva_giant_patch14_224", dict(SMALL, img_size=56), True, "EVA: q/v biases, no RoPE"),
+    ("dinov3", "vit_small_plus_patch16_dinov3_qkvb", dict(depth=2, embed_dim=64, num_heads=2, img_size=64), True,
+     "DINOv3: its RoPE (rotate-half, [-1, 1] coordinates), 4 registers, no absolute position, LayerScale as gamma"),
+    ("pe", "vit_pe_core_tiny_patch16_384", dict(depth=2, embed_dim=64, num_heads=2, img_size=64), True,
+     "Perception Encoder: RoPE in (x, y) with offset, MAP over [class] too, pre-norm, projection head"),
+    ("rope-vit", "vit_small_patch16_rope_224", dict(depth=2, embed_dim=64, num_heads=2, img_size=64), True,
+     "RoPE-ViT: axial RoPE, no absolute position"),
+    ("rope-mixed", "vit_small_patch16_rope_mixed_ape_224", dict(depth=2, embed_dim=64, num_heads=2, img_size=64), True,
+     "RoPE-ViT mixed: learned frequencies per block and head, with absolute position"),
+    ("sapiens2", "vit_base_patch16_sapiens2", dict(depth=2, embed_dim=64, num_heads=4, num_kv_heads=(4, 2),
+                                                    img_size=(64, 48)), True,
+     "Sapiens2: RMSNorm, qk-norm, grouped k/v heads in some blocks, LayerScale on attention only, DINOv3 RoPE"),
+    ("beit", "beit_base_patch16_224", dict(SMALL, img_size=64), False, "BEiT: a relative position table per block"),
+    ("beit-shared", "beit_base_patch16_224", dict(SMALL, img_size=64, use_rel_pos_bias=False,
+                                                  use_shared_rel_pos_bias=True), False, "BEiT: one shared table"),
+    ("beit3", "beit3_base_patch16_224", dict(SMALL, img_size=64), True, "BEiT-3: inner norms in attention and MLP"),
+    ("aimv2", "aimv2_large_patch14_224", dict(SMALL, img_size=56), True,
+     "AIMv2: RMSNorm, SwiGLU, no biases, a norm in the patch embedding"),
+    ("dinov2-g", "vit_giant_patch14_dinov2", dict(depth=2, embed_dim=96, num_heads=4, img_size=56), True,
+     "DINOv2-giant: packed SwiGLU"),
+    ("qk-norm", "vit_small_patch16_224", dict(SMALL, img_size=64, qk_norm=True), True, "qk-norm"),
+    ("rms-vit", "test_vit4", dict(depth=2, img_size=64), True, "RMSNorm ViT with a register"),
+    ("relpos", "vit_relpos_medium_patch16_cls_224", dict(SMALL, img_size=64), False,
+     "relpos ViT: a relative-position MLP per block, [class]"),
+    ("relpos-shared", "vit_srelpos_small_patch16_224", dict(SMALL, img_size=64), False, "relpos ViT: one shared MLP"),
+    ("relpos-rpn", "vit_relpos_small_patch16_rpn_224", dict(SMALL, img_size=64), False, "relpos ViT, res-post blocks"),
+    ("vit-rpn", "vit_base_patch16_rpn_224", dict(SMALL, img_size=64), True, "ViT with res-post blocks"),
+    ("avgmax", "eva02_tiny_patch14_224", dict(depth=2, embed_dim=64, num_heads=2, img_size=56, global_pool="avgmax"),
+     True, "avg + max pooling"),
+]
+
+
+def perturbed(name: str, kwargs: dict, seed: int = 0, **extra) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    tm = timm.create_model(name, pretrained=False, **kwargs, **extra).eval()
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return tm
+
+
+def check(model, tm, x) -> None:
+    with torch.no_grad():
+        ref, fast, out = tm(x), model(x).logits, model(x, capture=True)
+        _, ref_attn = timm_attentions(tm, x)
+    assert (fast - ref).abs().max().item() <= TOL
+    assert (out.logits - ref).abs().max().item() <= TOL, "capture path differs"
+    assert torch.equal(fast.argmax(-1), ref.argmax(-1))
+    assert ref.abs().max() > 0.1, "logits too small to mean anything"
+    assert len(out.attentions) == len(ref_attn) == model.cfg.depth
+    for a, b in zip(out.attentions, ref_attn):
+        assert (a - b).abs().max().item() <= 1e-5
+    if model.cfg.global_pool == "map":  # the pool's query: a distribution over the tokens
+        torch.testing.assert_close(out.layout.probe.sum(-1), torch.ones(x.shape[0]))
+
+
+@pytest.mark.parametrize("fid,name,kwargs,dynamic,what", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_family_matches_timm(fid: str, name: str, kwargs: dict, dynamic: bool, what: str) -> None:
+    tm = perturbed(name, kwargs)
+    model, _ = from_timm(tm)
+    H, W = model.cfg.img_size
+    check(model, tm, torch.randn(2, 3, H, W, generator=torch.Generator().manual_seed(1)))
+    p = model.cfg.patch_size
+    size = (H - p, W + 2 * p)  # non-square, another grid
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(2))
+    if dynamic:
+        tm_dyn = perturbed(name, kwargs, dynamic_img_size=True)
+        model_dyn, _ = from_timm(tm_dyn)
+        check(model_dyn, tm_dyn, x)
+    else:  # timm has no other input size for relative-position tables and MLPs; neither do we, in words
+        with pytest.raises(ValueError, match="relative position bias is defined for the"):
+            model(x)
+
+
+@pytest.mark.parametrize("name,kwargs,reason", [
+    ("samvit_base_patch16", dict(depth=1, embed_dim=64, num_heads=2, img_size=64, global_attn_indexes=()),
+     "SAM's image encoder"),
+    ("naflexvit_base_patch16_gap", dict(depth=1, embed_dim=64, num_heads=2), "NaFlex ViT"),
+    ("vit_dwee_patch16_reg1_gap_256", dict(depth=1), "differential attention"),
+    ("vit_pwee_patch16_reg1_gap_256", dict(depth=1), "ParallelScalingBlock"),
+    ("vit_base_patch16_18x2_224", dict(depth=1, embed_dim=64, num_heads=2), "ParallelThingsBlock"),
+])
+def test_refused_with_its_reason(name: str, kwargs: dict, reason: str) -> None:
+    with torch.device("meta"):
+        tm = timm.create_model(name, pretrained=False, **kwargs)
+    with pytest.raises(UnsupportedModelError, match=reason):
+        config_from_timm(tm)
+
+
+def test_config_read_not_tabled() -> None:
+    """A variant switched on by a constructor keyword shows up in the config: nothing is looked up by name."""
+    with torch.device("meta"):
+        tm = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=3, global_pool="max", num_reg_tokens=2,
+                               qk_norm=True, use_abs_pos_emb=False, num_classes=5)
+    cfg = config_from_timm(tm)
+    assert (cfg.depth, cfg.global_pool, cfg.reg_tokens, cfg.qk_norm, cfg.pos_embed, cfg.num_classes) == (
+        3, "max", 2, True, False, 5)
+    assert (cfg.rope, cfg.rope_ref_grid, cfg.mlp, cfg.act, cfg.qv_bias) == ("axial", (16, 16), "glu", "silu", True)
+
+
+def test_verify_command_on_a_family(capsys) -> None:
+    """``verify --model NAME --random-init`` at a non-square size (timm's own init, its dynamic
+    size), and a relative-bias model at another size is refused in one line."""
+    import json
+
+    from vit_demo.cli.main import main
+
+    rc = main(["verify", "--model", "eva02_tiny_patch14_224", "--random-init", "--device", "cpu", "--input-size", "210x252",
+               "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert rc == 0 and r["passed"] and r["input_size"] == [210, 252] and r["max_abs_logit_diff"] <= TOL
+    rc = main(["verify", "--model", "vit_relpos_small_patch16_224", "--random-init", "--device", "cpu", "--input-size",
+               "224x288"])
+    assert rc == 2 and "relative position bias is defined for the 14x14 patch grid" in capsys.readouterr().err
