@@ -24,7 +24,9 @@ Conventions:
 - a *map* is a ``[gh, gw]`` array over the patch grid (row-major patch ``i`` sits at row
   ``i // gw``, column ``i % gw``); stacks of maps are ``[H, gh, gw]`` (heads of one layer)
   or ``[L, H, gh, gw]`` (every layer's heads). A leading batch axis of size 1 is dropped.
-- Layers, heads and patches are numbered from 0, as on the command line and in the JSON.
+- Arguments are indices from 0 (``layer=11`` is the last of 12 layers), as in PyTorch and on the
+  command line; what a picture SAYS counts layers and heads from 1, as people do ("L12 H1",
+  "layer 12 of 12"). Patches keep their index from 0 (the token's position after the prefix).
 - Unless ``vmin`` / ``vmax`` are given, every map is shown scaled to *its own* min..max
   (each head panel separately), so the colours show where a map is high, not how high it is
   compared with another map.
