@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,15 +94,18 @@ def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
     )
 
 
-def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str, np.ndarray]:
+def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequence[str] | None = None
+               ) -> dict[str, np.ndarray]:
     """Every single-pass class-specific method's map for class ``cls`` (default: top-1),
     [gh, gw] each, computed together (:func:`vit_demo.methods.reuse`: the gradient passes they
-    share run once) and cached on the record."""
+    share run once) and cached on the record. ``names``: only these methods (those not cached
+    yet are computed; the dict returned holds whatever is cached)."""
     if lm.model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
     cls = a.top1 if cls is None else int(cls)
     maps = a.class_maps.setdefault(cls, {})
-    todo = [n for n in methods.names(slow=False, class_specific=True) if n not in maps]
+    wanted = methods.names(slow=False, class_specific=True) if names is None else list(names)
+    todo = [n for n in wanted if n not in maps]
     with methods.reuse(lm.model, a.x):
         for name in todo:
             maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
