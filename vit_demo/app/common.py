@@ -36,6 +36,17 @@ def note(title: str, text: str, kind: str = "warn") -> str:
     return f'<div class="note {kind}"><b>{html.escape(title)}</b> {html.escape(text)}</div>'
 
 
+def readable_error(e: Exception, where: str = "") -> gr.Error:
+    """One readable line for the UI from any exception (an unexpected one's traceback goes to the log)."""
+    if isinstance(e, gr.Error):
+        return e
+    if isinstance(e, (ImageError, ModelError)):
+        return gr.Error(str(e), print_exception=False)
+    log.error("%s failed:\n%s", where or "a handler", "".join(traceback.format_exception(e)))
+    return gr.Error(f"Something went wrong ({type(e).__name__}: {str(e)[:300]}). The app is still running; "
+                    "try again or pick another image.", print_exception=False)
+
+
 def friendly(fn):
     """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log)."""
 
@@ -44,14 +55,11 @@ def friendly(fn):
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
-        except gr.Error:
-            raise
-        except (ImageError, ModelError) as e:
-            raise gr.Error(str(e), print_exception=False) from e
         except Exception as e:
-            log.error("%s failed:\n%s", fn.__name__, traceback.format_exc())
-            raise gr.Error(f"Something went wrong ({type(e).__name__}: {str(e)[:300]}). The app is still running; "
-                           "try again or pick another image.", print_exception=False) from e
+            err = readable_error(e, fn.__name__)
+            if err is e:
+                raise
+            raise err from e
         finally:
             if TIMING:
                 print(f"[timing] {fn.__name__}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)
