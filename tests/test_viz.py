@@ -286,3 +286,23 @@ def test_no_pyplot_state():
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+def test_colour_bars_legends_and_zero_differences(scene):
+    """The app's pictures get a colour bar that says low / high and the scale; a chart never
+    repeats a colour; a layer-difference chart of exact zeros says so instead of being empty."""
+    from vit_demo.viz.charts import layer_diff_figure, method_colors
+
+    pic = viz.overlay_image(scene["pic"], scene["cls"][-1, 0], size=300)
+    out = viz.with_colorbar(pic, "viridis", "each map scaled to its own range")
+    assert out.width == pic.width and out.height == pic.height + 46
+    strip = np.asarray(out)[pic.height + 10, :, :]
+    assert len({tuple(c) for c in strip}) > 50  # a gradient, not a flat strip
+    names = ["attention", "rollout", "grad-rollout", "chefer", "lrp", "attnlrp", "lrp-gated", "gradcam",
+             "integrated-gradients", "rise", "lrp-causal", "a-new-method", "another"]
+    colours = method_colors(names)
+    assert len(set(colours.values())) == len(names)
+    fig = layer_diff_figure([0.0] * 12, "t", "s")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("0") == 12 and any("exactly 0" in t for t in texts)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][:2] == ["1", "2"]  # layers from 1

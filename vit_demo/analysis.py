@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +125,8 @@ def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = Non
     """A slow method's map (:func:`vit_demo.methods.slow`: RISE, causal LRP, ...) for class
     ``cls`` (default top-1), cached on the record next to :func:`class_maps`, whose maps it may
     reuse (causal LRP starts from the cached gated LRP map). ``progress(share done)`` follows
-    its forward passes; ``settings``: passed on to the method (default: the registry's)."""
+    its forward passes (default: whatever :func:`vit_demo.progress.reporting` the caller set up);
+    ``settings``: passed on to the method (default: the registry's)."""
     if name not in methods.slow():
         raise ValueError(f"unknown on-demand method {name!r}; known: {', '.join(methods.slow())}")
     cls = a.top1 if cls is None else int(cls)
@@ -132,7 +134,8 @@ def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = Non
     if name not in maps:
         known = {(n, cls): torch.from_numpy(m)[None].to(a.x.device) for n, m in maps.items()}
         extra = {"settings": settings} if settings is not None else {}
-        with methods.reuse(lm.model, a.x, known), reporting(progress and (lambda share, _text: progress(share))):
+        shown = reporting(lambda share, _text: progress(share)) if progress is not None else nullcontext()
+        with methods.reuse(lm.model, a.x, known), shown:  # no ``progress``: reports go where the caller's go
             maps[name] = methods.get(name).fn(lm.model, a.x, cls, **extra)[0].detach().cpu().numpy()
     return maps[name]
 

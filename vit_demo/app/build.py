@@ -10,7 +10,7 @@ from . import flow
 from .context import AppConfig, Context, Section
 from .examples import all_examples
 from .limits import fair_queue
-from .page import INTRO, launch_kwargs
+from .page import INTRO, launch_kwargs, wire_presentation_mode
 from .registry import ModelRegistry
 from .sections.display import DisplayControls
 from .sections.inputs import InputSection
@@ -44,13 +44,18 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
                    delete_cache=(1800, 3600)) as demo:
         ctx.demo = demo
         ctx.state = gr.State(None, time_to_live=6 * 3600)
-        gr.Markdown(INTRO, elem_id="title")
-        for part in (picker, inputs, display):
-            part.layout(ctx)
-        with gr.Tabs(elem_id="tabs"):
-            for tab in tabs:
-                with gr.Tab(tab.title, id=tab.name) as tab.gr_tab:
-                    tab.layout(ctx)
+        with gr.Column(elem_id="page"):  # presentation mode lays these out in two columns (page.CSS)
+            with gr.Row(elem_id="title-row", equal_height=True):
+                gr.Markdown(INTRO, elem_id="title")
+                present_mode = gr.Checkbox(False, label="Presentation mode (projector, 1280×720)", elem_id="present-mode",
+                                           scale=0, min_width=200, container=False)
+            for part in (picker, inputs, display):
+                part.layout(ctx)
+            with gr.Tabs(elem_id="tabs", overflow_behavior="wrap"):  # a phone shows every tab, in two rows
+                for tab in tabs:
+                    with gr.Tab(tab.title, id=tab.name) as tab.gr_tab:
+                        tab.layout(ctx)
+        wire_presentation_mode(demo, present_mode)
         flow.wire(ctx)
         for part in (picker, display, *ctx.sections):
             part.wire(ctx)

@@ -239,7 +239,11 @@ class ModelRegistry:
                 lm = load_model(spec.name, random_init=True, device=self.device)
             else:
                 lm = load_model(spec.name, device=self.device)
-        except (CheckpointError, HubUnavailableError, UnsupportedModelError, ValueError, OSError) as e:
+        except HubUnavailableError as e:  # the CLI's advice (--weights FILE) is no use on the page
+            raise ModelError(f"cannot download {spec.name}: the model hub is not reachable from this computer. Pick a "
+                             "model already in the menu's file list, or load a checkpoint file under "
+                             "'Use your own checkpoint' below.") from e
+        except (CheckpointError, UnsupportedModelError, ValueError, OSError) as e:
             raise ModelError(str(e)) from e
         if spec.kind == "file" and spec.name is None and lm.timm_name is None:
             lm.name = spec.path.name if spec.path else lm.name

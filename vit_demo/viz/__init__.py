@@ -46,7 +46,7 @@ from .figures import (
     topk_figure,
     uniform_attention_distance,
 )
-from .previews import heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image
+from .previews import heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image, with_colorbar
 from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
@@ -74,5 +74,5 @@ __all__ = [
     "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
     "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image",
     "sequence_slots", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
-    "uniform_attention_distance", "upsample",
+    "uniform_attention_distance", "upsample", "with_colorbar",
 ]

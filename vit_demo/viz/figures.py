@@ -422,16 +422,16 @@ def _distance_points(ax, a: np.ndarray) -> None:
             edgecolor="white",
             linewidth=0.6,
             zorder=3,
-            label=f"head {h}" if H <= 16 else None,
+            label=f"head {h + 1}" if H <= 16 else None,
         )
 
 
 def _distance_axes(ax, L: int, top: float) -> None:
-    """Labels, ticks, limits (layers 0..L-1, pixels 0..``top`` and a little room) and a light
-    horizontal grid; no top or right spine."""
+    """Labels, ticks (layers labelled 1..L, as people count them), limits (pixels 0..``top`` and
+    a little room) and a light horizontal grid; no top or right spine."""
     ax.set_xlabel("Network depth (layer)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
     ax.set_ylabel("Mean attention distance (pixels)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
-    ax.set_xticks(np.arange(L))
+    ax.set_xticks(np.arange(L), [str(i + 1) for i in range(L)])
     ax.set_xlim(-0.6, L - 0.4)
     ax.set_ylim(0, top * 1.08 + 1e-9)
     ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)

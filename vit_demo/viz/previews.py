@@ -270,6 +270,27 @@ def tiles_image(
     return canvas
 
 
+def with_colorbar(img: Image.Image, cmap: str = "inferno", note: str = "each map scaled to its own range",
+                  low: str = "low", high: str = "high") -> Image.Image:
+    """``img`` with a colour bar under it (fast: PIL): the colormap from ``low`` to ``high``
+    (words: the values are relative) and ``note`` beneath, saying what the scale is."""
+    font = text_font(14)
+    bar_w = int(min(420, max(160, 0.6 * img.width)))
+    pad_l, pad_r = text_width(low, font) + 10, text_width(high, font) + 10
+    bar_w = min(bar_w, img.width - pad_l - pad_r - 4)
+    strip = Image.new("RGB", (img.width, 46), "white")
+    x0 = (img.width - bar_w) // 2
+    strip.paste(Image.fromarray(colorize(np.tile(np.linspace(0, 1, bar_w, dtype=np.float32), (12, 1)), cmap)), (x0, 6))
+    draw = ImageDraw.Draw(strip)
+    draw.text((x0 - 6, 12), low, font=font, fill=_MUTED, anchor="rm")
+    draw.text((x0 + bar_w + 6, 12), high, font=font, fill=_MUTED, anchor="lm")
+    draw.text((img.width / 2, 34), note, font=font, fill=_MUTED, anchor="mm")
+    out = Image.new("RGB", (img.width, img.height + strip.height), "white")
+    out.paste(img.convert("RGB"), (0, 0))
+    out.paste(strip, (0, img.height))
+    return out
+
+
 _SEQ_TAIL = 3  # the last patches a sequence picture always shows
 _SEQ_BOX, _SEQ_GAP, _SEQ_Y = 56, 10, 86  # px: a token's box, the gap between boxes, the boxes' top
 _INK, _MUTED, _POSITION_RGB = (34, 34, 34), (102, 102, 102), (155, 143, 184)
