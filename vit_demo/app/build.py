@@ -46,9 +46,10 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
         ctx.state = gr.State(None, time_to_live=6 * 3600)
         with gr.Column(elem_id="page"):  # presentation mode lays these out in two columns (page.CSS)
             with gr.Row(elem_id="title-row", equal_height=True):
-                gr.Markdown(INTRO, elem_id="title")
-                present_mode = gr.Checkbox(False, label="Presentation mode (projector, 1280×720)", elem_id="present-mode",
-                                           scale=0, min_width=200, container=False)
+                gr.Markdown(INTRO, elem_id="title", scale=5)
+                present_mode = gr.Checkbox(False, label="Presentation mode", elem_id="present-mode", scale=1,
+                                           min_width=190, container=False,
+                                           info="for a projector: the image, the prediction and the map on one screen")
             for part in (picker, inputs, display):
                 part.layout(ctx)
             with gr.Tabs(elem_id="tabs", overflow_behavior="wrap"):  # a phone shows every tab, in two rows

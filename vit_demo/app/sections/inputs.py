@@ -71,7 +71,7 @@ class InputSection(Section):
                 ctx.image = gr.Image(label="Your image", type="filepath", sources=["upload", "webcam", "clipboard"], height=340,
                                      elem_id="upload", placeholder="Drop a photo here, or click an example below")
                 self.gallery = gr.Gallery([(str(e.path), e.caption) for e in examples], label="Examples (click one)",
-                                          columns=3, rows=2, height="auto", allow_preview=False, object_fit="cover",
+                                          columns=3, rows=2, height=330, allow_preview=False, object_fit="cover",
                                           elem_id="examples", visible=bool(examples), buttons=[])
             with gr.Column(scale=4, min_width=260, elem_id="model-input-col"):
                 self.model_input = gr.Image(label="What the model sees (after preprocessing)", interactive=False,
