@@ -249,11 +249,14 @@ def faithfulness_slide(a: Analysis, lm, name: str, cls: int, width_px: int, scor
 
 
 def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
-                      cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> Iterator[Slide]:
+                      cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS, analysis: Analysis | None = None
+                      ) -> Iterator[Slide]:
     """The seven slides of one image's section, one at a time (the work of each is done when it
     is asked for, so that progress can follow it). The faithfulness slide's meta holds the
-    image's :class:`~vit_demo.viz.panels.Panel` (for the comparison slide) under ``"panel"``."""
-    a = analyze(lm, image)
+    image's :class:`~vit_demo.viz.panels.Panel` (for the comparison slide) under ``"panel"``.
+    ``analysis``: the image's analysis by ``lm`` if the caller has it (the app: its cached maps
+    are reused), else it is made here."""
+    a = analysis if analysis is not None else analyze(lm, image)
     cls = a.top1 if target is None else int(target)
     roll = rollout(a.attentions, a.layout)[0]
     yield prediction_slide(a, lm, name, width_px)
@@ -378,19 +381,21 @@ class SlideProgress:
 
 def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target: int | None = None,
                  weights: str | None = None, width_px: int = 2400, cmap: str = "inferno",
-                 seeds: Sequence[int] = RANDOM_SEEDS, shared_scale: bool = False, reference: Any = None) -> list[Slide]:
+                 seeds: Sequence[int] = RANDOM_SEEDS, shared_scale: bool = False, reference: Any = None,
+                 analyses: Sequence[Analysis | None] | None = None) -> list[Slide]:
     """Every slide of the deck, in talk order (see the module docstring), reporting "slide k of
     n" to :func:`vit_demo.progress.reporting`. ``width_px``: width of the rendered figures;
     ``seeds``: one random patch order per seed for the faithfulness baseline; ``shared_scale``:
     the comparison slide's maps on one colour scale; ``reference``: timm's model on the same
-    weights, if the caller has it (else it is built from ``weights``)."""
+    weights, if the caller has it (else it is built from ``weights``); ``analyses``: each image's
+    analysis by ``lm``, where the caller has it."""
     if not images:
         raise ValueError("a deck needs at least one image")
     viz.check_cmap(cmap)
     bar = SlideProgress(len(images))
     slides: list[Slide] = []
-    for img, name in zip(images, names):
-        todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds)
+    for img, name, a in zip(images, names, analyses or [None] * len(images)):
+        todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds, a)
         for _ in range(PER_IMAGE):
             with bar.slide():
                 slides.append(next(todo))
