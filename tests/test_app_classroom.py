@@ -97,6 +97,12 @@ def no_horizontal_overflow(pg, where: str) -> None:
     assert not out, f"{where}: sticking out to the right: {out[:5]}"
 
 
+def settled(pg) -> None:
+    """No event in flight (Gradio's "processing | 0.2s" labels gone), for a clean screenshot."""
+    pg.wait_for_function("!document.body.innerText.includes('processing |')", timeout=TIMEOUT_MS)
+    time.sleep(0.3)
+
+
 def shot(pg, name: str, full: bool = True) -> Path:
     path = SHOTS / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +126,7 @@ def test_view_size(browser, app, package_photos, width: int, height: int) -> Non
             no_horizontal_overflow(pg, f"{width}x{height}, tab {name!r}")
         pg.get_by_role("tab", name="Attention").click()
         pg.wait_for_selector("#attention img")
+        settled(pg)
         shot(pg, f"views/{width}x{height}")
     finally:
         pg.context.close()
@@ -135,6 +142,7 @@ def test_view_size(browser, app, package_photos, width: int, height: int) -> Non
         assert on_screen(pg, "#predictions"), "presentation mode: the prediction is not on screen"
         assert on_screen(pg, "#attention img"), "presentation mode: the attention map is not on screen with it"
         assert on_screen(pg, "#layer"), "presentation mode: the map's layer control is not on screen"
+        settled(pg)
         shot(pg, f"views/{width}x{height}-presentation", full=False)
         pg.get_by_role("tab", name="Rollout & relevance").click()
         pg.wait_for_selector("#methods img")

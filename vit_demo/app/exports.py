@@ -64,10 +64,11 @@ DOWNLOAD_JS = """(f) => {
 }"""
 
 
-def export_row(file_id: str | None = None, label: str = EXPORT, elem_id: str | None = None) -> tuple[Component, Component]:
+def export_row(file_id: str | None = None, label: str = EXPORT, elem_id: str | None = None,
+               min_width: int = 200) -> tuple[Component, Component]:
     """The export button (off until an image is analysed) and the hidden file it fills."""
     with gr.Row(elem_classes="export-row"):
-        btn = gr.Button(label, size="sm", scale=0, min_width=200, interactive=False, elem_id=elem_id,
+        btn = gr.Button(label, size="sm", scale=0, min_width=min_width, interactive=False, elem_id=elem_id,
                         elem_classes="export-btn")
     out = gr.File(visible=False, elem_id=file_id)
     return btn, out

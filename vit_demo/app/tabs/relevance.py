@@ -208,7 +208,7 @@ class RelevanceTab(Section):
         self.relevance_img = gr.Image(label="Relevance for the same class", interactive=False, format="png",
                                       height=360, elem_id="relevance", buttons=["fullscreen"])
         self.rel_btn, self.rel_file = export_row("relevance-file", label="⬇ PNG for slides: the relevance row",
-                                                 elem_id="export-relevance")
+                                                 elem_id="export-relevance", min_width=300)
         self.on_demand = {}
         with gr.Row(elem_classes="on-demand"):
             for name in on_demand_names():
