@@ -202,10 +202,11 @@ class RelevanceTab(Section):
             self.start = gr.Slider(1, 12, value=1, step=1, label="Rollout: start at layer (1 = first)", scale=2,
                                    min_width=200, elem_id="start-layer")
             self.cls_dd = gr.Dropdown([], label="Explain the class", scale=2, elem_id="explain-class", min_width=200)
-        self.methods_img = gr.Image(label="The methods side by side", interactive=False, format="png", height=360,
+        self.methods_img = gr.Image(label="The methods side by side", show_label=False, interactive=False, format="png",
+                                    height=360,
                                     elem_id="methods", buttons=["fullscreen"])
         self.btn, self.file = export_row("methods-file", elem_id="export-methods")
-        self.relevance_img = gr.Image(label="Relevance for the same class", interactive=False, format="png",
+        self.relevance_img = gr.Image(label="Relevance for the same class", show_label=False, interactive=False, format="png",
                                       height=360, elem_id="relevance", buttons=["fullscreen"])
         self.rel_btn, self.rel_file = export_row("relevance-file", label="⬇ PNG for slides: the relevance row",
                                                  elem_id="export-relevance", min_width=300)
