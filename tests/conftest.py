@@ -93,7 +93,7 @@ def package_photos() -> dict[str, Path]:
     for name, (pkg, rel) in PACKAGE_PHOTOS.items():
         root = package_dir(pkg)
         if root is None or not (root / rel).is_file():
-            pytest.skip(f"needs {pkg}'s sample photo {rel} (pip install -r requirements.txt)")
+            pytest.skip(f"needs {pkg}'s sample photo {rel} (pip install -c requirements.txt -e .)")
         out[name] = root / rel
     return out
 

@@ -59,7 +59,7 @@ def test_last_frame_is_the_method_and_first_frames_are_prefixes(deit_tiny, clips
 def test_one_head_and_bad_settings(deit_tiny, clips):
     x = clips[0]
     one, _ = animate.layer_clips(deit_tiny.model, x, ("attention",), head=2)
-    assert one[0].title == "Attention (head 2)"
+    assert one[0].title == "Attention (head 3)"  # head=2 is the index: the third of three heads, as people count
     with pytest.raises(ValueError, match="head 3"):
         animate.layer_clips(deit_tiny.model, x, ("attention",), head=3)
     with pytest.raises(ValueError, match="unknown clip"):

@@ -144,12 +144,16 @@ def test_slider_rerender_and_compare(app, package_photos: dict[str, Path]) -> No
     c = new_client(app)
     out = c.predict(handle_file(str(package_photos["coffee"])), api_name="/analyze")
     assert out[TOPK]["label"] == "espresso"
-    a11 = c.predict(11, "mean", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
+    # layers count from 1, as the slider shows them; the head menu's value is the index ("2": head 3)
+    a11 = c.predict(12, "mean", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
     a3 = c.predict(3, "mean", "[class] token", 0, "inferno", 0.6, True, api_name="/attention")
-    assert "layer 11" in a11[1] and "layer 3" in a3[1]
+    assert "layer 12 of 12" in a11[1] and "layer 3 of 12" in a3[1]
     assert Image.open(a11[0]).tobytes() != Image.open(a3[0]).tobytes()
     q = c.predict(3, "2", "a patch (click the picture)", 100, "viridis", 0.5, False, api_name="/attention")
-    assert "patch 100" in q[1] and "head 2" in q[1]
+    assert "patch 100" in q[1] and "head 3 of 3" in q[1]
+    # out of range: said, not silently ignored
+    bad = c.predict(13, "mean", "a patch (click the picture)", 500, "inferno", 0.6, True, api_name="/attention")
+    assert "There is no layer 13" in bad[1] and "There is no patch 500" in bad[1] and "[class] token" in bad[1]
     verdict = c.predict(5, api_name="/compare")[0]
     assert "Identical to" in verdict, verdict
 

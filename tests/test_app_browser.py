@@ -126,8 +126,8 @@ def test_tour(page, app, package_photos: dict[str, Path], tmp_path: Path) -> Non
         pg.keyboard.press("ArrowLeft")
     after_src = wait_src_change(pg, "#attention", before_src)
     assert fetch_pixels(pg, after_src) != before, "the attention picture did not change with the layer"
-    pg.wait_for_selector("#attention-caption:has-text('layer 7')")
-    shot(pg, "02_attention_layer7")
+    pg.wait_for_selector("#attention-caption:has-text('layer 8 of 12')")  # 12 (the last) - 4: layers count from 1
+    shot(pg, "02_attention_layer8")
 
     # 3. click a patch: it becomes the query
     old, old_picker = img_src(pg, "#attention"), img_src(pg, "#query-picker")
@@ -156,12 +156,9 @@ def test_tour(page, app, package_photos: dict[str, Path], tmp_path: Path) -> Non
     assert "espresso" in pg.inner_text("#theirs")
     shot(pg, "06_timm")
 
-    # a download: a slide-ready PNG made on demand
-    pg.get_by_role("button", name="PNG for slides").last.click()
-    link = pg.locator("#timm-file a[download]").first
-    link.wait_for()
+    # a download: a slide-ready PNG made on demand, ONE click (no file box to click again)
     with pg.expect_download() as dl:
-        link.click()
+        pg.get_by_role("button", name="PNG for slides").last.click()
     png = tmp_path / "timm.png"
     dl.value.save_as(png)
     assert Image.open(png).width == 2400
@@ -240,14 +237,23 @@ def test_presentation_downloads(page, app, package_photos: dict[str, Path], tmp_
     finally:
         r.close()
 
-    # the deck of this image
+    # the deck of this image: progress under the button within a second ("slide 3 of 9"), the
+    # button off while it is made
     pg.get_by_role("tab", name="For presentations").click()
+    t0 = time.monotonic()
     pg.click("#make-deck")
+    pg.wait_for_selector("#make-deck-progress .job-bar", timeout=1_000)
+    assert time.monotonic() - t0 < 1.5 and pg.locator("#make-deck").is_disabled()
+    pg.wait_for_selector("#make-deck-progress:has-text('slide')", timeout=120_000)
+    assert f"of {deck.slide_count(1)}" in pg.inner_text("#make-deck-progress")
+    shot(pg, "09_deck_progress")
     pptx = download(pg, "#deck-files", 0, tmp_path)
+    assert pg.locator("#make-deck").is_enabled()
     pdf = download(pg, "#deck-files", 1, tmp_path)
     prs = Presentation(str(pptx))
     assert len(prs.slides) == deck.slide_count(1)
-    assert prs.slides[0].shapes.title.text == "What the model sees: coffee"  # the deck names the image after its file
+    assert prs.slides[0].shapes.title.text == "What the model sees: “espresso”"  # titled by the answer
+    assert "Image: coffee" in prs.slides[0].shapes[1].text_frame.text  # the file's name in the subtitle
     assert all(s.notes_slide.notes_text_frame.text for s in prs.slides)
     assert pdf.read_bytes()[:5] == b"%PDF-"
 
@@ -260,6 +266,6 @@ def test_presentation_downloads(page, app, package_photos: dict[str, Path], tmp_
     pg.keyboard.press("Enter")
     pg.click("#compare-models")
     pg.wait_for_selector("#two-models img", timeout=120_000)
-    shot(pg, "09_present_tab")
+    shot(pg, "10_present_tab")
     assert not pg.outside, f"the page fetched from outside this machine: {pg.outside[:5]}"
     assert "Traceback" not in app.log(20_000), app.log()

@@ -2,8 +2,8 @@
 sections), the numbers it quotes, and the PDF rendered page by page with pdftoppm.
 
 One two-image deck is built once per module (figures at 900 px, one random order for the
-faithfulness baseline, to keep it quick) and shared by the tests; it is written once as
-PowerPoint and once as PDF. The command runs on one image at 600 px.
+faithfulness baseline, to keep it quick; its progress reports recorded) and shared by the tests;
+it is written once as PowerPoint and once as PDF. The command runs on one image at 600 px.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 from PIL import Image
 from skimage import data
@@ -29,19 +30,28 @@ def photos() -> list[Image.Image]:
     return [Image.fromarray(data.chelsea()), Image.fromarray(data.coffee())]
 
 
+REPORTS: list[tuple[float, str]] = []  # what the module's deck reported to vit_demo.progress
+
+
 @pytest.fixture(scope="module")
 def slides(deit_tiny, photos):
-    return deck.build_slides(deit_tiny, photos, ["cat", "coffee"], width_px=900, seeds=SEEDS)
+    from vit_demo.progress import reporting
+
+    with reporting(lambda share, text: REPORTS.append((share, text))):
+        return deck.build_slides(deit_tiny, photos, ["cat", "coffee"], width_px=900, seeds=SEEDS)
 
 
 def test_talk_order_titles_pictures_and_notes(slides):
-    assert len(slides) == deck.slide_count(2) == 15
+    assert len(slides) == deck.slide_count(2) == 17
     titles = [s.title for s in slides]
-    assert titles[0] == "What the model sees: cat" and titles[6] == "What the model sees: coffee"
+    # titled by what the model answers, not by the file's name (which is in the subtitle and the section)
+    assert titles[0].startswith("What the model sees: “") and "cat" in titles[0]
+    assert titles[7] == "What the model sees: “espresso”" and slides[7].subtitle.startswith("Image: coffee")
     assert titles[1:5] == ["From pixels to tokens", "The 3 heads of the last layer", "Attention across the layers",
                            "Attention rollout"]
-    assert titles[5].endswith("Class-specific relevance")
+    assert titles[5].startswith("Why “") and titles[6] == "Can we trust the maps? Hide what they point at"
     assert titles[-3:] == ["The images side by side", "Checked against timm: identical", "The model"]
+    assert "layer 12 of 12" in slides[2].subtitle  # layers counted from 1 on the slides
     for s in slides:
         assert s.title and s.pictures and all(p.width >= 400 for p in s.pictures)
         sentences = [t for t in re.split(r"(?<=[.!?])\s+(?=[A-Z(])", s.notes) if t.strip()]
@@ -50,14 +60,17 @@ def test_talk_order_titles_pictures_and_notes(slides):
 
 
 def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_path):
-    from vit_demo import methods
     from vit_demo.evaluate.faithfulness import evaluate
 
-    rel = slides[5]
+    rel = slides[6]
     scores, target = rel.meta["faithfulness"], rel.meta["target"]
-    assert set(scores) == {"attention", "rollout", *methods.names(slow=False, class_specific=True),
-                           "random"}  # every map the app's relevance tab has (analysis.class_maps)
-    assert f"{scores['chefer']['deletion_auc']:.3f}" in rel.notes and f"{scores['chefer']['insertion_auc']:.3f}" in rel.notes
+    assert set(scores) == {*deck.SCORED, "random"}  # the maps the slides show and the classics, nothing slower
+    best = rel.meta["best"]
+    assert scores[best]["deletion_auc"] == min(v["deletion_auc"] for k, v in scores.items() if k != "random")
+    assert f"{scores[best]['deletion_auc']:.3f}" in rel.notes and f"{scores[best]['insertion_auc']:.3f}" in rel.notes
+    half = (len(scores[best]["deletion_curve"]) - 1) // 2  # the point with half of the patches hidden (7 of 14 rows)
+    assert f"{scores[best]['deletion_curve'][half] * 100:.1f}%" in rel.subtitle
+    assert f"{scores['random']['deletion_curve'][half] * 100:.1f}%" in rel.subtitle
     # the same protocol as the faithfulness command, on the same picture
     path = tmp_path / "cat.png"
     photos[0].save(path)
@@ -78,7 +91,7 @@ def test_faithfulness_scores_default_maps_are_the_single_pass_methods(deit_tiny,
     from vit_demo import methods
     from vit_demo.preprocess import preprocess
 
-    rel = slides[5]  # the first photo's relevance slide
+    rel = slides[6]  # the first photo's faithfulness slide
     x, target = preprocess(photos[0], deit_tiny.data_config)[0][None], rel.meta["target"]
     scores = deck.faithfulness_scores(deit_tiny.model, x, target, seeds=SEEDS)
     assert list(scores) == [*methods.single_pass(), "random"]
@@ -103,7 +116,41 @@ def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
             assert 0 <= sh.left and sh.left + sh.width <= prs.slide_width
             assert 0 <= sh.top and sh.top + sh.height <= prs.slide_height
         assert sl.notes_slide.notes_text_frame.text == s.notes
-    assert slides_io.pptx_sections(path) == [("Image: cat", 6), ("Image: coffee", 6), ("Comparison", 1), ("The model", 2)]
+    assert slides_io.pptx_sections(path) == [("Image: cat", 7), ("Image: coffee", 7), ("Comparison", 1), ("The model", 2)]
+
+
+def test_progress_names_every_slide_in_order(slides):
+    """The deck reports "slide k of n" for every slide, in order, the share only growing, and the
+    forward passes of the faithfulness slide inside its own part of the bar."""
+    n = deck.slide_count(2)
+    shares = [s for s, _ in REPORTS]
+    assert shares == sorted(shares) and shares[0] == 0.0 and shares[-1] < 1.0
+    firsts = [text for _, text in REPORTS if " · " not in text]
+    assert firsts == [f"slide {k} of {n}" for k in range(1, n + 1)]
+    inner = [(s, t) for s, t in REPORTS if t.startswith("slide 7 of 17 · masked forward passes")]
+    passes = (len(deck.SCORED) + len(SEEDS)) * 2 * 13 + 2  # every order's 13 inner points, two curves, + both ends
+    assert inner and inner[-1][1].endswith(f"{passes}/{passes}")
+    lo, hi = deck.SlideProgress(2).bounds[6:8]
+    assert all(lo <= s <= hi + 1e-9 for s, _ in inner)
+
+
+def test_no_folder_of_this_computer_in_any_output(slides, deit_tiny_path):
+    """The deck names the weights by their file name: no folder in a title, a subtitle, a note
+    or a table (issue 23: the model slide printed the weights' full path)."""
+    folder = str(deit_tiny_path.parent)
+    for s in slides:
+        for text in (s.title, s.subtitle, s.notes, repr(s.meta.get("rows", ""))):
+            assert folder not in text, (s.title, text)
+    assert dict(slides[-1].meta["rows"])["weights"] == f"the file {deit_tiny_path.name}"
+    assert deit_tiny_path.name in slides[-1].notes
+
+
+def test_comparison_scale_is_per_image_unless_shared(slides, deit_tiny, photos):
+    comp = slides[-3]
+    assert "each map scaled to its own range" in comp.subtitle and "own scale" in comp.notes
+    panels = [deck.Panel(p, np.random.default_rng(i).random((14, 14)), [], "m") for i, p in enumerate(photos)]
+    shared = deck.comparison_slide(panels, ["cat", "coffee"], 600, "inferno", shared_scale=True)
+    assert "one colour scale for all" in shared.subtitle
 
 
 def test_pdf_pages_render(slides, tmp_path):
@@ -118,6 +165,12 @@ def test_pdf_pages_render(slides, tmp_path):
         assert abs(im.width / im.height - 16 / 9) < 0.02
         lo, hi = im.getextrema()
         assert hi - lo > 100  # a title and a picture on white, not a blank page
+    # the text is real text (Helvetica, WinAnsi), in slide order, the typographic quotes intact
+    text = subprocess.run(["pdftotext", "-layout", str(path), "-"], check=True, capture_output=True, text=True).stdout
+    pos = 0
+    for s in slides:
+        pos = text.index(s.title, pos)  # raises if a title is missing or out of order
+    assert "What the model sees: “espresso”" in text and f"{len(slides)} / {len(slides)}" in text
 
 
 def test_deck_command(deit_tiny_path, tmp_path, capsys):
@@ -125,12 +178,17 @@ def test_deck_command(deit_tiny_path, tmp_path, capsys):
     Image.fromarray(data.chelsea()).save(img)
     out = tmp_path / "talk.pptx"
     assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--width", "600",
-                 "--random-orders", "1"]) == 0
-    assert f"wrote {out} ({deck.slide_count(1)} slides)" in capsys.readouterr().out
+                 "--random-orders", "1", "--format", "both"]) == 0
+    printed = capsys.readouterr()
+    assert f"wrote {out} ({deck.slide_count(1)} slides)" in printed.out  # PowerPoint and PDF from one run
+    assert f"wrote {out.with_suffix('.pdf')} ({deck.slide_count(1)} slides)" in printed.out
+    assert "slide 9 of 9" in printed.err  # the progress bar names the slides
+    assert out.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
     from pptx import Presentation
 
     prs = Presentation(str(out))
-    assert len(prs.slides) == 8 and prs.slides[0].shapes.title.text == "What the model sees: tabby"
+    assert len(prs.slides) == 9 and prs.slides[0].shapes.title.text.startswith("What the model sees: “")
+    assert "Image: tabby" in prs.slides[0].shapes[1].text_frame.text  # the file's name, as a speaker says it
     assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--class", "no such class"]) == 2
     assert "no class has that label" in capsys.readouterr().err
     assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--random-orders", "0"]) == 2

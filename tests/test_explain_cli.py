@@ -138,6 +138,8 @@ def test_attention_query_patch_and_heads(deit_tiny, deit_tiny_path, package_phot
     expected = query_attention(out.attentions, out.layout, 5, 45, head=1)[0]
     torch.testing.assert_close(torch.tensor(d["map"]), expected, atol=1e-6, rtol=1e-5)
     assert d["settings"]["layer"] == 5 and d["settings"]["head"] == 1 and d["settings"]["query_patch"] == 45
+    # the flags keep their meaning (indices from 0); the JSON says it both ways, the figure as people count
+    assert d["settings"]["layer_number"] == 6 and d["settings"]["head_number"] == 2
     with Image.open(tmp_path / d["figure"]) as im:
         assert im.width == 2000
 

@@ -18,7 +18,7 @@ from vit_demo.checkpoints.files import CheckpointError, UnsupportedModelError, r
 from vit_demo.checkpoints.hf import from_hf_folder
 from vit_demo.cli.main import main
 
-transformers = pytest.importorskip("transformers", reason="optional: pip install transformers")
+transformers = pytest.importorskip("transformers", reason="optional: pip install -c requirements.txt -e \".[crosscheck]\"")
 
 ROOT = Path(__file__).resolve().parent.parent
 FRUIT = ["apple", "banana", "cherry", "damson", "elderberry"]

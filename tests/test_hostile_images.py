@@ -366,3 +366,15 @@ def test_cli_all_bad_input_exits_nonzero_with_one_line(tmp_path, deit_tiny_path,
     assert main(["predict", str(tmp_path), "--weights", str(deit_tiny_path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("error: no images found"), err
+
+
+def test_size_limit_message_never_says_25_of_25(tmp_path):
+    """A file a little over the limit: the message shows the difference (issue 23 read
+    "file is 25 MiB; the limit is 25 MiB")."""
+    from vit_demo.images import mib
+
+    big = tmp_path / "big.jpg"
+    big.write_bytes(b"\xff\xd8" + b"\0" * (25 * 2**20 + 300_000))
+    with pytest.raises(ImageError, match=r"file is 25\.3 MiB; the limit is 25 MiB"):
+        load_image(big, max_bytes=25 * 2**20)
+    assert mib(2**20) == "1 MiB" and mib(1536 * 1024) == "1.5 MiB" and mib(10_000) == "10 KiB"

@@ -60,7 +60,7 @@ def photos() -> list:
     picked = [package_dir(pkg) / rel for pkg, rel in PHOTOS if package_dir(pkg) is not None]
     picked = [p for p in picked if p.is_file()]
     if len(picked) < len(PHOTOS):
-        pytest.skip("needs scikit-image's and matplotlib's sample photos (pip install -r requirements.txt)")
+        pytest.skip("needs scikit-image's and matplotlib's sample photos (pip install -c requirements.txt -e .)")
     modes = [Image.open(p).mode for p in picked]
     assert modes.count("L") >= 4 and len(picked) == 20
     return picked

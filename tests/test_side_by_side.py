@@ -32,15 +32,16 @@ def _colorbar_range(fig) -> tuple[float, float]:
 
 def test_one_scale_for_all_images_or_each_its_own():
     panels = [_panel(1.0, 0), _panel(5.0, 1), _panel(0.2, 2)]
-    fig = side_by_side.images_figure(panels, ["a", "b", "c"], label="relevance")
+    fig = side_by_side.images_figure(panels, ["a", "b", "c"], label="relevance", shared_scale=True)
     lo, hi = _colorbar_range(fig)
     assert lo == pytest.approx(min(float(p.map.min()) for p in panels))
     assert hi == pytest.approx(max(float(p.map.max()) for p in panels))
     assert len(fig.axes) == 2 * 3 + 1
     assert [fig.axes[i].get_title() for i in range(3)] == ["a", "b", "c"]
     assert "c1  50.0%" in [ax.get_xlabel() for ax in fig.axes]
-    own = side_by_side.images_figure(panels, shared_scale=False, show_inputs=False)
+    own = side_by_side.images_figure(panels, show_inputs=False)  # the default: each map its own scale, said so
     assert _colorbar_range(own) == (0.0, 1.0) and len(own.axes) == 3 + 1
+    assert "own min–max" in own.axes[-1].get_xlabel()
     with pytest.raises(ValueError, match="1 to 4"):
         side_by_side.images_figure([_panel(1.0, i) for i in range(5)])
 
@@ -66,6 +67,7 @@ def test_compare_images_and_two_models(deit_tiny, photos, tmp_path):
     assert "Attention rollout" in fig.get_suptitle()
     other = load_model("deit_tiny_patch16_224", random_init=True, device="cpu")
     fig2 = side_by_side.compare_models([deit_tiny, other], photos[0], "attention", layer=11)
+    assert "layer 12 of 12" in fig2.get_suptitle()  # layer=11 is the index; people read the 12th of 12
     titles = [ax.get_title().replace("\n", " ") for ax in fig2.axes[:2]]
     assert titles == [deit_tiny.name, other.name]
     captions = [ax.get_xlabel() for ax in fig2.axes[2:4]]

@@ -132,13 +132,15 @@ def test_heads_image(scene):
     assert one.mode == "RGB" and one.width > 2 * one.height  # 3 heads side by side
     a = np.asarray(one)
     assert a.std() > 20
+    # the whole model: 12 layers run across (columns), the 3 heads down (rows), filling a wide page
     whole = viz.heads_image(pic, cls, tile=64)
-    assert whole.height > L * 64 and whole.width > H * 64
+    assert whole.width > L * 64 and whole.height > H * 64 and whole.width > 2 * whole.height
     bare = viz.heads_image(pic, cls, tile=64, titles=False)
-    assert bare.size == (H * 64 + (H - 1) * 2, L * 64 + (L - 1) * 2)
-    # tiles really differ between heads (each has its own map)
+    assert bare.size == (L * 64 + (L - 1) * 2, H * 64 + (H - 1) * 2)
+    # column j is layer j, row i head i: the tile at (head 1, layer 2) is that head's map
     b = np.asarray(bare)
-    assert (b[:64, :64] != b[:64, 66:130]).any()
+    assert np.array_equal(b[66:130, 66:130], np.asarray(viz.heads_image(pic, cls[1], tile=64, titles=False))[:, 66:130])
+    assert (b[:64, :64] != b[66:130, :64]).any()  # tiles really differ between heads
     # many heads wrap into rows of at most 6
     twelve = viz.heads_image(pic, np.random.default_rng(0).random((12, 14, 14)), tile=50, titles=False)
     assert twelve.size == (6 * 50 + 5 * 2, 2 * 50 + 2)
@@ -209,12 +211,12 @@ def test_heatmap_figure_non_square(tmp_path):
 
 def test_heads_figures(scene, tmp_path):
     cls = scene["cls"]
-    fig = viz.heads_figure(scene["pic"], cls[-1], layer=11, title="layer 11")
-    assert [t.get_text() for t in fig.axes[0].texts] == ["L11 H0", "L11 H1", "L11 H2"]
+    fig = viz.heads_figure(scene["pic"], cls[-1], layer=11, title="layer 12 of 12")  # layer: the index
+    assert [t.get_text() for t in fig.axes[0].texts] == ["L12 H1", "L12 H2", "L12 H3"]  # people count from 1
     assert_slide_png(viz.save_figure(fig, tmp_path / "heads.png"))
     fig = viz.heads_figure(scene["pic"], cls, title="all")
     names = {t.get_text() for t in fig.axes[0].texts}
-    assert {"L0 H0", "L3 H2", "L11 H2"} <= names and len(names) == cls.shape[0] * cls.shape[1]
+    assert {"L1 H1", "L4 H3", "L12 H3"} <= names and len(names) == cls.shape[0] * cls.shape[1]
     assert_slide_png(viz.save_figure(fig, tmp_path / "all.png"))
 
 
@@ -284,3 +286,23 @@ def test_no_pyplot_state():
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+def test_colour_bars_legends_and_zero_differences(scene):
+    """The app's pictures get a colour bar that says low / high and the scale; a chart never
+    repeats a colour; a layer-difference chart of exact zeros says so instead of being empty."""
+    from vit_demo.viz.charts import layer_diff_figure, method_colors
+
+    pic = viz.overlay_image(scene["pic"], scene["cls"][-1, 0], size=300)
+    out = viz.with_colorbar(pic, "viridis", "each map scaled to its own range")
+    assert out.width == pic.width and out.height == pic.height + 46
+    strip = np.asarray(out)[pic.height + 10, :, :]
+    assert len({tuple(c) for c in strip}) > 50  # a gradient, not a flat strip
+    names = ["attention", "rollout", "grad-rollout", "chefer", "lrp", "attnlrp", "lrp-gated", "gradcam",
+             "integrated-gradients", "rise", "lrp-causal", "a-new-method", "another"]
+    colours = method_colors(names)
+    assert len(set(colours.values())) == len(names)
+    fig = layer_diff_figure([0.0] * 12, "t", "s")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("0") == 12 and any("exactly 0" in t for t in texts)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][:2] == ["1", "2"]  # layers from 1

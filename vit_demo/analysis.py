@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,21 +98,24 @@ def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
     )
 
 
-def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None) -> dict[str, np.ndarray]:
+def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequence[str] | None = None
+               ) -> dict[str, np.ndarray]:
     """Every single-pass class-specific method's map for class ``cls`` (default: top-1),
     [gh, gw] each, computed together (:func:`vit_demo.methods.reuse`: the gradient passes they
-    share run once) and cached on the record."""
+    share run once) and cached on the record. ``names``: only these methods (those not cached
+    yet are computed; the dict returned holds whatever is cached)."""
     if lm.model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
     cls = a.top1 if cls is None else int(cls)
     maps = dict(a.class_maps.get(cls, {}))
-    todo = [n for n in methods.names(slow=False, class_specific=True) if n not in maps]
+    wanted = methods.names(slow=False, class_specific=True) if names is None else list(names)
+    todo = [n for n in wanted if n not in maps]
     if todo:
         with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x):
             for name in todo:
                 maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
         a.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
-    return a.class_maps[cls]
+    return maps
 
 
 def _room(a: Analysis, nbytes: int):
@@ -155,7 +158,8 @@ def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = Non
     """A slow method's map (:func:`vit_demo.methods.slow`: RISE, causal LRP, ...) for class
     ``cls`` (default top-1), cached on the record next to :func:`class_maps`, whose maps it may
     reuse (causal LRP starts from the cached gated LRP map). ``progress(share done)`` follows
-    its forward passes; ``settings``: passed on to the method (default: the registry's)."""
+    its forward passes (default: whatever :func:`vit_demo.progress.reporting` the caller set up);
+    ``settings``: passed on to the method (default: the registry's)."""
     if name not in methods.slow():
         raise ValueError(f"unknown on-demand method {name!r}; known: {', '.join(methods.slow())}")
     cls = a.top1 if cls is None else int(cls)
@@ -163,8 +167,8 @@ def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = Non
     if name not in maps:
         known = {(n, cls): torch.from_numpy(m)[None].to(a.x.device) for n, m in maps.items()}
         extra = {"settings": settings} if settings is not None else {}
-        with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x, known), \
-                reporting(progress and (lambda share, _text: progress(share))):
+        shown = reporting(lambda share, _text: progress(share)) if progress is not None else nullcontext()
+        with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x, known), shown:
             maps[name] = methods.get(name).fn(lm.model, a.x, cls, **extra)[0].detach().cpu().numpy()
     return maps[name]
 

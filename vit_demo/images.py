@@ -28,6 +28,13 @@ class ImageError(ValueError):
     """The input is not an image this app can use; the message says why, in one line."""
 
 
+def mib(n: int) -> str:
+    """A size in MiB as people read it: whole when it is whole, else one decimal (never "25 MiB;
+    the limit is 25 MiB" for a file of 25.3 MiB)."""
+    v = n / 2**20
+    return f"{v:.0f} MiB" if v == round(v) else f"{v:.1f} MiB" if v >= 0.1 else f"{n / 1024:.0f} KiB"
+
+
 def _open(src: ImageSource, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
     if isinstance(src, Image.Image):
         return src
@@ -41,7 +48,7 @@ def _open(src: ImageSource, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
     if isinstance(src, bytes):
         data, name = src, "upload"
         if len(data) > max_bytes:
-            raise ImageError(f"{name}: file is {len(data) / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
+            raise ImageError(f"{name}: file is {mib(len(data))}; the limit is {mib(max_bytes)}")
         fp: io.BytesIO | Path = io.BytesIO(data)
     else:
         fp = Path(src)
@@ -50,7 +57,7 @@ def _open(src: ImageSource, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
             raise ImageError(f"{src}: no such file")
         size = fp.stat().st_size
         if size > max_bytes:
-            raise ImageError(f"{name}: file is {size / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
+            raise ImageError(f"{name}: file is {mib(size)}; the limit is {mib(max_bytes)}")
         data = b""
     if (isinstance(fp, Path) and fp.stat().st_size == 0) or (isinstance(fp, io.BytesIO) and not data):
         raise ImageError(f"{name}: the file is empty (0 bytes)")

@@ -3,6 +3,9 @@
 Long loops say how far they are with :func:`report` (a share done and a few words, e.g.
 ``report(0.375, "masked forward passes", done=96, total=256)``); whoever started the work
 decides where that goes with :func:`reporting`: a progress bar in the app, nothing in a test.
+Work made of steps (a deck: slide after slide) gives each step its :func:`part` of the bar: the
+step's own reports ("masked forward passes 96/236") then move the bar within that part, under
+the step's name ("slide 7 of 9 · masked forward passes 96/236").
 :func:`batches` is the command line's way: a tqdm bar on stderr over chunks of a list.
 
 Long work can also be given a time limit (:func:`time_limit`): every :func:`report`, and every
@@ -72,6 +75,32 @@ def report(share: float, desc: str = "", done: int | None = None, total: int | N
     if callback is not None:
         text = f"{desc} {done}/{total}".strip() if done is not None and total is not None else desc
         callback(min(1.0, max(0.0, float(share))), text)
+
+
+class Cancelled(Exception):
+    """Raised inside the work by a :func:`reporting` callback when the user asked to stop."""
+
+
+@contextmanager
+def part(start: float, end: float, label: str) -> Iterator[None]:
+    """Within the block (on this thread), the work's own reports fill ``start``..``end`` of the
+    current callback's bar, their text after ``label``; the block begins by reporting ``start``.
+    Outside any :func:`reporting` block it costs nothing."""
+    outer = getattr(_local, "callback", None)
+    if outer is None:
+        yield
+        return
+
+    def inner(share: float, text: str) -> Any:
+        return outer(start + (end - start) * share, f"{label} · {text}" if label and text and text != label
+                     else text or label)
+
+    outer(start, label)
+    _local.callback = inner
+    try:
+        yield
+    finally:
+        _local.callback = outer
 
 
 def batches(items: Sequence[T], size: int, desc: str = "", progress: bool = True) -> Iterator[Sequence[T]]:

@@ -14,7 +14,7 @@ from .context import AppConfig, Context, Section
 from .examples import all_examples
 from .guard import FileGuard, JoinGuard
 from .lanes import MODEL, SLOW, guard_queue, limit_slow_jobs
-from .page import INTRO, launch_kwargs
+from .page import INTRO, launch_kwargs, wire_presentation_mode
 from .registry import ModelRegistry
 from .sections.display import DisplayControls
 from .sections.inputs import InputSection
@@ -57,13 +57,19 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
                    delete_cache=(1800, 3600)) as demo:
         ctx.demo = demo
         ctx.state = gr.State(None, time_to_live=max(3600, 2 * 60 * lim.session_minutes))
-        gr.Markdown(INTRO, elem_id="title")
-        for part in (picker, inputs, display):
-            part.layout(ctx)
-        with gr.Tabs(elem_id="tabs") as ctx.tabs:
-            for tab in tabs:
-                with gr.Tab(tab.title, id=tab.name) as tab.gr_tab:
-                    tab.layout(ctx)
+        with gr.Column(elem_id="page"):  # presentation mode lays these out in two columns (page.CSS)
+            with gr.Row(elem_id="title-row", equal_height=True):
+                gr.Markdown(INTRO, elem_id="title", scale=5)
+                present_mode = gr.Checkbox(False, label="Presentation mode", elem_id="present-mode", scale=1,
+                                           min_width=190, container=False,
+                                           info="for a projector: the image, the prediction and the map on one screen")
+            for part in (picker, inputs, display):
+                part.layout(ctx)
+            with gr.Tabs(elem_id="tabs", overflow_behavior="wrap") as ctx.tabs:  # a phone shows every tab, in two rows
+                for tab in tabs:
+                    with gr.Tab(tab.title, id=tab.name) as tab.gr_tab:
+                        tab.layout(ctx)
+        wire_presentation_mode(demo, present_mode)
         flow.wire(ctx)
         for part in (picker, display, *ctx.sections):
             part.wire(ctx)

@@ -46,6 +46,17 @@ SOMETHING_WRONG = ("Something went wrong with this request (the app's log has th
                    "running: try again, or another image.")
 
 
+def readable_error(e: Exception, where: str = "") -> gr.Error:
+    """One readable line for the UI from any exception; an unexpected one's traceback goes to the
+    log and the user gets plain words that reveal nothing of the server."""
+    if isinstance(e, gr.Error):
+        return e
+    if isinstance(e, (ImageError, ModelError, InputError, TimeUp)):
+        return gr.Error(str(e), print_exception=False)
+    log.error("%s failed:\n%s", where or "a handler", "".join(traceback.format_exception(e)))
+    return gr.Error(SOMETHING_WRONG, print_exception=False)
+
+
 def friendly(fn):
     """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log)."""
 
@@ -54,13 +65,11 @@ def friendly(fn):
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
-        except gr.Error:
-            raise
-        except (ImageError, ModelError, InputError, TimeUp) as e:
-            raise gr.Error(str(e), print_exception=False) from e
-        except Exception as e:  # a bug or a value no check foresaw: the log says what, the user gets plain words
-            log.error("%s failed:\n%s", fn.__name__, traceback.format_exc())
-            raise gr.Error(SOMETHING_WRONG, print_exception=False) from e
+        except Exception as e:
+            err = readable_error(e, fn.__name__)
+            if err is e:
+                raise
+            raise err from e
         finally:
             if TIMING:
                 print(f"[timing] {fn.__name__}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)

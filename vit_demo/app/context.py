@@ -57,7 +57,8 @@ class Section:
     - ``show_inputs``: the values :meth:`show` and :meth:`redisplay` read (``vals[component]``);
     - ``views``: what :meth:`show` draws for a new analysis (cleared when there is no image);
     - ``controls``: sliders and menus :meth:`show` re-ranges for a new analysis;
-    - ``files``: export files, hidden again for every new analysis;
+    - ``files``: files made on request (animations, decks), hidden again for every new analysis;
+    - ``exports``: the "PNG for slides" buttons, on while there is an image to export;
     - ``lazy_outputs``: slower pictures drawn by :meth:`lazy` only while the tab is open;
     - ``redisplay_inputs`` / ``redisplay_outputs``: read and written by :meth:`redisplay` when
       the colormap, opacity or smoothing changes;
@@ -72,6 +73,7 @@ class Section:
         self.views: list[Component] = []
         self.controls: list[Component] = []
         self.files: list[Component] = []
+        self.exports: list[Component] = []
         self.lazy_outputs: list[Component] = []
         self.redisplay_inputs: list[Component] = []
         self.redisplay_outputs: list[Component] = []

@@ -1,7 +1,11 @@
-"""Slide exports: every tab's "⬇ PNG for slides" button and file, and where the PNGs go.
+"""Slide exports: every tab's "⬇ PNG for slides" buttons, and where the PNGs go.
 
-A tab lays out a button and a file with :func:`export_row`, writes its figure with
-:func:`save` (2400 px wide, matplotlib) and attaches the button with :func:`wire_export`.
+A tab lays out a button (and the hidden file that carries the PNG to the browser) with
+:func:`export_row`, writes its figure with :func:`save` (2400 px wide, matplotlib) and attaches
+the button with :func:`wire_export`. ONE click downloads: the button greys out ("Preparing the
+PNG…"), the figure is drawn, and the browser saves it at once (a few lines of JavaScript click
+the file's link; no file box to click a second time). The buttons are off until there is an
+image (:attr:`Section.exports`).
 """
 
 from __future__ import annotations
@@ -58,16 +62,28 @@ def save(fig, name: str, width: int = EXPORT_WIDTH) -> Path:
     return out
 
 
-def export_row(file_id: str | None = None) -> tuple[Component, Component]:
-    """The export button and the (hidden until used) file it fills."""
+# Runs in the browser once the PNG is made: download it (the hidden gr.File holds its URL and name).
+DOWNLOAD_JS = """(f) => {
+  if (!f || !f.url) return;
+  const a = document.createElement("a");
+  a.href = f.url; a.download = f.orig_name || "figure.png";
+  document.body.appendChild(a); a.click(); a.remove();
+}"""
+
+
+def export_row(file_id: str | None = None, label: str = EXPORT, elem_id: str | None = None,
+               min_width: int = 200) -> tuple[Component, Component]:
+    """The export button (off until an image is analysed) and the hidden file it fills."""
     with gr.Row(elem_classes="export-row"):
-        btn = gr.Button(EXPORT, size="sm", scale=0, min_width=200)
-        out = gr.File(visible=False, show_label=False, height=60, elem_id=file_id)
+        btn = gr.Button(label, size="sm", scale=0, min_width=min_width, interactive=False, elem_id=elem_id,
+                        elem_classes="export-btn")
+    out = gr.File(visible=False, elem_id=file_id)
     return btn, out
 
 
-def wire_export(ctx: Context, btn: Component, out: Component, extra: list[Component], fn: Callable[..., Any]) -> None:
-    """On a click: ``fn(session, *values of extra)`` -> a PNG path, shown in ``out``."""
+def wire_export(ctx: Context, btn: Component, out: Component, extra: list[Component], fn: Callable[..., Any],
+                label: str = EXPORT) -> None:
+    """On a click: ``fn(session, *values of extra)`` -> a PNG path, downloaded by the browser."""
 
     @friendly
     def on_export(*args):
@@ -75,7 +91,12 @@ def wire_export(ctx: Context, btn: Component, out: Component, extra: list[Compon
         sess = ctx.session(sess)
         if not sess.ready:
             raise gr.Error("Upload an image first.", print_exception=False)
-        return gr.update(value=str(fn(sess, *rest)), visible=True)
+        return str(fn(sess, *rest))
 
-    btn.click(on_export, [*extra, ctx.state], [out], api_visibility="private", show_progress="minimal",
-              preprocess=False, **ctx.slow)
+    busy = btn.click(lambda: gr.update(interactive=False, value="Preparing the PNG…"), None, [btn], queue=False,
+                     api_visibility="private", show_progress="hidden")
+    made = busy.then(on_export, [*extra, ctx.state], [out], api_visibility="private", show_progress="hidden",
+                     preprocess=False, **ctx.slow)
+    made.then(lambda: gr.update(interactive=True, value=label), None, [btn], queue=False, api_visibility="private",
+              show_progress="hidden")
+    made.success(None, [out], None, js=DOWNLOAD_JS, api_visibility="private")

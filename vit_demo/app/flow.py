@@ -7,7 +7,7 @@ tabs).
 
 The upload event is the public ``/analyze`` endpoint: its inputs are the image, the model
 and every section's ``show_inputs``; its outputs the model description, the status, then every
-section's ``views``, ``controls`` and ``files``, in the order of the sections (a closed tab's
+section's ``views``, ``controls`` and ``files``, then every export button, in the order of the sections (a closed tab's
 views are None: an API client's session has the Patches tab open).
 """
 
@@ -45,19 +45,22 @@ class UploadFlow:
         self.show_inputs = union(s.show_inputs for s in self.sections)
         self.views = [c for s in self.sections for c in s.views]
         self.files = [c for s in self.sections for c in s.files]
+        self.exports = [c for s in self.sections for c in s.exports]
         self.lazy_outputs = union(s.lazy_outputs for s in self.sections)
         self.inputs = [ctx.image, ctx.model_dd, *self.show_inputs, self.state]
         self.outputs = [self.state, ctx.model_md, ctx.status, *self.views,
-                        *(c for s in self.sections for c in s.controls), *self.files]
+                        *(c for s in self.sections for c in s.controls), *self.files, *self.exports]
         self.by_name = {s.name: s for s in self.sections if s.name}
 
-    def hidden_files(self) -> dict:
-        return {f: gr.update(value=None, visible=False) for f in self.files}
+    def hidden_files(self, exports_on: bool = True) -> dict:
+        """Files made for the previous image hidden; the export buttons on (or off: no image)."""
+        return ({f: gr.update(value=None, visible=False) for f in self.files}
+                | {b: gr.update(interactive=exports_on) for b in self.exports})
 
     def clear(self, sess: Session) -> dict:
         sess.upload = sess.analysis = None
         sess.rendered = {}
-        return {c: None for c in self.views} | self.hidden_files()
+        return {c: None for c in self.views} | self.hidden_files(exports_on=False)
 
     def on_image(self, payload: Any, key: str | None, *rest: Any) -> Any:
         """A new image or model: open the upload, analyse it once, show the open sections."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -150,10 +151,12 @@ def time_limited(fn: Callable, seconds: float, room: Callable[[], Any] | None = 
 
 def limit_slow_jobs(demo: Any, seconds: float, room: Callable[[], Any] | None = None) -> int:
     """Every event of the slow lane gets a time limit of ``seconds`` (and its working memory
-    counted through ``room``); returns how many."""
+    counted through ``room``); returns how many. A generator (a long action's handler,
+    :mod:`vit_demo.app.jobs`) is left as it is: its worker thread runs the work under the same
+    limit and room."""
     n = 0
     for fn in demo.fns.values():
-        if getattr(fn, "concurrency_id", None) == SLOW and fn.fn is not None:
+        if getattr(fn, "concurrency_id", None) == SLOW and fn.fn is not None and not inspect.isgeneratorfunction(fn.fn):
             fn.fn = time_limited(fn.fn, seconds, room)
             n += 1
     return n

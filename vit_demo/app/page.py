@@ -9,10 +9,15 @@ import gradio as gr
 
 CSS = """
 .gradio-container {max-width: 1400px !important; margin: auto;}
+#page, #page > *, #title {min-width: 0;}
 #title h1 {margin-bottom: 0.1em;}
+#title-row {align-items: flex-start;}
+#present-mode {align-self: center; white-space: nowrap;}
 #status:empty {display: none;}
 #status .prose {font-size: 1.0em;}
 .caption {color: var(--body-text-color-subdued); font-size: 0.95em;}
+.caption details {margin-top: 0.3em; font-size: 0.92em;}
+.caption summary {cursor: pointer; color: var(--body-text-color-subdued);}
 .note {padding: 0.6em 0.9em; border-radius: 8px; margin: 0.2em 0;}
 .note.warn {background: #fff4e5; border-left: 5px solid #e67e22;}
 .note.info {background: #eaf2fb; border-left: 5px solid #2e86de;}
@@ -23,14 +28,77 @@ CSS = """
                  letter-spacing: 0.05em; margin-right: 0.4em;}
 .verdict.ok .badge {background: #27ae60;}
 .verdict.bad .badge {background: #c0392b;}
-.export-row {align-items: center;}
+.export-row, .job-row {align-items: center; gap: 8px;}
+/* a long action's progress, right under its button */
+.job-progress:empty, .job-progress:has(> :empty) {display: none;}
+.job-bar {position: relative; height: 1.9em; border-radius: 6px; background: var(--neutral-100, #eef0f4);
+          border: 1px solid var(--border-color-primary); overflow: hidden; margin: 2px 0 6px;}
+.job-fill {position: absolute; top: 0; bottom: 0; left: 0; background: var(--primary-200, #c7d2fe); transition: width 0.25s;}
+.job-text {position: relative; padding: 0 0.7em; line-height: 1.9em; font-size: 0.92em; color: var(--body-text-color);
+           font-variant-numeric: tabular-nums; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; display: block;}
+/* toasts at the bottom: at the top they covered the model's description */
+.toast-wrap {top: auto !important; bottom: var(--size-4) !important;}
+
+/* presentation mode (the checkbox, or ?present=1 in the address): for a projector at 1280x720,
+   the image and the prediction in a narrow column on the left, the open tab (controls and map)
+   on the right, both on one screen; the intro, the examples and the export buttons step aside */
+body.present-mode .gradio-container {max-width: none !important; padding: 4px 12px !important;}
+body.present-mode #page {display: grid !important; grid-template-columns: minmax(270px, 24%) minmax(0, 1fr);
+                         column-gap: 16px; row-gap: 6px; align-items: start; grid-auto-flow: row dense;}
+body.present-mode #page > * {grid-column: 1; margin: 0 !important;}
+body.present-mode #page > #tabs {grid-column: 2; grid-row: 1 / span 12;}
+body.present-mode #title p, body.present-mode #model-info, body.present-mode #checkpoint, body.present-mode #examples,
+body.present-mode #model-input-col, body.present-mode #no-weights, body.present-mode #input-row .export-row,
+body.present-mode #topk-k, body.present-mode footer {display: none !important;}
+body.present-mode #title h1 {font-size: 1.05em; margin: 0;}
+body.present-mode #title-row {flex-direction: column; gap: 2px;}
+body.present-mode #present-mode {align-self: flex-start;}
+body.present-mode #input-row, body.present-mode #display {flex-direction: column; gap: 6px; flex-wrap: nowrap;}
+body.present-mode #input-row > .column {min-width: 0 !important; width: 100%;}
+body.present-mode #upload {height: 150px !important;}
+body.present-mode #upload .image-container, body.present-mode #upload .upload-container {height: 150px !important;}
+body.present-mode #upload img {max-height: 120px; object-fit: contain;}
+body.present-mode #predictions h2 {font-size: 1.3em; padding: 2px 0; margin: 0;}
+body.present-mode #predictions {padding: 6px !important;}
+body.present-mode #predictions .confidence-set {padding: 1px 0 !important; font-size: 0.9em;}
+body.present-mode #display .block {padding: 4px 8px !important;}
+body.present-mode #tabs img {max-height: calc(100vh - 250px); object-fit: contain;}
+body.present-mode #tabs .block:has(> .image-container), body.present-mode #tabs .image-container {height: auto !important;}
+body.present-mode #tabs .caption {font-size: 0.85em;}
 """
+
+# Rules for small screens go into the page's <head> as they are: Gradio rewrites the rules of ``css``
+# inside @media to match only within the page's content, and these are for the page's frame too.
+HEAD = """<style>
+/* phones: nothing wider than the screen, every tab reachable (the tabs wrap: build.py) */
+@media (max-width: 640px) {
+  .gradio-container {padding-left: 6px !important; padding-right: 6px !important;}
+  .gradio-container .main.app {padding-left: 2px !important; padding-right: 2px !important; max-width: 100vw;
+                               min-width: 0; overflow-x: clip;}
+  #title h1 {font-size: 1.45em;}
+  #title p {font-size: 0.95em;}
+  #present-mode {display: none !important;}
+  #page .row > .column, #page .row > .block, #page .row > .form, #page .row .form > .block {min-width: 100% !important;}
+}
+</style>"""
+
+# Runs in the browser when the checkbox changes: the page's layout follows (page.CSS).
+PRESENT_JS = "(on) => { document.body.classList.toggle('present-mode', !!on); }"
+# On page load: ?present=1 in the address starts in presentation mode (a bookmark for the lecture hall).
+PRESENT_FROM_URL_JS = "() => new URLSearchParams(window.location.search).has('present')"
 
 INTRO = """# How a Vision Transformer sees your image
 A ViT written from scratch in PyTorch, checked number for number against [timm](https://github.com/huggingface/pytorch-image-models).
 Drop in a photo (or click an example): the image is cut into patches, the patches become a sequence of tokens, and
 attention decides which tokens each token listens to. Everything below is computed **once per image**; moving a
 slider only redraws."""
+
+
+def wire_presentation_mode(demo: gr.Blocks, toggle: gr.Checkbox) -> None:
+    """The presentation-mode checkbox switches the page's layout in the browser (no server call);
+    ``?present=1`` in the address turns it on at load."""
+    toggle.change(None, [toggle], None, js=PRESENT_JS, api_visibility="private", show_progress="hidden")
+    demo.load(None, None, [toggle], js=PRESENT_FROM_URL_JS, api_visibility="private", show_progress="hidden")
 
 
 def theme() -> gr.themes.Theme:
@@ -51,8 +119,8 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     from .limits import Limits
 
     limits = getattr(demo, "limits", None) or Limits()
-    return dict(theme=theme(), css=CSS, max_file_size=limits.max_file_size, footer_links=["api"], run_history=False,
-                mcp_server=False, ssr_mode=False, show_error=False, app_kwargs=app_kwargs(limits),
+    return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
+                run_history=False, mcp_server=False, ssr_mode=False, show_error=False, app_kwargs=app_kwargs(limits),
                 state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
 
 

@@ -336,7 +336,11 @@ class ModelRegistry:
                 lm = load_model(spec.name, random_init=True, device=self.device)
             else:
                 lm = load_model(spec.name, device=self.device)
-        except (CheckpointError, HubUnavailableError, UnsupportedModelError, ValueError, OSError) as e:
+        except HubUnavailableError as e:  # the CLI's advice (--weights FILE) is no use on the page
+            raise ModelError(f"cannot download {spec.name}: the model hub is not reachable from this computer. Pick a "
+                             "model already in the menu's file list, or load a checkpoint file under "
+                             "'Use your own checkpoint' below.") from e
+        except (CheckpointError, UnsupportedModelError, ValueError, OSError) as e:
             msg = str(e)
             if spec.path is not None:  # a file's name as the menu shows it (an upload's name is the user's)
                 msg = msg.replace(str(spec.path), spec.path.name).replace(spec.path.name, short_name(spec.path.name))

@@ -147,6 +147,14 @@ class LoadedModel:
         return labels_for(self.model.cfg.num_classes)
 
     @property
+    def public_source(self) -> str:
+        """:attr:`source` fit to print in a slide, a figure or a page: a file by its name only,
+        never its folder on this computer."""
+        if self.source.startswith("file "):
+            return f"the file {Path(self.source[5:]).name}"
+        return self.source
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 

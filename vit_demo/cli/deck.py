@@ -1,4 +1,5 @@
-"""``deck``: a ready-made slide deck (PowerPoint or PDF) about one or more images."""
+"""``deck``: a ready-made slide deck (PowerPoint, PDF, or both from one run) about one or more images,
+with a progress bar on stderr ("slide 3 of 9")."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from ..evaluate.curves import RANDOM_SEEDS
 from ..images import find_images, load_image
 from ..present.deck import build_slides, display_name
 from ..present.slides import FORMATS, write
+from ..progress import part, reporting
 from .common import UserError, add_model_args, load_from_args, parse_class
 
 
@@ -21,9 +25,14 @@ def register(sub: Any) -> None:
     add_model_args(p)
     p.add_argument("--class", dest="target", help="class to explain: index or label (default each image's top-1)")
     p.add_argument("--out", required=True, help="output file, e.g. talk.pptx")
-    p.add_argument("--format", choices=FORMATS, help="pptx (default) or pdf; default from the --out suffix")
+    p.add_argument("--format", choices=(*FORMATS, "both"),
+                   help="pptx (default), pdf, or both (talk.pptx and talk.pdf from one run); default from the --out suffix")
     p.add_argument("--width", type=int, default=2400, help="pixel width of the rendered figures (default 2400)")
     p.add_argument("--cmap", default="inferno", help="any matplotlib colormap (default inferno)")
+    p.add_argument("--shared-scale", action="store_true",
+                   help="several images: the comparison slide's maps on ONE colour scale (default: each its own, "
+                        "so one hot spot does not darken the others)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--random-orders", type=int, default=len(RANDOM_SEEDS),
                    help=f"random patch orders averaged for the faithfulness baseline (default {len(RANDOM_SEEDS)})")
     p.set_defaults(func=run)
@@ -37,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--random-orders: the random baseline needs at least 1 order")
     out = Path(args.out)
     fmt = args.format or (out.suffix.lstrip(".").lower() if out.suffix.lower() in (".pptx", ".pdf") else "pptx")
-    if out.suffix.lower() != f".{fmt}":
-        out = out.with_suffix(f".{fmt}")
+    outs = [out.with_suffix(f".{f}") for f in (FORMATS if fmt == "both" else (fmt,))]
     lm = load_from_args(args)
     target = None
     if args.target is not None:
@@ -49,8 +57,24 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{lm.name} is headless: a deck needs a classifier (predictions, relevance)")
     images = [load_image(p) for p in paths]
     names = [display_name(p.stem) for p in paths]
-    slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap,
-                          tuple(range(args.random_orders)))
-    write(slides, out, fmt)
-    print(f"wrote {out} ({len(slides)} slides)")
+    with tqdm(total=1000, desc="deck", unit="", bar_format="{desc}: {percentage:3.0f}% |{bar}| {postfix}",
+              disable=args.no_progress, leave=False) as bar, reporting(progress_bar(bar)):
+        with part(0.0, 0.9, ""):
+            slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap,
+                                  tuple(range(args.random_orders)), shared_scale=args.shared_scale)
+        for i, path in enumerate(outs):
+            with part(0.9 + 0.1 * i / len(outs), 0.9 + 0.1 * (i + 1) / len(outs), f"writing {path.name}"):
+                write(slides, path, path.suffix.lstrip("."))
+    for path in outs:
+        print(f"wrote {path} ({len(slides)} slides)")
     return 0
+
+
+def progress_bar(bar: tqdm):
+    """A :func:`vit_demo.progress.reporting` callback that moves a tqdm bar and names the step."""
+    def show(share: float, text: str) -> None:
+        bar.n = round(1000 * share)
+        bar.set_postfix_str(text, refresh=False)
+        bar.refresh()
+
+    return show

@@ -68,14 +68,18 @@ def register(sub: Any) -> None:
     p.add_argument("--method", required=True, choices=choices())
     p.add_argument(
         "--layer",
-        help="layer, from 0 (negative counts from the end; default the last); 'all' with --method heads: every layer",
+        help="the layer's INDEX, counted from 0 as in PyTorch (negative counts from the end; default the last): "
+             "--layer 11 is DeiT-Tiny's last layer, which figures and the app call 'layer 12 of 12'; 'all' with "
+             "--method heads: every layer",
     )
-    p.add_argument("--head", type=int, help="one head, from 0 (default: the mean over heads)")
+    p.add_argument("--head", type=int, help="one head by its INDEX, from 0 (figures say 'head 1' for --head 0; "
+                                            "default: the mean over heads)")
     p.add_argument("--query-patch", type=int, help="a patch (row-major index) as the query instead of [class]")
     p.add_argument("--class", dest="target", help="class to explain: index or label (default the top-1 prediction)")
     p.add_argument("--fusion", default="mean", choices=["mean", "max", "min"], help="rollout: how heads combine")
     p.add_argument("--discard", type=float, default=0.0, help="rollout: fraction of lowest attention dropped, [0, 1)")
-    p.add_argument("--start-layer", type=int, default=0, help="rollout: first layer multiplied in")
+    p.add_argument("--start-layer", type=int, default=0,
+                   help="rollout: the INDEX (from 0) of the first layer multiplied in (figures count from 1)")
     p.add_argument("--cmap", default="inferno", help="any matplotlib colormap (default inferno)")
     p.add_argument("--alpha", type=float, default=0.6, help="heat map opacity over the picture, 0..1")
     p.add_argument("--blocky", action="store_true", help="one flat square per patch instead of smooth upsampling")
@@ -226,9 +230,14 @@ def _record(lm, path: Path, s: dict[str, Any], out, logits: torch.Tensor | None,
     the class explained."""
     gh, gw = out.layout.grid
     method = s["method"]
+    settings = {k: v for k, v in s.items() if k not in ("patch_size", "grid", "depth", "method") and v is not None}
+    # "layer", "head", "start_layer": indices from 0, as the flags take them; "*_number": counted from 1, as figures say
+    for key in ("layer", "head", "start_layer"):
+        if isinstance(settings.get(key), int):
+            settings[f"{key}_number"] = settings[key] + 1
     record: dict[str, Any] = {
         "image": str(path), "model": lm.name, "method": method,
-        "settings": {k: v for k, v in s.items() if k not in ("patch_size", "grid", "depth", "method") and v is not None},
+        "settings": settings,
         "input_size": list(lm.data_config.input_size), "patch_size": s["patch_size"], "grid": [gh, gw],
         "tokens": out.layout.names(),
         "predictions": topk(logits.softmax(-1)[0].cpu(), s["topk"], lm.labels) if logits is not None else [],
@@ -253,13 +262,13 @@ def _map(lm, x: torch.Tensor, out, s: dict[str, Any], target: int | None) -> tup
         else:
             m = query_attention(out.attentions, out.layout, s["layer"], qp, s["head"])
             query = f"patch {qp}"
-        heads = "mean over heads" if s["head"] is None else f"head {s['head']}"
-        return m[0], f"Attention of {query}, layer {s['layer']}, {heads}", "attention weight"
+        heads = "mean over heads" if s["head"] is None else f"head {s['head'] + 1}"
+        return m[0], f"Attention of {query}, layer {s['layer'] + 1} of {s['depth']}, {heads}", "attention weight"
     if method == "rollout":
         m = rollout(out.attentions, out.layout, s["fusion"], s["discard"], s["start_layer"])
         title = f"{methods.get('rollout').title} ({s['fusion']} of heads"
         title += (f", {s['discard']:.0%} discarded" if s["discard"] else "")
-        title += (f", from layer {s['start_layer']}" if s["start_layer"] else "") + ")"
+        title += (f", from layer {s['start_layer'] + 1}" if s["start_layer"] else "") + ")"
         return m[0], title, "rollout"
     spec = methods.get(method)
     m = spec(lm.model, x, target)
@@ -280,7 +289,7 @@ def _heads_figure(lm, x, pic, out, s, target, caption, record):
     layer, qp = (None if s["layer"] == "all" else s["layer"]), s["query_patch"]
     maps = head_maps(out.attentions, out.layout, layer, qp)[0].detach().float().cpu()
     query = "[class]" if qp is None else f"patch {qp}"
-    where = "every layer" if layer is None else f"layer {layer}"
+    where = "every layer" if layer is None else f"layer {layer + 1} of {s['depth']}"
     record.update(maps=maps.tolist(), map_axes=(["layer"] if layer is None else []) + ["head", "row", "col"],
                   display="each panel's colours span its own min..max")
     return viz.heads_figure(pic, maps, title=f"Attention of {query} per head, {where}", layer=layer, mark=qp,

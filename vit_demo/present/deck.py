@@ -2,25 +2,35 @@
 
 One idea a slide, in the order a talk takes, for every image:
 
-1. the image and the prediction;            4. [class] attention across the layers;
-2. patches and the token sequence;          5. attention rollout;
-3. the heads of the last layer;             6. class-specific relevance, with each method's
-                                               deletion / insertion scores on this image;
+1. the image and the prediction;            5. attention rollout;
+2. patches and the token sequence;          6. class-specific relevance (Chefer relevance
+3. the heads of the last layer;                and gated LRP, the most faithful single pass);
+4. [class] attention across the layers;     7. how faithful the maps are on this image
+                                               (deletion / insertion curves, plain words);
 
-then, once per deck: a comparison of the images (several images only), the check against timm
-(verdict and numbers) and a closing slide on the model (config, parameters, source of the
-weights). Every slide has a title, a full-resolution rendered figure and speaker notes of two
-to four sentences that name the paper the figure comes from.
+then, once per deck: a comparison of the images (several images only; each map on its own
+scale unless ``shared_scale``), the check against timm (verdict and numbers) and a closing slide
+on the model (config, parameters, the weights by file name: no folder of this computer appears
+in a slide or a note). Every slide has a title, a full-resolution rendered figure and speaker
+notes of two to four sentences that name the paper the figure comes from.
+
+Layers and heads are counted from 1 on the slides ("layer 12 of 12").
 
 :func:`build_slides` computes everything and returns plain :class:`~vit_demo.present.slides.Slide`
-records; :mod:`vit_demo.present.slides` lays them out as PowerPoint (python-pptx, 16:9, editable,
-one PowerPoint section per image) or PDF (the same layout, for people without PowerPoint).
-The ``deck`` command is :mod:`vit_demo.cli.deck`.
+records, reporting "slide 3 of 9" (:mod:`vit_demo.progress`) as it goes;
+:mod:`vit_demo.present.slides` lays them out as PowerPoint (python-pptx, 16:9, editable, one
+PowerPoint section per image) or PDF (the same layout, for people without PowerPoint). The
+``deck`` command is :mod:`vit_demo.cli.deck`.
+
+Speed (one image, 2 cores): only the maps a slide shows or scores are computed
+(:data:`SCORED`: 6 methods, not the registry's 9 single-pass ones), every figure is drawn
+once (:func:`vit_demo.viz.render_png`), and the PDF embeds the pictures at 150 dpi.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -35,12 +45,18 @@ from ..evaluate.curves import RANDOM_SEEDS, auc_table, method_curves
 from ..evaluate.faithfulness import method_maps
 from ..methods.attention import cls_attention, head_maps
 from ..methods.rollout import rollout
+from ..progress import part
 from ..viz.charts import faithfulness_figure, model_card_figure, shorten, timm_check_figure
 from ..viz.export import render_png
 from ..viz.panels import MAX_PANELS, Panel, images_figure
 from .slides import Slide
 
-PER_IMAGE = 6  # slides in each image's section
+PER_IMAGE = 7  # slides in each image's section
+SCORED = ("attention", "rollout", "grad-rollout", "chefer", "lrp", "lrp-gated")  # on the faithfulness slide
+SHOWN = ("chefer", "lrp-gated")  # the relevance slide's maps
+# the expected cost of each slide, for the progress bar: one image's seven, then comparison, timm, model
+IMAGE_COSTS = (1, 2, 2, 3, 2, 3, 9)
+COMPARISON_COST, TIMM_COST, MODEL_COST = 2, 3, 1
 
 PAPERS = {
     "vit": "Dosovitskiy et al., 'An Image is Worth 16x16 Words' (ICLR 2021)",
@@ -48,6 +64,7 @@ PAPERS = {
     "rollout": "Abnar & Zuidema, 'Quantifying Attention Flow in Transformers' (ACL 2020)",
     "chefer": "Chefer, Gur & Wolf, 'Transformer Interpretability Beyond Attention Visualization' (CVPR 2021)",
     "chefer2": "Chefer, Gur & Wolf, 'Generic Attention-model Explainability' (ICCV 2021)",
+    "lrp": "Ali et al., 'XAI for Transformers: Better Explanations through Conservative Propagation' (ICML 2022)",
     "rise": "Petsiuk et al., 'RISE' (BMVC 2018)",
 }
 
@@ -113,18 +130,22 @@ def _pct(p: float) -> str:
     return f"{p * 100:.1f}%"
 
 
+def _title(name: str) -> str:
+    return methods.get(name).title if name in methods.names() else name
+
+
 def prediction_slide(a: Analysis, lm, name: str, width_px: int) -> Slide:
-    """The picture the model sees and its top five classes."""
+    """The picture the model sees and its top five classes (titled by the answer, not the file)."""
     top = a.topk(5)
     return Slide(
-        f"What the model sees: {name}",
+        f"What the model sees: “{shorten(top[0]['label'], 40)}”",
         [_big_picture(a.picture, width_px), _render(_narrow(viz.topk_figure(top, title=None), 6.0), width_px // 2)],
         f"This is the picture the model actually sees: resized and centre-cropped to {a.picture.width}x{a.picture.height}. "
         f"{lm.name} predicts '{top[0]['label']}' with {_pct(top[0]['prob'])}; the bars show its top five classes. "
         f"The model is a Vision Transformer ({PAPERS['vit']})"
         + (f", here trained as in {PAPERS['deit']}." if _is_deit(lm) else "."),
-        f"Image: {name}", f"Predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
-        {"predictions": top, "x": a.x, "panel": None}, columns=[0.45, 0.55],
+        f"Image: {name}", f"Image: {name}  ·  predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
+        {"predictions": top, "x": a.x}, columns=[0.45, 0.55],
     )
 
 
@@ -135,9 +156,11 @@ def tokens_slide(a: Analysis, name: str, width_px: int) -> Slide:
         "From pixels to tokens",
         [_render(viz.patch_grid_figure(a.picture, p, a.layout.names(), title=" "), width_px)],
         f"The image is cut into {p}x{p}-pixel patches, a {gh}x{gw} grid of {gh * gw} patches, read left to right and "
-        f"top to bottom. Each patch becomes one token; a learned [class] token goes first, and its final state is what "
-        f"the classifier reads. This is the core idea of {PAPERS['vit']}: an image is a sequence of words.",
-        f"Image: {name}", f"{gh * gw} patches + {a.layout.num_prefix} prefix token(s) = {gh * gw + a.layout.num_prefix} tokens",
+        f"top to bottom. Each patch becomes one token; a learned [class] token goes first: it gathers what the other "
+        f"tokens say, and its final state is all the classifier reads. This is the core idea of {PAPERS['vit']}: an "
+        "image is a sequence of words.",
+        f"Image: {name}", f"{gh * gw} patches + {a.layout.num_prefix} extra token(s) = {gh * gw + a.layout.num_prefix} "
+                          "tokens; the [class] token collects the answer",
     )
 
 
@@ -148,24 +171,24 @@ def heads_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     return Slide(
         f"The {H} heads of the last layer",
         [_render(viz.heads_figure(a.picture, heads, cmap=cmap, layer=L - 1), width_px)],
-        f"Each attention head of layer {L - 1} (counted from 0) looks at the image its own way: here is where the "
-        f"[class] token looks, one panel per head, each scaled to its own range. Heads specialise, some on the object, "
-        f"some on the background, as observed in {PAPERS['vit']}.",
-        f"Image: {name}", f"[class] attention per head, layer {L - 1}",
+        f"Each attention head of layer {L} of {L} looks at the image its own way: here is where the [class] token looks, "
+        f"one panel per head, each scaled to its own range. Heads specialise, some on the object, some on the "
+        f"background, as observed in {PAPERS['vit']}.",
+        f"Image: {name}", f"Where the [class] token looks, layer {L} of {L}, head by head (bright = more attention)",
     )
 
 
 def layers_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     """The [class] attention of every layer, heads averaged."""
     L = a.depth
-    per_layer = {f"layer {i}": cls_attention(a.attentions, a.layout, i)[0] for i in range(L)}
+    per_layer = {f"layer {i + 1}": cls_attention(a.attentions, a.layout, i)[0] for i in range(L)}
     return Slide(
         "Attention across the layers",
         [_render(viz.compare_figure(a.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
         "The [class] token's attention, averaged over heads, in every layer from the first to the last. Early layers "
         "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
-        f"Image: {name}", "[class] attention, mean of heads, each layer on its own scale",
+        f"Image: {name}", f"Where the [class] token looks, layer 1 to layer {L} (mean of the heads, each map its own scale)",
     )
 
 
@@ -173,69 +196,114 @@ def rollout_slide(a: Analysis, name: str, width_px: int, cmap: str, roll: torch.
     """Attention rollout through all the layers."""
     return Slide(
         "Attention rollout",
-        [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label="rollout", show_input=True), width_px)],
+        [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label="rollout: share of the [class] token's input",
+                                    show_input=True), width_px)],
         f"Rollout multiplies the attention of all {a.depth} layers, with the skip connection added as an identity, to "
         f"follow how much each input patch flows into the [class] token ({PAPERS['rollout']}). It is class-agnostic: "
         "it shows where the model looks, not why it chose this class.",
-        f"Image: {name}", "All layers multiplied, residual included (class-agnostic)",
+        f"Image: {name}", "Where information flows from, all layers together; it does not say which class it supports",
     )
 
 
-def relevance_slide(a: Analysis, lm, name: str, cls: int, width_px: int, cmap: str, roll: torch.Tensor,
-                    seeds: Sequence[int]) -> Slide:
-    """Class-specific relevance for ``cls``, with every method's deletion / insertion on this image."""
+def relevance_slide(a: Analysis, lm, name: str, cls: int, width_px: int, cmap: str, maps: dict[str, Any]) -> Slide:
+    """Class-specific relevance for ``cls``: Chefer relevance and gated LRP beside the picture."""
     cls_name = lm.labels[cls]
     explained = f"'{cls_name}' ({_pct(float(a.probs[cls]))})"
-    maps = class_maps(a, lm, cls)
-    last = cls_attention(a.attentions, a.layout, a.depth - 1)[0]
-    scores = faithfulness_scores(lm.model, a.x, cls, {"attention": last, "rollout": roll, **maps}, seeds)
-    ch, rnd = scores["chefer"], scores["random"]
-    compare = viz.compare_figure(a.picture, {"gradient-weighted rollout": maps["grad-rollout"],
-                                             "relevance (Chefer et al.)": maps["chefer"]}, cmap=cmap, show_input=False)
+    shown = {_title(n): maps[n] for n in SHOWN}
+    fig = viz.compare_figure(a.picture, shown, cmap=cmap, show_input=True)
     return Slide(
-        f"Why '{shorten(cls_name, 28)}'? Class-specific relevance",
-        [_render(compare, width_px // 2), _render(faithfulness_figure(scores), width_px)],
-        f"Relevance weights each head's attention by the gradient of the class score and accumulates it block by block "
-        f"({PAPERS['chefer2']}; {PAPERS['chefer']}), so it explains {explained}. "
-        f"Faithfulness on this image ({PAPERS['rise']}): deleting patches in the relevance order gives a deletion AUC of "
-        f"{ch['deletion_auc']:.3f} (random order {rnd['deletion_auc']:.3f}; lower is better) and revealing them an "
-        f"insertion AUC of {ch['insertion_auc']:.3f} (random {rnd['insertion_auc']:.3f}; higher is better).",
-        f"Image: {name}", f"For {explained}.  Relevance: deletion AUC {ch['deletion_auc']:.3f} (random "
-                          f"{rnd['deletion_auc']:.3f}), insertion AUC {ch['insertion_auc']:.3f} "
-                          f"(random {rnd['insertion_auc']:.3f})",
-        {"faithfulness": scores, "target": cls}, columns=[0.42, 0.58],
+        f"Why “{shorten(cls_name, 28)}”? Where the evidence is",
+        [_render(fig, width_px)],
+        f"Relevance follows the class score back to the patches, so it explains {explained} and no other class. Chefer "
+        f"relevance weights each head's attention by the gradient of the class score, block by block ({PAPERS['chefer2']}; "
+        f"{PAPERS['chefer']}); gated LRP keeps the patches whose pixels carry the score (CP-LRP, {PAPERS['lrp']}) where "
+        "that class-relevant attention flows from. Bright patches pushed the score up; dark ones did not.",
+        f"Image: {name}", f"Bright = patches that made the model say {explained}; the maps explain this class only",
     )
+
+
+def faithfulness_slide(a: Analysis, lm, name: str, cls: int, width_px: int, scores: dict[str, dict[str, Any]]) -> Slide:
+    """Every scored map's deletion / insertion curves on this image, and what they mean in words."""
+    cls_name = lm.labels[cls]
+    names = [n for n in scores if n != "random"]
+    best = min(names, key=lambda n: scores[n]["deletion_auc"])
+    gh = a.layout.grid[0]
+    k = max(1, gh // 2)  # the curve's point with about half of the patches hidden
+    d, r = scores[best]["deletion_curve"], scores["random"]["deletion_curve"]
+    hidden = f"{k / gh * 100:.0f}%"
+    b, rnd = scores[best], scores["random"]
+    fig = faithfulness_figure(scores, {n: _title(n) for n in names}, highlight=SHOWN)
+    return Slide(
+        "Can we trust the maps? Hide what they point at",
+        [_render(fig, width_px)],
+        f"A map is faithful when hiding the patches it ranks highest makes the model lose the class fast, and showing them "
+        f"first brings it back fast ({PAPERS['rise']}). On this image {_title(best)} does best: hiding its top {hidden} "
+        f"of the patches drops '{cls_name}' from {_pct(d[0])} to {_pct(d[k])}, against {_pct(r[k])} for as many patches "
+        f"hidden at random. The areas under the curves are {b['deletion_auc']:.3f} for deletion (random "
+        f"{rnd['deletion_auc']:.3f}; lower is better) and {b['insertion_auc']:.3f} for insertion (random "
+        f"{rnd['insertion_auc']:.3f}; higher is better).",
+        f"Image: {name}", f"Hide the {hidden} of the patches {_title(best)} ranks highest: '{shorten(cls_name, 24)}' "
+                          f"falls from {_pct(d[0])} to {_pct(d[k])}; hide {hidden} at random: {_pct(r[k])}",
+        {"faithfulness": scores, "target": cls, "best": best},
+    )
+
+
+def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
+                      cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS, analysis: Analysis | None = None
+                      ) -> Iterator[Slide]:
+    """The seven slides of one image's section, one at a time (the work of each is done when it
+    is asked for, so that progress can follow it). The faithfulness slide's meta holds the
+    image's :class:`~vit_demo.viz.panels.Panel` (for the comparison slide) under ``"panel"``.
+    ``analysis``: the image's analysis by ``lm`` if the caller has it (the app: its cached maps
+    are reused), else it is made here."""
+    a = analysis if analysis is not None else analyze(lm, image)
+    cls = a.top1 if target is None else int(target)
+    roll = rollout(a.attentions, a.layout)[0]
+    yield prediction_slide(a, lm, name, width_px)
+    yield tokens_slide(a, name, width_px)
+    yield heads_slide(a, name, width_px, cmap)
+    yield layers_slide(a, name, width_px, cmap)
+    yield rollout_slide(a, name, width_px, cmap, roll)
+    scored = [n for n in SCORED if n in methods.names(slow=False)]
+    maps = class_maps(a, lm, cls, [n for n in scored if methods.get(n).class_specific])
+    yield relevance_slide(a, lm, name, cls, width_px, cmap, maps)
+    last = cls_attention(a.attentions, a.layout, a.depth - 1)[0]
+    known = {"attention": last, "rollout": roll, **maps}
+    scores = faithfulness_scores(lm.model, a.x, cls, {n: known[n] for n in scored}, seeds)
+    slide = faithfulness_slide(a, lm, name, cls, width_px, scores)
+    slide.meta["panel"] = Panel(a.picture, maps["chefer"], a.topk(1), lm.name, cls)
+    yield slide
 
 
 def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
                  cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
-    """The six slides of one image's section (``seeds``: the random baseline's patch orders)."""
-    a = analyze(lm, image)
-    cls = a.top1 if target is None else int(target)
-    roll = rollout(a.attentions, a.layout)[0]
-    slides = [prediction_slide(a, lm, name, width_px), tokens_slide(a, name, width_px),
-              heads_slide(a, name, width_px, cmap), layers_slide(a, name, width_px, cmap),
-              rollout_slide(a, name, width_px, cmap, roll),
-              relevance_slide(a, lm, name, cls, width_px, cmap, roll, seeds)]
-    slides[0].meta["panel"] = Panel(a.picture, a.class_maps[cls]["chefer"], a.topk(1), lm.name, cls)
-    return slides
+    """The seven slides of one image's section (``seeds``: the random baseline's patch orders)."""
+    return list(iter_image_slides(lm, image, name, target, width_px, cmap, seeds))
 
 
-def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str) -> Slide:
-    """Relevance of up to four images side by side, on one colour scale."""
-    fig = images_figure(panels[:MAX_PANELS], names[:MAX_PANELS], None, "relevance", cmap, show_inputs=False)
+def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str,
+                     shared_scale: bool = False) -> Slide:
+    """Relevance of up to four images side by side: each map on its own scale (one hot spot
+    would darken every other map), or on ONE scale with ``shared_scale``; the slide says which."""
+    fig = images_figure(panels[:MAX_PANELS], names[:MAX_PANELS], None, "relevance", cmap, show_inputs=False,
+                        shared_scale=shared_scale)
     more = f" (the first {MAX_PANELS} of {len(panels)})" if len(panels) > MAX_PANELS else ""
+    scale = ("on one colour scale, so a brighter spot means more relevance" if shared_scale else
+             "each map on its own scale, so every image shows where its own evidence is (brightness is not comparable "
+             "across images)")
     return Slide(
         "The images side by side", [_render(fig, width_px)],
-        f"The same method for every image{more}: class-specific relevance ({PAPERS['chefer2']}), on one colour scale, "
-        "so a brighter spot means more relevance, not a different scale. Under each map is the model's prediction. "
-        "Compare where the evidence sits: on the object, on context, or spread out.",
-        "Comparison", "Relevance for the class explained in each section, one colour scale",
+        f"The same method for every image{more}: class-specific relevance ({PAPERS['chefer2']}), {scale}. Under each "
+        "map is the model's prediction. Compare where the evidence sits: on the object, on context, or spread out.",
+        "Comparison", "Relevance for the class explained in each section, " +
+                      ("one colour scale for all" if shared_scale else "each map scaled to its own range"),
     )
 
 
-def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: str | None, width_px: int) -> Slide:
-    tm = timm_twin(lm, weights)
+def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: str | None, width_px: int,
+               reference: Any = None) -> Slide:
+    """The check against timm (``reference``: timm's model on the same weights, built here when None)."""
+    tm = reference if reference is not None else timm_twin(lm, weights)
     checks = [compare_one(lm.model, tm, x, repeats=1) for x in xs]
     worst = max(checks, key=lambda c: c["max_abs_logit_diff"])
     sentence = verdict(worst, DEFAULT_TOL)
@@ -253,8 +321,10 @@ def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: st
 
 
 def closing_slide(lm, width_px: int) -> Slide:
+    """The model's facts; the weights named by their file name, never a folder of this computer."""
     cfg = lm.model.cfg
     params = lm.model.num_params
+    source = lm.public_source
     rows = [
         ("model", lm.name),
         ("architecture", f"ViT: {cfg.depth} layers, {cfg.num_heads} heads, width {cfg.embed_dim}"),
@@ -263,13 +333,13 @@ def closing_slide(lm, width_px: int) -> Slide:
         ("MLP width", f"{int(cfg.embed_dim * cfg.mlp_ratio)}"),
         ("parameters", f"{params:,} ({params / 1e6:.1f} M)"),
         ("classes", f"{cfg.num_classes:,}"),
-        ("weights", shorten(lm.source, 60)),
+        ("weights", shorten(source, 60)),
         ("reference", f"timm {lm.timm_name}" if lm.timm_name else "none"),
     ]
     return Slide(
         "The model", [_render(model_card_figure(rows), width_px)],
         f"{lm.name} has {params / 1e6:.1f} million parameters in {cfg.depth} transformer blocks of {cfg.num_heads} heads. "
-        f"The code follows {PAPERS['vit']} line by line; the weights come from {lm.source}. "
+        f"The code follows {PAPERS['vit']} line by line; the weights come from {source}. "
         + (f"The DeiT recipe ({PAPERS['deit']}) is what lets a model this small learn from ImageNet alone." if _is_deit(lm)
            else f"Its {cfg.num_classes:,}-way classifier reads the final state of the [class] token."),
         "The model", f"{params / 1e6:.1f} M parameters  ·  {cfg.depth} layers x {cfg.num_heads} heads",
@@ -287,27 +357,61 @@ def _weights_file(lm, weights: str | None) -> str | None:
     return lm.source[5:] if lm.source.startswith("file ") else None
 
 
+def slide_costs(images: int) -> list[int]:
+    """Each slide's expected share of the work, in deck order (for the progress bar)."""
+    return [*IMAGE_COSTS * images, *([COMPARISON_COST] if images > 1 else []), TIMM_COST, MODEL_COST]
+
+
+class SlideProgress:
+    """The deck's progress bar: slide k's part of it is in proportion to its expected cost, and
+    labelled "slide k of n"; the work inside a slide (forward passes) moves within its part."""
+
+    def __init__(self, images: int) -> None:
+        costs = slide_costs(images)
+        self.n, self.k = len(costs), 0
+        self.bounds = np.concatenate([[0.0], np.cumsum(costs) / sum(costs)])
+
+    @contextmanager
+    def slide(self) -> Iterator[None]:
+        k = self.k
+        self.k += 1
+        with part(float(self.bounds[k]), float(self.bounds[k + 1]), f"slide {k + 1} of {self.n}"):
+            yield
+
+
 def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target: int | None = None,
                  weights: str | None = None, width_px: int = 2400, cmap: str = "inferno",
-                 seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
-    """Every slide of the deck, in talk order (see the module docstring). ``width_px``: width of
-    the rendered figures; ``seeds``: one random patch order per seed for the faithfulness baseline."""
+                 seeds: Sequence[int] = RANDOM_SEEDS, shared_scale: bool = False, reference: Any = None,
+                 analyses: Sequence[Analysis | None] | None = None) -> list[Slide]:
+    """Every slide of the deck, in talk order (see the module docstring), reporting "slide k of
+    n" to :func:`vit_demo.progress.reporting`. ``width_px``: width of the rendered figures;
+    ``seeds``: one random patch order per seed for the faithfulness baseline; ``shared_scale``:
+    the comparison slide's maps on one colour scale; ``reference``: timm's model on the same
+    weights, if the caller has it (else it is built from ``weights``); ``analyses``: each image's
+    analysis by ``lm``, where the caller has it."""
     if not images:
         raise ValueError("a deck needs at least one image")
     viz.check_cmap(cmap)
+    bar = SlideProgress(len(images))
     slides: list[Slide] = []
-    for img, name in zip(images, names):
-        slides += image_slides(lm, img, name, target, width_px, cmap, seeds)
+    for img, name, a in zip(images, names, analyses or [None] * len(images)):
+        todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds, a)
+        for _ in range(PER_IMAGE):
+            with bar.slide():
+                slides.append(next(todo))
     panels = [s.meta.pop("panel") for s in slides if "panel" in s.meta]  # each image's relevance
     if len(images) > 1:
-        slides.append(comparison_slide(panels, list(names), width_px, cmap))
+        with bar.slide():
+            slides.append(comparison_slide(panels, list(names), width_px, cmap, shared_scale))
     xs = [s.meta.pop("x") for s in slides if "x" in s.meta]  # each image's model input
-    slides.append(timm_slide(lm, xs, names, _weights_file(lm, weights), width_px))
-    slides.append(closing_slide(lm, width_px))
+    with bar.slide():
+        slides.append(timm_slide(lm, xs, names, _weights_file(lm, weights), width_px, reference))
+    with bar.slide():
+        slides.append(closing_slide(lm, width_px))
     return slides
 
 
 def slide_count(images: int) -> int:
-    """Slides in a deck of ``images`` images: six per image, a comparison when there are
+    """Slides in a deck of ``images`` images: seven per image, a comparison when there are
     several, the timm check and the closing slide."""
     return PER_IMAGE * images + (1 if images > 1 else 0) + 2

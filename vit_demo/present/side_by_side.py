@@ -1,9 +1,10 @@
 """Pictures side by side: up to four images with one method, or one image under two models.
 
-Everything shown together uses the same settings: the same method, layer, head, colormap and
-ONE colour scale (the min..max over all the maps shown, unless ``shared_scale=False``), so that
-a brighter panel means a larger value, not a different scale. Each panel carries its
-prediction.
+Everything shown together uses the same settings: the same method, layer, head and colormap.
+Each map is scaled to its own min..max by default (so every panel shows where ITS evidence is);
+``shared_scale=True`` puts them on ONE colour scale (the min..max over all the maps shown), where
+a brighter panel means a larger value, and one hot spot can darken the rest. The colour bar says
+which. Each panel carries its prediction.
 
 - :func:`method_map` computes one map and the top predictions for (model, image, settings),
   for any registered method (:mod:`vit_demo.methods`);
@@ -58,14 +59,15 @@ def method_map(
 def _title(method: str, layer: int | None, head: int | None, depth: int) -> str:
     text = methods.get(method).title
     if method == "attention":
-        text += f", layer {depth - 1 if layer is None else layer}, " + ("mean of heads" if head is None else f"head {head}")
+        shown = depth if layer is None else layer % depth + 1  # people count layers and heads from 1
+        text += f", layer {shown} of {depth}, " + ("mean of heads" if head is None else f"head {head + 1}")
     return text
 
 
 def compare_images(
     lm, images: Sequence[Image.Image], names: Sequence[str] | None = None, method: str = "chefer",
     layer: int | None = None, head: int | None = None, cmap: str = "inferno", alpha: float = 0.6,
-    shared_scale: bool = True, show_inputs: bool = True,
+    shared_scale: bool = False, show_inputs: bool = True,
 ) -> Figure:
     """Up to four images under one model (a LoadedModel), same method and settings."""
     if not 1 <= len(images) <= MAX_IMAGES:
@@ -77,7 +79,7 @@ def compare_images(
 
 def compare_models(
     lms: Sequence, image: Image.Image, method: str = "rollout", layer: int | None = None, head: int | None = None,
-    cmap: str = "inferno", alpha: float = 0.6, shared_scale: bool = True,
+    cmap: str = "inferno", alpha: float = 0.6, shared_scale: bool = False,
 ) -> Figure:
     """One image under two (up to four) models, same method and settings.
 

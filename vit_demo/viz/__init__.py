@@ -24,7 +24,9 @@ Conventions:
 - a *map* is a ``[gh, gw]`` array over the patch grid (row-major patch ``i`` sits at row
   ``i // gw``, column ``i % gw``); stacks of maps are ``[H, gh, gw]`` (heads of one layer)
   or ``[L, H, gh, gw]`` (every layer's heads). A leading batch axis of size 1 is dropped.
-- Layers, heads and patches are numbered from 0, as on the command line and in the JSON.
+- Arguments are indices from 0 (``layer=11`` is the last of 12 layers), as in PyTorch and on the
+  command line; what a picture SAYS counts layers and heads from 1, as people do ("L12 H1",
+  "layer 12 of 12"). Patches keep their index from 0 (the token's position after the prefix).
 - Unless ``vmin`` / ``vmax`` are given, every map is shown scaled to *its own* min..max
   (each head panel separately), so the colours show where a map is high, not how high it is
   compared with another map.
@@ -44,7 +46,7 @@ from .figures import (
     topk_figure,
     uniform_attention_distance,
 )
-from .previews import heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image
+from .previews import heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image, with_colorbar
 from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
@@ -72,5 +74,5 @@ __all__ = [
     "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
     "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image",
     "sequence_slots", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
-    "uniform_attention_distance", "upsample",
+    "uniform_attention_distance", "upsample", "with_colorbar",
 ]

@@ -22,29 +22,61 @@ def _plain_figure(w: float, h: float) -> Figure:
     return Figure(figsize=(w, h), layout="constrained", facecolor="white")
 
 
-def faithfulness_figure(scores: dict[str, dict[str, Any]]) -> Figure:
-    """Deletion and insertion curves of every method (and random), AUCs in the legend."""
-    fig = _plain_figure(9.0, 4.6)
+# Distinct colours (colour-blind-safe where possible), one per method, never repeated in a chart.
+METHOD_COLORS = {
+    "attention": "#9467bd", "rollout": "#e69f00", "grad-rollout": "#009e73", "chefer": "#d62728",
+    "lrp": "#0072b2", "attnlrp": "#56b4e9", "lrp-gated": "#000000", "gradcam": "#cc79a7",
+    "integrated-gradients": "#8c564b", "rise": "#bcbd22", "lrp-causal": "#17becf",
+}
+SPARE_COLORS = ("#7f7f7f", "#aec7e8", "#ff9896", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d")
+RANDOM_COLOR = "#9a9a9a"
+
+
+def method_colors(names: Sequence[str]) -> dict[str, str]:
+    """A colour per name, none used twice: the method's own colour, else a spare one."""
+    out: dict[str, str] = {}
+    spare = [c for c in (*SPARE_COLORS, *METHOD_COLORS.values()) if c not in {METHOD_COLORS.get(n) for n in names}]
+    for n in names:
+        c = METHOD_COLORS.get(n)
+        out[n] = c if c is not None and c not in out.values() else spare.pop(0)
+    return out
+
+
+def faithfulness_figure(scores: dict[str, dict[str, Any]], titles: dict[str, str] | None = None,
+                        highlight: Sequence[str] = ()) -> Figure:
+    """Deletion and insertion curves of every method and of random order, each method in its own
+    colour, ONE legend beside the two panels (never over a curve) with both AUCs.
+
+    ``titles``: what to call each method (default its name); ``highlight``: methods drawn bolder
+    (the ones a slide shows)."""
+    titles = titles or {}
+    names = [n for n in scores if n != "random"]
+    colours = method_colors(names)
+    fig = _plain_figure(12.0, 4.6)
     axes = fig.subplots(1, 2, sharey=True)
-    colours = {"attention": "#9467bd", "rollout": "#ff7f0e", "grad-rollout": "#2ca02c", "chefer": "#d62728",
-               "random": "#888888"}
-    for ax, kind, better in zip(axes, ("deletion", "insertion"), ("lower", "higher")):
-        for name, s in scores.items():
-            c = s[f"{kind}_curve"]
-            ax.plot(np.linspace(0, 100, len(c)), np.asarray(c) * 100, color=colours.get(name, None),
-                    linestyle="--" if name == "random" else "-", linewidth=2.2 if name == "chefer" else 1.6,
-                    label=f"{name}  {s[f'{kind}_auc']:.3f}")
-        ax.set_title(f"{kind.capitalize()}: AUC {better} is better", fontsize=LABEL_SIZE + 1, color=TEXT_COLOR)
-        ax.set_xlabel(f"patches {'removed' if kind == 'deletion' else 'shown'}, most relevant first (%)",
-                      fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
-        ax.legend(fontsize=TICK_SIZE, frameon=False, title="method  AUC", title_fontsize=TICK_SIZE)
+    for ax, kind in zip(axes, ("deletion", "insertion")):
+        for name in [*names, "random"] if "random" in scores else names:
+            s = scores[name]
+            c = np.asarray(s[f"{kind}_curve"]) * 100
+            label = (f"{shorten(titles.get(name, name), 24)}  {s['deletion_auc']:.2f} / {s['insertion_auc']:.2f}"
+                     if name != "random" else f"random order  {s['deletion_auc']:.2f} / {s['insertion_auc']:.2f}")
+            ax.plot(np.linspace(0, 100, len(c)), c, color=RANDOM_COLOR if name == "random" else colours[name],
+                    linestyle="--" if name == "random" else "-", linewidth=3.0 if name in highlight else 1.8,
+                    label=label if kind == "deletion" else None, zorder=3 if name in highlight else 2)
+        ax.set_title("Hide the most relevant patches first\n(falls fast = faithful; lower area is better)"
+                     if kind == "deletion" else
+                     "Show the most relevant patches first\n(rises fast = faithful; higher area is better)",
+                     fontsize=LABEL_SIZE + 1, color=TEXT_COLOR)
+        ax.set_xlabel(f"patches {'hidden' if kind == 'deletion' else 'shown'} (%)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
         ax.grid(True, color="#e6e6e6", linewidth=0.8)
         ax.set_xlim(0, 100)
-        ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
-        for s in ("top", "right"):
-            ax.spines[s].set_visible(False)
-    axes[0].set_ylabel("probability of the class (%)", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
+        ax.tick_params(labelsize=TICK_SIZE + 1, colors=TEXT_COLOR)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    axes[0].set_ylabel("probability of the class (%)", fontsize=LABEL_SIZE, color=TEXT_COLOR)
     axes[0].set_ylim(0, None)
+    fig.legend(loc="outside right center", fontsize=TICK_SIZE + 1, frameon=False,
+               title="method   area: deletion / insertion", title_fontsize=TICK_SIZE + 1)
     return fig
 
 
@@ -62,7 +94,7 @@ def timm_check_figure(checks: Sequence[dict[str, Any]], names: Sequence[str], to
         if v == 0:
             left.text(i, floor * 1.5, "0", ha="center", va="bottom", fontsize=TICK_SIZE, color=TEXT_COLOR)
     left.axhline(tol, color="#c0392b", linestyle="--", linewidth=1.4, label=f"tolerance {tol:g}")
-    left.set_xticks(np.arange(len(layers)), [str(i) for i in range(len(layers))])
+    left.set_xticks(np.arange(len(layers)), [str(i + 1) for i in range(len(layers))])
     left.set_xlabel("layer", fontsize=LABEL_SIZE, color=TEXT_COLOR)
     left.set_ylabel("max |attention difference|", fontsize=LABEL_SIZE, color=TEXT_COLOR)
     left.set_title("Attention probabilities, every layer", fontsize=LABEL_SIZE + 1, color=TEXT_COLOR)
@@ -141,18 +173,27 @@ def training_figure(history: Sequence[dict[str, float]], title: str = "") -> Fig
 
 
 def layer_diff_figure(diffs: Sequence[float], title: str, subtitle: str, tol: float = 1e-4) -> Figure:
-    """Per layer, the largest |attention difference| between two models (log scale, the
-    tolerance dashed)."""
-    diffs = np.maximum(np.asarray(diffs, dtype=float), 1e-12)
+    """Per layer (numbered from 1), the largest |attention difference| between two models (log
+    scale, the tolerance dashed). Exact zeros cannot sit on a log axis: they are drawn as short
+    bars on the floor labelled "0", and a chart of nothing but zeros says so in words."""
+    diffs = np.asarray(diffs, dtype=float)
+    floor = 1e-12
     fig = Figure(figsize=(10, 4.8), layout="constrained", facecolor="white")
     ax = fig.add_subplot()
-    ax.bar(np.arange(len(diffs)), diffs, color=ACCENT)
+    ax.bar(np.arange(len(diffs)), np.maximum(diffs, floor * 3), bottom=floor, color=ACCENT)
+    for i, v in enumerate(diffs):
+        if v == 0:
+            ax.text(i, floor * 4, "0", ha="center", va="bottom", fontsize=TICK_SIZE + 1, color=TEXT_COLOR)
     ax.axhline(tol, color="#c0392b", linestyle="--", linewidth=1.2, label=f"tolerance {tol:g}")
     ax.set_yscale("log")
-    ax.set_ylim(1e-12, max(1e-3, diffs.max() * 10))
-    ax.set_xticks(np.arange(len(diffs)), [f"L{i}" for i in range(len(diffs))])
-    ax.set_xlabel("Layer", fontsize=LABEL_SIZE)
+    ax.set_ylim(floor, max(1e-3, float(diffs.max()) * 10))
+    ax.set_xticks(np.arange(len(diffs)), [str(i + 1) for i in range(len(diffs))])
+    ax.set_xlabel("layer", fontsize=LABEL_SIZE)
     ax.set_ylabel("max |attention difference|", fontsize=LABEL_SIZE)
+    if len(diffs) and not diffs.any():
+        ax.text(0.5, 0.55, "every difference is exactly 0: bit-identical attention in every layer",
+                transform=ax.transAxes, ha="center", va="center", fontsize=LABEL_SIZE + 1, color="#27ae60",
+                fontweight="bold")
     ax.legend(frameon=False)
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
@@ -50,19 +51,36 @@ def save_figure(fig: Figure, path: str | Path, width_px: int = 2400) -> Path:
 
 
 def render_png(fig: Figure, width_px: int = 1600, pad: float = 0.12, compress_level: int = 6) -> Image.Image:
-    """``fig`` as a picture ``width_px`` wide, its white margin trimmed (``pad`` inches kept).
+    """``fig`` as an RGB picture ``width_px`` wide, its white margin trimmed (``pad`` inches kept).
     The PNG bytes stay in ``info["png"]``, so that a writer (the PowerPoint deck) can reuse them
     instead of encoding again; ``compress_level``: zlib's, lower is faster."""
+    img = figure_to_image(fig, width_px, pad)
     buf = io.BytesIO()
-    box = content_box(fig, pad)
-    fig.savefig(buf, format="png", dpi=(int(width_px) + 0.25) / box.width, bbox_inches=box,
-                facecolor=fig.get_facecolor(), pil_kwargs={"compress_level": compress_level})
-    img = Image.open(io.BytesIO(buf.getvalue()))
-    img.load()
+    img.save(buf, format="PNG", compress_level=compress_level)
     img.info["png"] = buf.getvalue()
     return img
 
 
-def figure_to_image(fig: Figure, width_px: int = 1600) -> Image.Image:
-    """Render ``fig`` to an RGB PIL image ``width_px`` wide (e.g. to show a figure in the app)."""
-    return render_png(fig, width_px).convert("RGB")
+def figure_to_image(fig: Figure, width_px: int = 1600, pad: float = 0.12) -> Image.Image:
+    """Render ``fig`` to an RGB PIL image ``width_px`` wide, margin trimmed (e.g. to show a
+    figure in the app).
+
+    One layout pass finds the content's box, then ONE draw at the dpi that makes the box
+    ``width_px`` wide, cropped to the box (``savefig(bbox_inches=...)`` draws twice and encodes
+    an alpha channel: 2-4x slower for a slide figure)."""
+    box = content_box(fig, pad)
+    old_dpi = fig.dpi
+    dpi = (int(width_px) + 0.25) / box.width
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    try:
+        fig.set_dpi(dpi)
+        canvas.draw()
+        rgba = np.asarray(canvas.buffer_rgba())
+        height = rgba.shape[0]
+        x0 = max(0, int(box.x0 * dpi))
+        y0 = max(0, int(round(height - box.y1 * dpi)))
+        y1 = min(height, int(round(height - box.y0 * dpi)))
+        img = Image.fromarray(np.ascontiguousarray(rgba[y0:y1, x0 : x0 + int(width_px), :3]))
+    finally:
+        fig.set_dpi(old_dpi)
+    return img

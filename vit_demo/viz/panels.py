@@ -1,6 +1,7 @@
 """Maps of several images (or of one image under several models) side by side, one column each:
-the picture above its map, its prediction under it, ONE colour scale for all unless asked
-otherwise. Pure renderers: :mod:`vit_demo.present.side_by_side` computes the panels."""
+the picture above its map, its prediction under it; each map on its own scale unless
+``shared_scale`` (one hot spot on one scale darkens every other map, and a class reads "the model
+ignores the cup"), the colour bar saying which. Pure renderers: :mod:`vit_demo.present.side_by_side` computes the panels."""
 
 from __future__ import annotations
 
@@ -91,10 +92,11 @@ def _grid_figure(
 
 def images_figure(
     panels: Sequence[Panel], names: Sequence[str] | None = None, title: str | None = None, label: str = "value",
-    cmap: str = "inferno", alpha: float = 0.6, shared_scale: bool = True, show_inputs: bool = True,
+    cmap: str = "inferno", alpha: float = 0.6, shared_scale: bool = False, show_inputs: bool = True,
 ) -> Figure:
     """Up to four images, one method: each image's picture above its map (``show_inputs``),
-    its prediction under it; one colour scale for all (``shared_scale``)."""
+    its prediction under it; each map on its own scale, or one colour scale for all
+    (``shared_scale``)."""
     if not 1 <= len(panels) <= MAX_PANELS:
         raise ValueError(f"compare 1 to {MAX_PANELS} images, not {len(panels)}")
     names = list(names) if names is not None else [f"image {i + 1}" for i in range(len(panels))]
@@ -104,9 +106,10 @@ def images_figure(
 
 def models_figure(
     panels: Sequence[Panel], title: str | None = None, label: str = "value", cmap: str = "inferno",
-    alpha: float = 0.6, shared_scale: bool = True,
+    alpha: float = 0.6, shared_scale: bool = False,
 ) -> Figure:
-    """One image under several models (two, usually): each model's map and its top-3."""
+    """One image under several models (two, usually): each model's map and its top-3, each on
+    its own scale unless ``shared_scale``."""
     if not 1 <= len(panels) <= MAX_PANELS:
         raise ValueError(f"compare 1 to {MAX_PANELS} models, not {len(panels)}")
     return _grid_figure(panels, [p.model for p in panels], [p.caption(3) for p in panels], title, label, cmap, alpha,

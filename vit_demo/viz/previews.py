@@ -77,8 +77,10 @@ def heads_image(
     """Every head's map as a tiled mosaic (fast: numpy + PIL).
 
     ``maps``: ``[H, gh, gw]`` (one layer: tiles wrap into rows of at most 6, each labelled
-    "H3", or "L11 H3" when ``layer`` is given) or ``[L, H, gh, gw]`` (the whole model: one
-    row per layer labelled "L0".., one column per head labelled "H0"..). Each tile is scaled
+    "head 3", or "L12 H3" when ``layer`` is given) or ``[L, H, gh, gw]`` (the whole model:
+    layers labelled "L1".. and heads "H1"..; the longer of the two runs across, so that 12
+    layers x 3 heads fill a wide page rather than a narrow column). People count layers and
+    heads from 1 (``layer`` is still the index, from 0). Each tile is scaled
     to its own min..max unless ``vmin`` / ``vmax``. ``tile``: longer side of a tile in pixels
     (default 160 for one layer, 96 for the whole model). ``mark``: a patch to outline.
     """
@@ -89,14 +91,16 @@ def heads_image(
     tile = int(tile or (96 if whole else 160))
     pic, (tw, th) = _tile_picture(picture, (gh, gw), tile)
     tiles = blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
-    tiles = tiles.reshape(L * H, th, tw, 3)
+    across = whole and L > H  # layers across the page (columns), heads down (rows)
+    tiles = tiles.reshape(L, H, th, tw, 3).transpose(1, 0, 2, 3, 4).reshape(L * H, th, tw, 3) if across else \
+        tiles.reshape(L * H, th, tw, 3)
 
     gap = max(2, tile // 40)
     fsize = max(10, min(15, tile // 8))
     font = text_font(fsize, bold=True)
     label_h = fsize + 6 if titles else 0
-    if whole:  # labels once: heads above the columns, layers left of the rows
-        rows, cols = L, H
+    if whole:  # labels once: above the columns and left of the rows
+        rows, cols = (H, L) if across else (L, H)
         left = (text_width("L00", font) + 10) if titles else 0
         step_y = th + gap
     else:  # a label above every tile
@@ -111,10 +115,10 @@ def heads_image(
             x0, y0, x1, y1 = patch_box(mark, (gh, gw), (tw, th))
             _outline(draw, (x + x0, y + y0, x + x1, y + y1), 2)
     if titles and whole:
-        _title_rows_and_columns(draw, origins[:H], origins[::H], (tw, th), font)
+        _title_rows_and_columns(draw, origins[:cols], origins[::cols], (tw, th), font, "LH" if across else "HL")
     elif titles:
         for i, (x, y) in enumerate(origins):
-            name = f"H{i}" if layer is None else f"L{layer} H{i}"
+            name = f"head {i + 1}" if layer is None else f"L{layer + 1} H{i + 1}"
             draw.text((x + tw / 2, y - label_h / 2), name, font=font, fill=_TILE_INK, anchor="mm")
     return img
 
@@ -152,14 +156,15 @@ def _tile_canvas(tiles: np.ndarray, rows: int, cols: int, first: tuple[int, int]
 
 
 def _title_rows_and_columns(draw: ImageDraw.ImageDraw, top_row: list[tuple[int, int]], left_column: list[tuple[int, int]],
-                            size: tuple[int, int], font) -> None:
-    """Head labels "H0".. centred above the tiles of ``top_row``, layer labels "L0"..
-    right-aligned left of the tiles of ``left_column`` (tiles' top-left corners, of ``size``)."""
+                            size: tuple[int, int], font, letters: str = "HL") -> None:
+    """Labels counted from 1 centred above the tiles of ``top_row`` (``letters[0]``: "H" for
+    heads, "L" for layers) and right-aligned left of the tiles of ``left_column`` (tiles'
+    top-left corners, of ``size``)."""
     tw, th = size
-    for h, (x, y) in enumerate(top_row):
-        draw.text((x + tw / 2, y / 2), f"H{h}", font=font, fill=_TILE_INK, anchor="mm")
+    for i, (x, y) in enumerate(top_row):
+        draw.text((x + tw / 2, y / 2), f"{letters[0]}{i + 1}", font=font, fill=_TILE_INK, anchor="mm")
     for r, (x, y) in enumerate(left_column):
-        draw.text((x - 6, y + th / 2), f"L{r}", font=font, fill=_TILE_INK, anchor="rm")
+        draw.text((x - 6, y + th / 2), f"{letters[1]}{r + 1}", font=font, fill=_TILE_INK, anchor="rm")
 
 
 def patch_grid_image(
@@ -263,6 +268,27 @@ def tiles_image(
         if second:
             draw.text((x + tile / 2, 33), fit(second, small), font=small, fill=(102, 102, 102), anchor="mm")
     return canvas
+
+
+def with_colorbar(img: Image.Image, cmap: str = "inferno", note: str = "each map scaled to its own range",
+                  low: str = "low", high: str = "high") -> Image.Image:
+    """``img`` with a colour bar under it (fast: PIL): the colormap from ``low`` to ``high``
+    (words: the values are relative) and ``note`` beneath, saying what the scale is."""
+    font = text_font(14)
+    bar_w = int(min(420, max(160, 0.6 * img.width)))
+    pad_l, pad_r = text_width(low, font) + 10, text_width(high, font) + 10
+    bar_w = min(bar_w, img.width - pad_l - pad_r - 4)
+    strip = Image.new("RGB", (img.width, 46), "white")
+    x0 = (img.width - bar_w) // 2
+    strip.paste(Image.fromarray(colorize(np.tile(np.linspace(0, 1, bar_w, dtype=np.float32), (12, 1)), cmap)), (x0, 6))
+    draw = ImageDraw.Draw(strip)
+    draw.text((x0 - 6, 12), low, font=font, fill=_MUTED, anchor="rm")
+    draw.text((x0 + bar_w + 6, 12), high, font=font, fill=_MUTED, anchor="lm")
+    draw.text((img.width / 2, 34), note, font=font, fill=_MUTED, anchor="mm")
+    out = Image.new("RGB", (img.width, img.height + strip.height), "white")
+    out.paste(img.convert("RGB"), (0, 0))
+    out.paste(strip, (0, img.height))
+    return out
 
 
 _SEQ_TAIL = 3  # the last patches a sequence picture always shows

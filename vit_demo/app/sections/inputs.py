@@ -67,25 +67,25 @@ class InputSection(Section):
 
     def layout(self, ctx: Context) -> None:
         examples = ctx.examples
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=5, min_width=300):
+        with gr.Row(equal_height=False, elem_id="input-row"):
+            with gr.Column(scale=5, min_width=300, elem_id="upload-col"):
                 ctx.image = gr.Image(label="Your image", type="filepath", sources=["upload", "webcam", "clipboard"], height=340,
                                      elem_id="upload", placeholder="Drop a photo here, or click an example below")
                 self.gallery = gr.Gallery([(str(e.path), e.caption) for e in examples], label="Examples (click one)",
-                                          columns=3, rows=2, height=250, allow_preview=False, object_fit="cover",
+                                          columns=3, rows=2, height=330, allow_preview=False, object_fit="cover",
                                           elem_id="examples", visible=bool(examples), buttons=[])
-            with gr.Column(scale=4, min_width=260):
+            with gr.Column(scale=4, min_width=260, elem_id="model-input-col"):
                 self.model_input = gr.Image(label="What the model sees (after preprocessing)", interactive=False,
                                             format="png", height=340, elem_id="model-input", buttons=["fullscreen"])
                 self.input_md = gr.Markdown(elem_classes="caption", elem_id="input-caption")
                 self.input_btn, self.input_file = export_row()
-            with gr.Column(scale=4, min_width=260):
+            with gr.Column(scale=4, min_width=260, elem_id="predictions-col"):
                 self.topk = gr.Label(label="Predictions", num_top_classes=10, elem_id="predictions")  # shows the k sent
-                ctx.k = gr.Slider(1, 10, value=5, step=1, label="How many classes (top-k)")
+                ctx.k = gr.Slider(1, 10, value=5, step=1, label="How many classes (top-k)", elem_id="topk-k")
                 self.topk_btn, self.topk_file = export_row()
         self.show_inputs = [ctx.k]
         self.views = [self.model_input, self.input_md, self.topk]
-        self.files = [self.input_file, self.topk_file]
+        self.exports = [self.input_btn, self.topk_btn]
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a, k = sess.analysis, vals[self.show_inputs[0]]

@@ -52,7 +52,7 @@ class ModelPicker(Section):
         reg, cfg = ctx.reg, ctx.cfg
         self.no_weights = gr.Markdown("> " + no_checkpoint_message(), elem_id="no-weights",
                                       visible=not reg.has_checkpoint)
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=True, elem_id="model-row"):
             ctx.model_dd = gr.Dropdown(reg.choices(), value=ctx.default_key, label="Model", scale=2, elem_id="model")
             ctx.model_md = gr.Markdown("*The model is loading; its description appears here.*", elem_id="model-info")
         self.ckpt_path = self.ckpt_file = self.ckpt_arch = self.ckpt_btn = None
@@ -73,9 +73,9 @@ class ModelPicker(Section):
             with gr.Row():
                 self.ckpt_path = gr.Textbox(label="Path on this computer", visible=not cfg.exposed, scale=3,
                                             placeholder="weights/deit_small_patch16_224.safetensors")
-                self.ckpt_file = gr.File(label=f"…or upload (up to {CHECKPOINT_MAX_MB // 1024} GB)",
-                                         file_types=CHECKPOINT_TYPES,
-                                         type="filepath", height=110, scale=2)
+                self.ckpt_file = gr.File(label=f"…or upload one (up to {CHECKPOINT_MAX_MB // 1024} GB)",
+                                         file_types=CHECKPOINT_TYPES, elem_id="checkpoint-file",
+                                         type="filepath", height=150, scale=2, min_width=220)
                 self.ckpt_arch = gr.Textbox(label="Architecture (timm name), if the file name does not say it",
                                             placeholder="deit_small_patch16_224", scale=2)
             self.ckpt_btn = gr.Button("Load checkpoint", variant="secondary")
@@ -129,24 +129,37 @@ class ModelPicker(Section):
         reg, state, model_dd, model_md, status = ctx.reg, ctx.state, ctx.model_dd, ctx.model_md, ctx.status
         no_weights = self.no_weights
 
+        def refused(sess: Session, why: str) -> dict:
+            """A checkpoint that cannot be used: one line in the status area (and a toast); the
+            menu and the model in use stay as they were (an exception here put red "Error"
+            pills over the menu)."""
+            gr.Warning(why, duration=15)
+            return {state: sess, status: note("Could not load that checkpoint.", why)}
+
         @friendly
         def on_checkpoint(path_text, upload, arch, sess):
             """The button: the typed path when there is one, else the uploaded file."""
             sess = ctx.session(sess)
-            if path_text and str(path_text).strip():
-                spec = reg.add_checkpoint(path_text, arch)
-            elif upload:
-                spec = reg.add_checkpoint(uploaded_file(upload), arch, uploaded=True)
-            else:
-                raise gr.Error("Give a checkpoint path or upload a file first.", print_exception=False)
-            return _use_checkpoint(sess, spec)
+            try:
+                if path_text and str(path_text).strip():
+                    spec = reg.add_checkpoint(path_text, arch)
+                elif upload:
+                    spec = reg.add_checkpoint(uploaded_file(upload), arch, uploaded=True)
+                else:
+                    return refused(sess, "give a checkpoint path or upload a file first")
+                return _use_checkpoint(sess, spec)
+            except ModelError as e:
+                return refused(sess, str(e))
 
         @friendly
         def on_checkpoint_upload(upload, arch, sess):
             sess = ctx.session(sess)
             if not upload:
                 return gr.skip()
-            return _use_checkpoint(sess, reg.add_checkpoint(uploaded_file(upload), arch, uploaded=True))
+            try:
+                return _use_checkpoint(sess, reg.add_checkpoint(uploaded_file(upload), arch, uploaded=True))
+            except ModelError as e:
+                return refused(sess, str(e))
 
         def uploaded_file(upload) -> str:
             """The uploaded checkpoint's path, if it is a file this server stored for an upload."""

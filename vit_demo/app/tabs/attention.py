@@ -1,6 +1,10 @@
 """The Attention tab: the attention explorer. Pick a layer, a head (or all heads, or every
 layer and head) and whose attention to show: the [class] token's, or a query patch's (click a
-picture of the input, here or in the Patches tab). Also the public ``/attention`` endpoint."""
+picture of the input, here or in the Patches tab). Also the public ``/attention`` endpoint.
+
+Layers and heads are counted from 1 on the page ("layer 12 of 12"): the layer slider, and so the
+``/attention`` endpoint's ``layer``, run from 1 to the model's depth (the version before counted
+from 0). The head menu's values stay the index ("0" is head 1), as its labels say."""
 
 from __future__ import annotations
 
@@ -43,9 +47,23 @@ def click_to_patch(a: Analysis, x: float, y: float, size: tuple[int, int]) -> in
 
 
 def head_choices(num_heads: int) -> list[tuple[str, str]]:
+    """(menu text, value): heads are shown counted from 1; the value is the index (from 0)."""
     return ([("all heads (grid)", HEAD_ALL), ("mean of the heads", HEAD_MEAN)]
-            + [(f"head {h}", str(h)) for h in range(num_heads)]
+            + [(f"head {h + 1}", str(h)) for h in range(num_heads)]
             + [("every layer × every head", HEAD_LAYERS)])
+
+
+def layer_index(value: Any, depth: int) -> tuple[int, str]:
+    """The slider's layer (counted from 1, as the page shows it) as an index from 0, and a note
+    when the value had to be changed (an API call with a layer the model does not have)."""
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return depth - 1, f"Layer {value!r} is not a number: showing layer {depth} of {depth}. "
+    if not 1 <= v <= depth:
+        shown = min(max(v, 1), depth)
+        return shown - 1, f"There is no layer {v} (this model has layers 1 to {depth}): showing layer {shown}. "
+    return v - 1, ""
 
 
 def _head(head: str | int | None) -> str | int:
@@ -67,7 +85,7 @@ def _query_label(a: Analysis, query: int | None) -> str:
             return "every patch (mean; this model has no [class] token)"
         return "the [class] token"
     r, c = divmod(query, a.layout.grid[1])
-    return f"patch {query} (row {r}, column {c})"
+    return f"patch {query} (row {r + 1}, column {c + 1})"
 
 
 def prefix_share(a: Analysis, layer: int, head: str | int, query: int | None) -> float | None:
@@ -108,7 +126,9 @@ def attention_view(
     alpha: float = 0.6,
     smooth: bool = True,
 ) -> tuple[Image.Image, str]:
-    """The explorer's picture and a caption that says what it shows."""
+    """The explorer's picture (with its colour bar) and a caption that says what it shows and
+    what you may conclude. ``layer``, a head given as an int: indices from 0; the caption
+    counts from 1 ("layer 12 of 12")."""
     layer = int(np.clip(int(layer), 0, a.depth - 1))
     head = _head(head)
     if isinstance(head, int) and not 0 <= head < a.num_heads:
@@ -117,29 +137,29 @@ def attention_view(
         query = None
     maps = attention_maps(a, layer, head, query)
     who = _query_label(a, query)
+    where = f"layer {layer + 1} of {a.depth}"
     if head == HEAD_LAYERS:
-        H = a.num_heads
-        tile = 96 if H > 6 else 128
+        tile = 96 if a.num_heads > 6 else 112
         pic = viz.heads_image(a.picture, maps, cmap, alpha, smooth, tile=tile, mark=query)
-        what = f"Where {who} looks in **every layer (rows) and head (columns)**"
+        what = f"Where {who} looks in **every layer (L1 = first) and every head (H1 ...)**"
     elif head == HEAD_ALL:
         H = a.num_heads
         cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
         tile = int(min(300, max(120, 880 // cols)))
         pic = viz.heads_image(a.picture, maps, cmap, alpha, smooth, tile=tile, layer=layer, mark=query)
-        what = f"Where {who} looks at **layer {layer}**, each of the {H} heads"
+        what = f"Where {who} looks in **{where}**, each of the {H} heads"
     else:
         pic = viz.overlay_image(a.picture, maps, cmap, alpha, smooth, size=VIEW_SIZE, mark=query)
-        which = "the mean of the heads" if head == HEAD_MEAN else f"head {head}"
-        what = f"Where {who} looks at **layer {layer}**, {which}"
+        which = "the mean of the heads" if head == HEAD_MEAN else f"head {head + 1} of {a.num_heads}"
+        what = f"Where {who} looks in **{where}**, {which}"
     share = prefix_share(a, layer, head if head != HEAD_LAYERS else HEAD_MEAN, query) if head != HEAD_LAYERS else None
     extra = ""
     if share is not None:
         names = "/".join(a.layout.names())
         extra = f" {share * 100:.0f}% of its attention goes to {names}, which has no place on the picture."
-    caption = (f"{what} (layers and heads count from 0; the model has {a.depth} layers × {a.num_heads} heads). "
-               f"Bright = more attention; each map is scaled to its own min–max.{extra}")
-    return pic, caption
+    caption = (f"{what}. Bright patches are the ones it takes the most information from: attention shows where the "
+               f"model looks, not why it gives its answer.{extra}")
+    return viz.with_colorbar(pic, cmap), caption
 
 
 def query_picture(a: Analysis, query: int | None) -> Image.Image:
@@ -150,35 +170,46 @@ def query_picture(a: Analysis, query: int | None) -> Image.Image:
 
 def export_attention(a: Analysis, up: Upload, layer: int, head: str | int | None, query: int | None,
                      cmap: str, alpha: float, smooth: bool) -> Path:
+    """The explorer's view as a slide figure; ``layer``: the index (from 0)."""
     head = _head(head)
-    layer = int(layer)
+    layer = int(np.clip(int(layer), 0, a.depth - 1))
     maps = attention_maps(a, layer, head, query)
     who = "[class]" if query is None else f"patch {query}"
+    where = f"layer {layer + 1} of {a.depth}"
     if head == HEAD_LAYERS:
         fig = viz.heads_figure(a.picture, maps, cmap, alpha, smooth, title=f"Attention of {who}, every layer and head",
                                mark=query)
         name = f"{Path(up.name).stem}-attention-all-layers-{slug(who)}"
     elif head == HEAD_ALL:
-        fig = viz.heads_figure(a.picture, maps, cmap, alpha, smooth, title=f"Attention of {who} · layer {layer}",
+        fig = viz.heads_figure(a.picture, maps, cmap, alpha, smooth, title=f"Attention of {who} · {where}",
                                layer=layer, mark=query)
-        name = f"{Path(up.name).stem}-attention-L{layer}-heads-{slug(who)}"
+        name = f"{Path(up.name).stem}-attention-layer{layer + 1}-heads-{slug(who)}"
     else:
-        which = "mean of heads" if head == HEAD_MEAN else f"head {head}"
+        which = "mean of heads" if head == HEAD_MEAN else f"head {head + 1}"
         fig = viz.heatmap_figure(a.picture, maps, cmap, alpha, smooth, show_input=True, mark=query,
-                                 title=f"Attention of {who} · layer {layer}, {which}")
-        name = f"{Path(up.name).stem}-attention-L{layer}-{slug(which)}-{slug(who)}"
+                                 title=f"Attention of {who} · {where}, {which}")
+        name = f"{Path(up.name).stem}-attention-layer{layer + 1}-{slug(which)}-{slug(who)}"
     return save(fig, name)
 
 
 def query_from(a: Analysis | None, mode: str, patch: Any) -> int | None:
     """The query patch the controls ask for (None: the [class] token, or a value out of range)."""
+    return query_and_note(a, mode, patch)[0]
+
+
+def query_and_note(a: Analysis | None, mode: str, patch: Any) -> tuple[int | None, str]:
+    """The query patch the controls ask for, and a note when the asked-for patch does not exist
+    (then the [class] token is shown, and the caption says so instead of silently ignoring it)."""
     if mode != PATCH_QUERY or patch is None:
-        return None
+        return None, ""
     try:
         q = int(patch)
     except (TypeError, ValueError):
-        return None
-    return q if a is None or 0 <= q < a.layout.num_patches else None
+        return None, f"Patch {patch!r} is not a number: showing the [class] token. "
+    if a is not None and not 0 <= q < a.layout.num_patches:
+        return None, (f"There is no patch {q} (patches are numbered 0 to {a.layout.num_patches - 1}): "
+                      "showing the [class] token. ")
+    return q, ""
 
 
 # ----------------------------------------------------------------------------- the section
@@ -189,7 +220,8 @@ class AttentionTab(Section):
 
     def layout(self, ctx: Context) -> None:
         with gr.Row(equal_height=True):
-            self.layer = gr.Slider(0, 11, value=11, step=1, label="Layer (0 = first)", elem_id="layer", scale=3)
+            self.layer = gr.Slider(1, 12, value=12, step=1, label="Layer (1 = first, 12 = last)", elem_id="layer", scale=3,
+                                   min_width=220)
             self.head = gr.Dropdown(head_choices(3), value=HEAD_ALL, label="Head", elem_id="head", scale=2)
             self.qmode = gr.Radio([CLASS_TOKEN, PATCH_QUERY], value=CLASS_TOKEN, label="Query: whose attention?",
                                   elem_id="query-mode", scale=3)
@@ -213,7 +245,8 @@ class AttentionTab(Section):
         self.show_inputs = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
         self.views = [self.query_img, self.att_img, self.att_md]
         self.controls = [self.layer, self.head, self.qmode, self.qpatch]
-        self.files = [self.file, *self.motion.outputs]
+        self.files = [*self.motion.outputs]
+        self.exports = [self.btn]
         self.redisplay_inputs = self.show_inputs
         self.redisplay_outputs = [self.att_img, self.att_md, self.query_img]
         ctx.click_targets.append((self.query_img, lambda a, _head: query_picture_size(a)))
@@ -222,7 +255,7 @@ class AttentionTab(Section):
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a = sess.analysis
         ly, hd, _, _, cm, al, sm = (vals[c] for c in self.show_inputs)
-        ly = min(int(ly), a.depth - 1) if ly is not None else a.depth - 1
+        ly = layer_index(ly, a.depth)[0] if ly is not None else a.depth - 1
         heads = dict((v, lab) for lab, v in head_choices(a.num_heads))
         hd = hd if hd in heads else HEAD_ALL
         q = sess.query
@@ -231,7 +264,7 @@ class AttentionTab(Section):
             self.query_img: png(query_picture(a, q)),
             self.att_img: jpeg(att),
             self.att_md: caption,
-            self.layer: gr.update(maximum=a.depth - 1, value=ly),
+            self.layer: gr.update(maximum=a.depth, value=ly + 1),
             self.head: gr.update(choices=head_choices(a.num_heads), value=hd),
             self.qmode: gr.update(value=PATCH_QUERY if q is not None else CLASS_TOKEN),
             self.qpatch: gr.update(maximum=a.layout.num_patches - 1, value=q if q is not None else 0),
@@ -240,9 +273,11 @@ class AttentionTab(Section):
     def redisplay(self, sess: Session, vals: dict) -> dict:
         """The explorer's picture for its settings; the picker too when the query changed."""
         ly, hd, qm, qp, cm, al, sm = (vals[c] for c in self.show_inputs)
-        q = query_from(sess.analysis, qm, qp)
+        q, q_note = query_and_note(sess.analysis, qm, qp)
+        ly, ly_note = layer_index(ly, sess.analysis.depth)
         pic, caption = attention_view(sess.analysis, ly, hd, q, cm, al, sm)
-        out = {self.att_img: jpeg(pic), self.att_md: caption}
+        note = (ly_note + q_note).strip()
+        out = {self.att_img: jpeg(pic), self.att_md: (f"**{note}** " if note else "") + caption}
         if q != sess.query:  # the picker outlines the query: redraw it only when that changes
             sess.query = q
             out[self.query_img] = png(query_picture(sess.analysis, q))
@@ -267,11 +302,11 @@ class AttentionTab(Section):
                     return gr.skip()
                 a = sess.analysis
                 size = size_of(a, hd)
-                if size is None:
+                if size is None or not float(evt.index[1]) < size[1]:  # a head grid, or the colour bar under the map
                     return gr.skip()
                 q = click_to_patch(a, float(evt.index[0]), float(evt.index[1]), size)
                 sess.query = q
-                pic, caption = attention_view(a, ly, hd, q, cm, al, sm)
+                pic, caption = attention_view(a, layer_index(ly, a.depth)[0], hd, q, cm, al, sm)
                 out = {state: sess, self.qmode: PATCH_QUERY, self.qpatch: q, self.att_img: jpeg(pic),
                        self.att_md: caption, self.query_img: png(query_picture(a, q))}
                 lm = ctx.model(sess)
@@ -295,7 +330,8 @@ class AttentionTab(Section):
             s.analysis, lm, s.upload.name, ("attention",), _head(hd) if isinstance(_head(hd), int) else None, None, cm,
             al))
         wire_export(ctx, self.btn, self.file, [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth],
-                    lambda s, ly, hd, cm, al, sm: export_attention(s.analysis, s.upload, ly, hd, s.query, cm, al, sm))
+                    lambda s, ly, hd, cm, al, sm: export_attention(s.analysis, s.upload, layer_index(ly, s.analysis.depth)[0],
+                                                                   hd, s.query, cm, al, sm))
 
 
 def single_map_size(a: Analysis, head: Any) -> tuple[int, int] | None:

@@ -18,6 +18,8 @@ from ..context import Context, Section
 from ..exports import export_row, save, wire_export, wrap
 from ..session import Session, Upload
 
+RUN_TIMM = "Run timm on this image"
+
 # ----------------------------------------------------------------------------- views
 
 
@@ -39,7 +41,7 @@ def compare_labels(a: Analysis, c: dict[str, Any]) -> tuple[dict[str, float], di
 
 def compare_markdown(c: dict[str, Any]) -> str:
     diffs = c["layer_attn_max_diff"]
-    rows = " | ".join(f"L{i}" for i in range(len(diffs)))
+    rows = " | ".join(f"layer {i + 1}" for i in range(len(diffs)))
     vals = " | ".join(f"{d:.1e}" for d in diffs)
     sep = " | ".join("---" for _ in diffs)
     k = len(c["scratch_topk"])
@@ -85,7 +87,7 @@ class CompareTab(Section):
         gr.Markdown("timm's own model, loaded with **the same weights file** (timm reads the file itself, so a "
                     "porting bug would show), runs on **the same input tensor**. Both top-k lists, the largest "
                     "differences, and each model's time.", elem_classes="caption")
-        self.timm_btn = gr.Button("Run timm on this image", variant="primary", elem_id="run-timm")
+        self.timm_btn = gr.Button(RUN_TIMM, variant="primary", elem_id="run-timm")
         self.verdict_md = gr.Markdown(elem_id="verdict")
         with gr.Row():
             self.ours_lbl = gr.Label(label="Scratch ViT (vit_demo)", elem_id="ours")
@@ -93,7 +95,7 @@ class CompareTab(Section):
         self.timm_md = gr.Markdown(elem_id="timm-table")
         self.btn, self.file = export_row("timm-file")
         self.views = [self.verdict_md, self.ours_lbl, self.timm_lbl, self.timm_md]
-        self.files = [self.file]
+        self.exports = [self.btn]
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         return {self.verdict_md: "*Press the button to run timm's model on this image.*", self.ours_lbl: None,
@@ -118,7 +120,12 @@ class CompareTab(Section):
             return {state: sess, self.verdict_md: verdict_html(c), self.ours_lbl: ours, self.timm_lbl: theirs,
                     self.timm_md: compare_markdown(c)}
 
-        self.timm_btn.click(on_compare, [ctx.k, state], [state, self.verdict_md, self.ours_lbl, self.timm_lbl,
-                                                         self.timm_md], api_name="compare", **ctx.heavy)
+        # the button greys out at once ("Running timm…") and comes back when the verdict is in
+        busy = self.timm_btn.click(lambda: gr.update(interactive=False, value="Running timm…"), None, [self.timm_btn],
+                                   queue=False, api_visibility="private", show_progress="hidden")
+        done = busy.then(on_compare, [ctx.k, state], [state, self.verdict_md, self.ours_lbl, self.timm_lbl, self.timm_md],
+                         api_name="compare", show_progress_on=[self.verdict_md], **ctx.heavy)
+        done.then(lambda: gr.update(interactive=True, value=RUN_TIMM), None, [self.timm_btn], queue=False,
+                  api_visibility="private", show_progress="hidden")
         wire_export(ctx, self.btn, self.file, [],
                     lambda s: export_compare(s.analysis, s.upload, need_comparison(s)))

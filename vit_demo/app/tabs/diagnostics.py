@@ -84,7 +84,7 @@ class DiagnosticsTab(Section):
                                         interactive=False, format="png", elem_id="pos-embed", buttons=["fullscreen"])
                 self.pos_btn, self.pos_file = export_row()
         self.views = [self.dist_img]
-        self.files = [self.dist_file, self.pos_file]
+        self.exports = [self.dist_btn, self.pos_btn]
         self.lazy_outputs = [self.dist_img, self.pos_img]
         self._reg = ctx.reg
 

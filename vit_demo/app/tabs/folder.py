@@ -219,7 +219,7 @@ class FolderTab(Section):
             return str(st["result"]["clusters"][evt.index]["id"])
 
         self.run_btn.click(on_run, [self.uploads, self.method, ctx.state, self.survey_state], outputs,
-                           api_visibility="private", **ctx.heavy)
+                           api_visibility="private", **ctx.slow)  # a folder takes minutes: the slow lane
         gr.on([self.show_dd.input, self.sort_dd.input, self.cluster_dd.change], on_filter,
               [self.show_dd, self.sort_dd, self.cluster_dd, self.survey_state], [self.survey_state, self.gallery],
               api_visibility="private", show_progress="hidden")

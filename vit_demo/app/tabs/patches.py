@@ -28,10 +28,12 @@ def patch_caption(a: Analysis, lm: LoadedModel) -> str:
     names = a.layout.names()
     prefix = " ".join(f"`{t}`" for t in names)
     seq = f"{prefix} + {n} patches = **{len(names) + n} tokens**" if names else f"{n} patches = **{n} tokens**"
+    why = (" The **[class] token** is an extra token with no piece of the picture: through attention it gathers what "
+           "the patches say, and the model reads its answer from it alone." if a.layout.cls_index is not None else "")
     return (f"**{a.patch_size}×{a.patch_size}-px patches → a {gh}×{gw} grid = {n} patches**, numbered in the "
             f"order the transformer reads them (left to right, top to bottom). Each patch becomes one "
-            f"{lm.model.cfg.embed_dim}-number vector; the sequence is {seq}. Click a patch to make it the query "
-            f"in the attention explorer.")
+            f"{lm.model.cfg.embed_dim}-number vector; the sequence is {seq}.{why} Click a patch to make it the "
+            f"query in the attention explorer.")
 
 
 def patch_picture(a: Analysis, highlight: int | None = None, numbers: bool = True) -> Image.Image:
@@ -74,7 +76,7 @@ class PatchesTab(Section):
                                         buttons=["fullscreen"], container=False)
                 self.btn, self.file = export_row()
         self.views = [self.patch_img, self.patch_md, self.seq_img]
-        self.files = [self.file]
+        self.exports = [self.btn]
         self.query_outputs = [self.patch_img, self.seq_img]
         ctx.click_targets.append((self.patch_img, lambda a, _head: patch_picture_size(a)))
 

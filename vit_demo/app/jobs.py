@@ -1,0 +1,141 @@
+"""Long actions (the deck, RISE, causal LRP, animations, side by side, timm): a button, a
+progress bar right under it, and a cancel button.
+
+:class:`LongAction` lays them out and wires them. A click at once (no queue) disables the button,
+shows the bar and the cancel button; then the work runs in a worker thread while the event's
+handler, a generator, reads its :mod:`vit_demo.progress` reports and redraws the bar ("slide 3
+of 9", "masks 96/256") a few times a second. The pictures on the page stay as they are (no
+"processing" veil: ``show_progress="hidden"``) until the new ones arrive in one update, with the
+button enabled again. Cancel stops Gradio's event (a generator between two reads of the bar can
+be stopped) and tells the worker, whose next report raises :class:`~vit_demo.progress.Cancelled`,
+so the work ends within a second instead of running on unseen.
+
+Every long action runs in the slow lane (:mod:`vit_demo.app.lanes`: one job per client, its own
+number of jobs at a time) and its work under the slow lane's time limit, with room for its working
+memory in the analyses' budget: :meth:`Job.run` is the one place every long action's work runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+
+from ..progress import Cancelled, reporting, time_limit
+from .common import readable_error
+from .context import Component, Context
+
+POLL_S = 0.25  # how often the bar is redrawn while the work runs
+_RUNNING: dict[tuple[str, str], Job] = {}  # (browser session, button) -> its job, while it runs
+_RUNNING_LOCK = threading.Lock()
+
+
+class Job:
+    """Work running in a thread, its progress and its outcome."""
+
+    def __init__(self, work: Callable[[], Any], seconds: float | None = None,
+                 room: Callable[[], Any] | None = None) -> None:
+        self.work, self.seconds, self.room = work, seconds, room
+        self.share, self.text = 0.0, "starting"
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="vit_demo-job", daemon=True)
+
+    def report(self, share: float, text: str) -> None:
+        if self.stop.is_set():
+            raise Cancelled("stopped by the user")
+        self.share, self.text = share, text
+
+    def run(self) -> None:
+        try:
+            room = self.room() if self.room is not None else contextlib.nullcontext()
+            with time_limit(self.seconds), room, reporting(self.report):
+                self.result = self.work()
+        except BaseException as e:  # noqa: BLE001 - handed to the event's handler, which shows it
+            self.error = e
+        finally:
+            self.done.set()
+
+
+def bar_html(share: float, text: str) -> str:
+    """The progress bar: a filled track, the step in words and the percentage."""
+    pct = max(0, min(100, round(100 * share)))
+    words = html.escape(text[:1].upper() + text[1:]) if text else ""
+    return (f'<div class="job-bar" role="progressbar" aria-valuemin="0" aria-valuemax="100" aria-valuenow="{pct}">'
+            f'<div class="job-fill" style="width: {pct}%"></div>'
+            f'<span class="job-text">{words} · {pct}%</span></div>')
+
+
+class LongAction:
+    """A button for work over about a second, with its progress bar and cancel button."""
+
+    def __init__(self, label: str, elem_id: str, variant: str = "secondary", size: str = "md",
+                 waiting: str = "waiting for the model", min_width: int = 160) -> None:
+        self.label, self.elem_id, self.variant, self.size, self.waiting = label, elem_id, variant, size, waiting
+        self.min_width = min_width
+
+    def layout(self) -> None:
+        with gr.Row(elem_classes="job-row"):
+            self.btn = gr.Button(self.label, elem_id=self.elem_id, variant=self.variant, size=self.size, scale=0,
+                                 min_width=self.min_width)
+            self.cancel = gr.Button("✕ Cancel", elem_id=f"{self.elem_id}-cancel", variant="stop", size="sm",
+                                    visible=False, scale=0, min_width=90)
+        self.bar = gr.HTML("", elem_id=f"{self.elem_id}-progress", elem_classes="job-progress")
+
+    def idle(self, note: str = "") -> dict:
+        return {self.btn: gr.update(interactive=True), self.cancel: gr.update(visible=False), self.bar: note}
+
+    def wire(self, ctx: Context, work: Callable[..., dict], inputs: list[Component], outputs: list[Component],
+             preprocess: bool = True) -> Any:
+        """On a click: ``work(*values of inputs)`` -> ``{component: value}`` for ``outputs``, in a
+        worker thread. ``preprocess``: Gradio's checks of the inputs (off: the raw values, e.g.
+        a menu's value that an upload is changing). Returns the event (to chain on)."""
+        me = [self.btn, self.cancel, self.bar]
+
+        def busy():
+            return {self.btn: gr.update(interactive=False), self.cancel: gr.update(visible=True),
+                    self.bar: bar_html(0, self.waiting)}
+
+        def handler(request: gr.Request, *args):
+            job = Job(lambda: work(*args), ctx.cfg.limits.job_seconds, ctx.reg.slow_job_room)
+            key = (getattr(request, "session_hash", None) or "", self.elem_id)
+            yield {self.bar: bar_html(0, "starting")}
+            with _RUNNING_LOCK:
+                _RUNNING[key] = job
+            job.thread.start()
+            shown = None
+            try:
+                while not job.done.wait(POLL_S):
+                    if (job.share, job.text) != shown:
+                        shown = (job.share, job.text)
+                        yield {self.bar: bar_html(*shown)}
+            finally:
+                job.stop.set()  # the event was stopped (Cancel, a closed page): the worker ends at its next report
+                with _RUNNING_LOCK:
+                    if _RUNNING.get(key) is job:
+                        del _RUNNING[key]
+            if job.error is not None:
+                yield self.idle()
+                err = readable_error(job.error, self.elem_id)
+                raise err from job.error if err is not job.error else None
+            yield {**(job.result or {}), **self.idle()}
+
+        start = self.btn.click(busy, None, me, queue=False, api_visibility="private", show_progress="hidden")
+        run = start.then(handler, inputs, [*outputs, *me], api_visibility="private", show_progress="hidden",
+                         preprocess=preprocess, **ctx.slow)
+        def on_cancel(request: gr.Request):
+            with _RUNNING_LOCK:
+                job = _RUNNING.get((getattr(request, "session_hash", None) or "", self.elem_id))
+            if job is not None:
+                job.stop.set()
+            return self.idle("Stopped.")
+
+        self.cancel.click(on_cancel, None, me, cancels=[run], queue=False, api_visibility="private",
+                          show_progress="hidden")
+        return run
