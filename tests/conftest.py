@@ -102,3 +102,33 @@ def package_photos() -> dict[str, Path]:
 def labelled_photos(package_photos: dict[str, Path]) -> list[tuple[Path, frozenset[str]]]:
     """The package photos whose top-1 class is known, with the acceptable labels."""
     return [(package_photos[n], PHOTO_TOP1[n]) for n in PHOTO_TOP1]
+
+
+# ----------------------------------------------------------------------------- the browser tests' fixtures
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium (apt-get install chromium); never a downloaded one
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium; .ci/browser-deps does it in CI)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def app(deit_tiny_path: Path):
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Chromium at {CHROMIUM}")
+    from app_server import running_app
+
+    with running_app(["--weights", str(deit_tiny_path)]) as a:
+        yield a

@@ -13,37 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from app_server import ROOT, running_app
+from app_server import ROOT
+from conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: F401 (the browser tests' shared settings)
 from PIL import Image
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
 SHOTS = ROOT / "artifacts" / "screenshots"
 TIMEOUT_MS = 60_000  # generous: CI machines are shared and slow
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium; .ci/browser-deps does it in CI)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
-def app(deit_tiny_path: Path):
-    if not CHROMIUM.exists():
-        pytest.skip(f"needs Chromium at {CHROMIUM}")
-    with running_app(["--weights", str(deit_tiny_path)]) as a:
-        yield a
 
 
 @pytest.fixture

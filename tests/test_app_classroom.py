@@ -20,17 +20,15 @@ import time
 from pathlib import Path
 
 import pytest
-from app_server import ROOT, running_app
 from PIL import Image
+from test_app_browser import SHOTS
+
+from vit_demo.app.build import TABS as APP_TABS
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
-SHOTS = ROOT / "artifacts" / "screenshots"
 TIMEOUT_MS = 120_000  # generous: CI machines are shared and slow
-TABS = ("Patches", "Attention", "Rollout & relevance", "Model diagnostics", "Compare with timm", "For presentations")
+TABS = tuple(tab.title for tab in APP_TABS)  # every tab of the page, in its order
 
 # elements whose right edge lies beyond the viewport, leaves only (their children all fit), visible ones
 STICKING_OUT = """() => {
@@ -45,27 +43,6 @@ STICKING_OUT = """() => {
   }
   return out;
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium; .ci/browser-deps does it in CI)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
-def app(deit_tiny_path: Path):
-    if not CHROMIUM.exists():
-        pytest.skip(f"needs Chromium at {CHROMIUM}")
-    with running_app(["--weights", str(deit_tiny_path)]) as a:
-        yield a
 
 
 def open_page(browser, app, width: int, height: int, query: str = ""):

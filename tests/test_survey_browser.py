@@ -16,8 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from app_server import ROOT, running_app
-from test_app_browser import CHROMIUM, TIMEOUT_MS, browser, shot  # noqa: F401 (browser: a fixture)
+from app_server import ROOT
+from test_app_browser import CHROMIUM, TIMEOUT_MS, shot
 
 from vit_demo.labels import imagenet_labels, imagenet_wnids
 
@@ -60,7 +60,7 @@ def tiles(pg) -> list[dict]:
                                    "confidence: +t.dataset.confidence, cluster: +t.dataset.cluster}))")
 
 
-def test_report_filters_offline(browser, surveyed: tuple[dict, Path]) -> None:  # noqa: F811
+def test_report_filters_offline(browser, surveyed: tuple[dict, Path]) -> None:
     result, out = surveyed
     images = result["images"]
     wrong = [r["index"] for r in images if r["correct"] is False]
@@ -109,21 +109,13 @@ def test_report_filters_offline(browser, surveyed: tuple[dict, Path]) -> None:  
 # ----------------------------------------------------------------------------- the app's tab
 
 
-@pytest.fixture(scope="module")
-def app(deit_tiny_path: Path):
-    if not CHROMIUM.exists():
-        pytest.skip(f"needs Chromium at {CHROMIUM}")
-    with running_app(["--weights", str(deit_tiny_path)]) as a:
-        yield a
-
-
 def uploaded(pg, name: str) -> None:
     """Wait until the file box lists ``name`` (it shows "stem .ext") and nothing is still uploading."""
     pg.wait_for_function("name => { const t = document.querySelector('#folder-files').textContent; "
                          "return t.includes(name) && !t.includes('Uploading'); }", arg=name)
 
 
-def test_whole_folder_tab(browser, app, package_photos: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
+def test_whole_folder_tab(browser, app, package_photos: dict[str, Path], tmp_path: Path) -> None:
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = ctx.new_page()
     pg.set_default_timeout(TIMEOUT_MS)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from app_server import ROOT, running_app
-from test_app_browser import CHROMIUM, TIMEOUT_MS, browser, shot, upload  # noqa: F401 (browser: a fixture)
+from test_app_browser import CHROMIUM, TIMEOUT_MS, shot, upload
 
 from vit_demo.train.data import make_shapes
 
@@ -42,7 +42,7 @@ def app(trained: tuple[Path, Path]):
         yield a
 
 
-def test_trained_checkpoint_in_the_app(browser, app, trained: tuple[Path, Path]) -> None:  # noqa: F811
+def test_trained_checkpoint_in_the_app(browser, app, trained: tuple[Path, Path]) -> None:
     ckpt, data = trained
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = ctx.new_page()
