@@ -66,7 +66,7 @@ def test_a_flood_of_slow_jobs_does_not_starve_predictions(app, tmp_path: Path) -
     sessions = [f"flood{i}" for i in range(3)]
     for s in sessions:
         _ready_session(attacker, _photos(tmp_path, 1, 100 + len(s))[0], s)
-    slow = [n for n in attacker.events() if n in SLOW_EVENTS or n.startswith(("on_export", "handler"))]
+    slow = [n for n in attacker.events() if n in SLOW_EVENTS or n.startswith("on_export")]
     stop, joined, busy, other = threading.Event(), [], [], []
 
     def flood() -> None:

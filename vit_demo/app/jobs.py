@@ -126,6 +126,7 @@ class LongAction:
                 raise err from job.error if err is not job.error else None
             yield {**(job.result or {}), **self.idle()}
 
+        handler.__name__ = handler.__qualname__ = getattr(work, "__name__", "handler")  # the event keeps the work's name
         start = self.btn.click(busy, None, me, queue=False, api_visibility="private", show_progress="hidden")
         run = start.then(handler, inputs, [*outputs, *me], api_visibility="private", show_progress="hidden",
                          preprocess=preprocess, **ctx.slow)
