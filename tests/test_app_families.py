@@ -49,7 +49,7 @@ def test_offline_hub_pick_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     reg = ModelRegistry(hub_names=("vit_small_patch16_dinov3.lvd1689m",), random_names=())
     key = "hub:vit_small_patch16_dinov3.lvd1689m"
     assert reg.needs_download(key)
-    with pytest.raises(ValueError, match="hub is not reachable.*--weights FILE"):
+    with pytest.raises(ValueError, match="hub is not reachable.*Use your own checkpoint"):  # the page's advice, not the CLI's
         reg.get(key)
 
 

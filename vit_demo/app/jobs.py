@@ -6,9 +6,9 @@ shows the bar and the cancel button; then the work runs in a worker thread while
 handler, a generator, reads its :mod:`vit_demo.progress` reports and redraws the bar ("slide 3
 of 9", "masks 96/256") a few times a second. The pictures on the page stay as they are (no
 "processing" veil: ``show_progress="hidden"``) until the new ones arrive in one update, with the
-button enabled again. Cancel stops Gradio's event (a generator between two reads of the bar can
-be stopped) and tells the worker, whose next report raises :class:`~vit_demo.progress.Cancelled`,
-so the work ends within a second instead of running on unseen.
+button enabled again. Cancel tells the worker, whose next report raises
+:class:`~vit_demo.progress.Cancelled`, so the work ends within a second instead of running on
+unseen; the run's event then ends, and only then does the page say "Stopped." and take clicks.
 
 Every long action runs in the slow lane (:mod:`vit_demo.app.lanes`: one job per client, its own
 number of jobs at a time) and its work under the slow lane's time limit, with room for its working
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import html
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from .common import readable_error
 from .context import Component, Context
 
 POLL_S = 0.25  # how often the bar is redrawn while the work runs
+CANCEL_WAIT_S = 10.0  # at most this long, Cancel waits for the work to stop
 _RUNNING: dict[tuple[str, str], Job] = {}  # (browser session, button) -> its job, while it runs
 _RUNNING_LOCK = threading.Lock()
 
@@ -43,7 +45,8 @@ class Job:
         self.share, self.text = 0.0, "starting"
         self.result: Any = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.done = threading.Event()  # the work has finished (or failed, or stopped)
+        self.ended = threading.Event()  # ... and the event that shows it too
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, name="vit_demo-job", daemon=True)
 
@@ -102,41 +105,56 @@ class LongAction:
             return {self.btn: gr.update(interactive=False), self.cancel: gr.update(visible=True),
                     self.bar: bar_html(0, self.waiting)}
 
-        def handler(request: gr.Request, *args):
-            job = Job(lambda: work(*args), ctx.cfg.limits.job_seconds, ctx.reg.slow_job_room)
-            key = (getattr(request, "session_hash", None) or "", self.elem_id)
-            yield {self.bar: bar_html(0, "starting")}
-            with _RUNNING_LOCK:
-                _RUNNING[key] = job
-            job.thread.start()
-            shown = None
-            try:
-                while not job.done.wait(POLL_S):
-                    if (job.share, job.text) != shown:
-                        shown = (job.share, job.text)
-                        yield {self.bar: bar_html(*shown)}
-            finally:
-                job.stop.set()  # the event was stopped (Cancel, a closed page): the worker ends at its next report
-                with _RUNNING_LOCK:
-                    if _RUNNING.get(key) is job:
-                        del _RUNNING[key]
-            if job.error is not None:
-                yield self.idle()
-                err = readable_error(job.error, self.elem_id)
-                raise err from job.error if err is not job.error else None
-            yield {**(job.result or {}), **self.idle()}
-
-        handler.__name__ = handler.__qualname__ = getattr(work, "__name__", "handler")  # the event keeps the work's name
         start = self.btn.click(busy, None, me, queue=False, api_visibility="private", show_progress="hidden")
-        run = start.then(handler, inputs, [*outputs, *me], api_visibility="private", show_progress="hidden",
-                         preprocess=preprocess, **ctx.slow)
+        # "multiple": a click right after a Cancel goes through (the slow lane's door still allows
+        # each client one job at a time)
+        run = start.then(self.handler(ctx, work), inputs, [*outputs, *me], api_visibility="private",
+                         show_progress="hidden", preprocess=preprocess, trigger_mode="multiple", **ctx.slow)
+
         def on_cancel(request: gr.Request):
+            """Stop the work (at its next report) and wait until its event has ended, so that the
+            next click is not refused as this client's second slow job. No Gradio ``cancels``:
+            its cancel names the event, not the run, and could stop the next click's run."""
             with _RUNNING_LOCK:
                 job = _RUNNING.get((getattr(request, "session_hash", None) or "", self.elem_id))
             if job is not None:
                 job.stop.set()
+                job.ended.wait(CANCEL_WAIT_S)
+                time.sleep(POLL_S)  # Gradio's own bookkeeping of the ended event
             return self.idle("Stopped.")
 
-        self.cancel.click(on_cancel, None, me, cancels=[run], queue=False, api_visibility="private",
-                          show_progress="hidden")
+        self.cancel.click(on_cancel, None, me, queue=False, api_visibility="private", show_progress="hidden")
         return run
+
+    def handler(self, ctx: Context, work: Callable[..., dict]) -> Callable[..., Any]:
+        """The run event's handler: starts the :class:`Job` and redraws the bar until it is done."""
+
+        def handler(request: gr.Request, *args):
+            job = Job(lambda: work(*args), ctx.cfg.limits.job_seconds, ctx.reg.slow_job_room)
+            key = (getattr(request, "session_hash", None) or "", self.elem_id)
+            try:
+                yield {self.bar: bar_html(0, "starting")}
+                with _RUNNING_LOCK:
+                    _RUNNING[key] = job
+                job.thread.start()
+                shown = None
+                while not job.done.wait(POLL_S):
+                    if (job.share, job.text) != shown:
+                        shown = (job.share, job.text)
+                        yield {self.bar: bar_html(*shown)}
+                if isinstance(job.error, Cancelled):
+                    return  # the user's Cancel: its own event says "Stopped."
+                if job.error is not None:
+                    yield self.idle()
+                    err = readable_error(job.error, self.elem_id)
+                    raise err from job.error if err is not job.error else None
+                yield {**(job.result or {}), **self.idle()}
+            finally:
+                job.stop.set()  # a closed page: the worker ends at its next report
+                with _RUNNING_LOCK:
+                    if _RUNNING.get(key) is job:
+                        del _RUNNING[key]
+                job.ended.set()
+
+        handler.__name__ = handler.__qualname__ = getattr(work, "__name__", "handler")  # the event keeps the work's name
+        return handler
