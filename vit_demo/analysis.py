@@ -115,7 +115,7 @@ def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequ
             for name in todo:
                 maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
         a.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
-    return maps
+    return a.class_maps.setdefault(cls, maps)  # the record's own dict: on_demand_map adds to it
 
 
 def _room(a: Analysis, nbytes: int):
