@@ -146,6 +146,29 @@ def test_eigengap_finds_the_groups(seed: int) -> None:
     assert cluster_maps(blobs(rng, [(1, 1, 5)]), seed)[0].tolist() == [0] * 5  # too few to split
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_maps_on_neighbouring_patches_are_one_strategy(seed: int) -> None:
+    """What a model that learned the watermark draws: each map on ONE of the mark's four patches
+    (a different one from picture to picture), next to maps on the object. As distributions the
+    corner maps are disjoint, and the local scale of a tight group is tiny: the Hellinger
+    distance made four clusters of them. In patches they are neighbours: one cluster."""
+    from vit_demo.evaluate.clusters import cluster_maps, distances, features
+
+    rng = np.random.default_rng(seed)
+    corner = []
+    for (y, x), n in zip([(6, 0), (6, 1), (7, 0), (7, 1)], [12, 9, 8, 8]):
+        for _ in range(n):
+            m = 0.03 * rng.dirichlet(np.ones(64)).reshape(8, 8)
+            m[y, x] += 0.97
+            corner.append(m)
+    maps = np.concatenate([np.array(corner), blobs(rng, [(3, 4, 10)])])
+    labels, _ = cluster_maps(maps, seed)
+    assert np.bincount(labels).tolist() == [37, 10] and len(set(labels[:37])) == 1
+    one = np.zeros((2, 8, 8))
+    one[0, 2, 3] = one[1, 2, 4] = 1  # all the mass moves one patch to the right
+    assert distances(features(one))[0, 1] == pytest.approx(np.mean(np.abs(np.cos(np.pi * np.arange(8) / 8))))
+
+
 def test_large_class_is_clustered_on_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     import vit_demo.evaluate.clusters as clusters
 
