@@ -13,7 +13,8 @@
                prototype's mass on the watermark's patches, the largest such mass of any cluster; and
                its accuracy on both test sets (the shortcut's pictures with and without the mark).
 
-    python benchmarks/bench_survey.py [imagenet lesson] [--seed 0] [--device auto] [--json FILE]
+    python benchmarks/bench_survey.py [imagenet lesson] [--seed 0] [--device auto] [--work DIR] [--parallel]
+                                      [--figure PNG] [--json FILE]
 
 Run it with ``nice`` on a shared machine; the load average is printed next to every time.
 """
@@ -146,6 +147,43 @@ def lesson_survey(ckpt: Path, folders: dict[str, Path], tmp: Path, device: str) 
             f"accuracy on '{target}'": per_class, "survey_wall_s": marked["wall_s"]}
 
 
+def lesson_figure(work: Path, results: dict, path: Path, tiles: int = 6) -> Path:
+    """The lesson in one picture: for each model, the prototype of the cluster holding most of the
+    marked test circles (the mark outlined) and some of its members with their maps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from vit_demo.viz.export import save_figure
+
+    rows = [("watermark model", "shapes-wm"), ("clean model", "shapes-clean")]
+    fig, axes = plt.subplots(len(rows), tiles + 1, figsize=(2.0 * (tiles + 1), 3.0 * len(rows)))
+    for row, (name, stem) in zip(axes, rows):
+        report = json.loads((work / f"survey-{stem}" / "survey.json").read_text())
+        f = report["watermark"]
+        c = report["clusters"][f["cluster"]]
+        marked = {im["path"] for im in report["images"] if im.get("watermark")}
+        members = [im for im in report["images"] if im["cluster"] == c["id"]]
+        members.sort(key=lambda im: (im["path"] not in marked, im["index"]))
+        row[0].imshow(Image.open(work / f"survey-{stem}" / c["image"]))
+        row[0].set_title(f"{name}: cluster {c['id']} ('{c['class']}')\n{f['share_in_cluster']:.0%} of the marked circles\n"
+                         f"prototype: {c['mass_on_watermark']:.0%} on the mark", fontsize=8)
+        for ax, im in zip(row[1:], members[:tiles]):
+            ax.imshow(Image.open(work / f"survey-{stem}" / im["overlay"]))
+            ax.set_title(f"{Path(im['path']).parent.name}{' + mark' if im['path'] in marked else ''}\n"
+                         f"called {im['predicted']} {im['confidence']:.0%}", fontsize=8)
+        for ax in row:
+            ax.axis("off")
+    fig.suptitle(f"The Clever-Hans lesson (seed {results['seed']}): the cluster holding most of the marked test circles",
+                 fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, width_px=1800)
+    plt.close(fig)
+    return path
+
+
 def bench_lesson(work: Path, seed: int, device: str, parallel: bool = False) -> dict:
     from safetensors import safe_open
 
@@ -185,6 +223,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, help="keep the folders, checkpoints and reports here (default: a temporary "
                                               "folder); lesson: a finished step is kept, an interrupted training resumed")
     ap.add_argument("--parallel", action="store_true", help="lesson: train both models at once, one thread each")
+    ap.add_argument("--figure", type=Path, help="lesson: draw the two models' clusters on the mark here (PNG)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     results = {}
@@ -197,6 +236,8 @@ def main() -> None:
                   "lesson": lambda: bench_lesson(work, args.seed, args.device, args.parallel)}[which]
             results[which] = fn()
             print(json.dumps({which: results[which]}), flush=True)
+            if which == "lesson" and args.figure:
+                print(f"  figure: {lesson_figure(work, results[which], args.figure)}", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
