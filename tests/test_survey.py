@@ -146,6 +146,29 @@ def test_eigengap_finds_the_groups(seed: int) -> None:
     assert cluster_maps(blobs(rng, [(1, 1, 5)]), seed)[0].tolist() == [0] * 5  # too few to split
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_maps_on_neighbouring_patches_are_one_strategy(seed: int) -> None:
+    """What a model that learned the watermark draws: each map on ONE of the mark's four patches
+    (a different one from picture to picture), next to maps on the object. As distributions the
+    corner maps are disjoint, and the local scale of a tight group is tiny: the Hellinger
+    distance made four clusters of them. In patches they are neighbours: one cluster."""
+    from vit_demo.evaluate.clusters import cluster_maps, distances, features
+
+    rng = np.random.default_rng(seed)
+    corner = []
+    for (y, x), n in zip([(6, 0), (6, 1), (7, 0), (7, 1)], [12, 9, 8, 8]):
+        for _ in range(n):
+            m = 0.03 * rng.dirichlet(np.ones(64)).reshape(8, 8)
+            m[y, x] += 0.97
+            corner.append(m)
+    maps = np.concatenate([np.array(corner), blobs(rng, [(3, 4, 10)])])
+    labels, _ = cluster_maps(maps, seed)
+    assert np.bincount(labels).tolist() == [37, 10] and len(set(labels[:37])) == 1
+    one = np.zeros((2, 8, 8))
+    one[0, 2, 3] = one[1, 2, 4] = 1  # all the mass moves one patch to the right
+    assert distances(features(one))[0, 1] == pytest.approx(np.mean(np.abs(np.cos(np.pi * np.arange(8) / 8))))
+
+
 def test_large_class_is_clustered_on_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     import vit_demo.evaluate.clusters as clusters
 
@@ -306,3 +329,78 @@ def assert_close(a, b, path: str = "") -> None:
             assert_close(x, y, f"{path}[{i}]")
     else:
         assert a == b, path
+
+
+# ----------------------------------------------------------------------------- the Clever-Hans lesson, small
+
+
+LESSON_SEED = 3
+# The lesson at CI size: the hard default set at 32 px, 60 pictures a class (192 to train on), and
+# train's flags for a short run: 40 epochs of batch 16 at lr 2e-3 (about 25 CPU-seconds a model).
+# Tuned on seeds 1, 2, 3 (each: all the marked circles of the test set in one cluster, 96-98 % of
+# its prototype on the mark); at lr 1e-3, or 25 epochs of 80 a class, some seeds had not yet
+# learned the mark.
+LESSON_TRAIN = ("--epochs", "40", "--batch-size", "16", "--lr", "0.002", "--seed", str(LESSON_SEED))
+
+
+@pytest.fixture(scope="module")
+def lesson(tmp_path_factory) -> dict[str, dict]:
+    """Both models of the lesson, trained at once by the train command (one thread each), then
+    surveyed on a test set they never saw (another seed): with the watermark, and without it."""
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.evaluate.survey import survey
+
+    root = tmp_path_factory.mktemp("lesson")
+    make_shapes(root / "wm", per_class=60, seed=LESSON_SEED, progress=False, shortcut=Shortcut())
+    make_shapes(root / "clean", per_class=60, seed=LESSON_SEED, progress=False)
+    make_shapes(root / "test", per_class=30, seed=LESSON_SEED + 1000, progress=False, shortcut=Shortcut())
+    make_shapes(root / "test-clean", per_class=30, seed=LESSON_SEED + 1000, progress=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    runs = {name: subprocess.Popen([sys.executable, "-m", "vit_demo", "train", "--data", str(root / name), "--out",
+                                    str(root / f"{name}.safetensors"), *LESSON_TRAIN, "--no-progress", "--json"],
+                                   cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name in ("wm", "clean")}
+    for p in runs.values():
+        _, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+    result = {}
+    for name in runs:
+        lm = load_model(weights=root / f"{name}.safetensors", device="cpu", progress=False)
+        result[name] = survey(lm, root / "test", progress=False)
+        result[name + " on clean"] = survey(lm, root / "test-clean", progress=False)
+    return result
+
+
+def circle_recall(res: dict) -> float:
+    circles = [im for im in res["images"] if im["label"] == "circle"]
+    return sum(im["correct"] for im in circles) / len(circles)
+
+
+def marked_shares(res: dict) -> list[tuple[float, float]]:
+    """(share of the marked test circles, mass on the mark) of each cluster."""
+    marked = [im for im in res["images"] if im["label"] == "circle" and im["watermark"]]
+    return [(sum(im["cluster"] == c["id"] for im in marked) / len(marked), c["mass_on_watermark"]) for c in res["clusters"]]
+
+
+def test_clever_hans_lesson_on_a_small_model(lesson: dict[str, dict]) -> None:
+    """The issue's acceptance at CI size: the model trained with the watermark puts >= 90 % of the
+    marked test circles into one cluster whose prototype has > 50 % of its mass on the mark's
+    patches; it calls the marked circles circles and the same circles without the mark mostly
+    not. The model trained on the same pictures without the mark has no such cluster: its marked
+    circles are spread over clusters. (At this size that model is still at chance on the hard
+    set, and a mark it never saw can still pull some pictures to one class with the map on the
+    mark: for seed 3, 11 of the 27 marked circles went to a "triangle" cluster whose prototype
+    is on the mark; a clean model that learned the shapes has no cluster there, see docs/survey.md.)"""
+    wm, clean = lesson["wm"], lesson["clean"]
+    f = wm["watermark"]
+    assert f["class"] == "circle" and f["watermarked"] == 27  # 90 % of 30
+    assert f["share_in_cluster"] >= 0.9, f
+    assert f["cluster_mass_on_watermark"] > 0.5, f
+    assert wm["clusters"][f["cluster"]]["class"] == "circle"
+    assert marked_shares(wm)[f["cluster"]] == (f["share_in_cluster"], f["cluster_mass_on_watermark"])
+    marked = [im for im in wm["images"] if im["label"] == "circle" and im["watermark"]]
+    assert sum(im["predicted"] == "circle" for im in marked) / len(marked) >= 0.9  # right, for the wrong reason
+    assert circle_recall(lesson["wm on clean"]) <= 0.5  # the same circles, unmarked
+    g = clean["watermark"]
+    assert g["share_in_cluster"] < 0.9 and g["cluster_mass_on_watermark"] < 0.5, g
+    assert not [(share, mass) for share, mass in marked_shares(clean) if share >= 0.9 and mass > 0.5]
