@@ -5,6 +5,7 @@ or checkpoint analyses the current image again (:attr:`Context.reanalyze`)."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -16,6 +17,8 @@ from ..guard import Refused
 from ..limits import CHECKPOINT_MAX_MB
 from ..registry import ModelError, ModelSpec
 from ..session import Session
+
+MENU_SESSIONS = 4096  # browser sessions whose last menu is remembered (the oldest forgotten first)
 
 CHECKPOINT_TYPES = [".safetensors", ".pth", ".pt", ".bin", ".npz"]
 CHECKPOINTS_OFF = ("Loading your own checkpoint is **off** on this app: it is reachable from other computers "
@@ -117,9 +120,22 @@ class ModelPicker(Section):
 
         ctx.demo.load(on_page_load, None, [model_md], api_visibility="private", show_progress="hidden", queue=False)
 
-        def on_menu(sess: Session | None):  # the menu follows weights/: a checkpoint trained meanwhile joins it
+        shown: OrderedDict[str, tuple] = OrderedDict()  # browser session -> the menu it was last sent
+        built = tuple(reg.choices())  # the menu every page starts with
+
+        def on_menu(sess: Session | None, request: gr.Request):
+            """The menu follows weights/: a checkpoint trained meanwhile joins it. Sent only when the
+            list changed: a new list re-draws the open menu under the user's pointer."""
             reg.refresh()
-            return gr.update(choices=reg.choices(sess.extra_models if sess is not None else ()))
+            now = tuple(reg.choices(sess.extra_models if sess is not None else ()))
+            who = getattr(request, "session_hash", None) or ""
+            if shown.get(who, built) == now:
+                return gr.skip()
+            shown[who] = now
+            shown.move_to_end(who)
+            while len(shown) > MENU_SESSIONS:
+                shown.popitem(last=False)
+            return gr.update(choices=list(now))
 
         for event in (ctx.demo.load, model_dd.focus):  # on page load, and each time the menu is opened
             event(on_menu, [state], [model_dd], api_visibility="private", show_progress="hidden", queue=False)
