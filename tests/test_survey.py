@@ -169,6 +169,25 @@ def test_maps_on_neighbouring_patches_are_one_strategy(seed: int) -> None:
     assert distances(features(one))[0, 1] == pytest.approx(np.mean(np.abs(np.cos(np.pi * np.arange(8) / 8))))
 
 
+def test_a_continuum_is_one_cluster() -> None:
+    """What the default-trained watermark model draws: every map partly on the mark and partly on
+    the shape, in any proportion (here 20-100 % on the mark). The largest eigengap alone cuts such
+    a continuum somewhere (it did on 20 of 20 seeds like this one); a cut needs the next
+    eigenvalue to be at least GAP_RATIO times the last one kept (3 of those 20 seeds still pass it)."""
+    from vit_demo.evaluate.clusters import GAP_RATIO, cluster_maps, eigengap
+
+    rng = np.random.default_rng(0)
+    shape = blobs(rng, [(3, 4, 60)])
+    share = rng.uniform(0.2, 1.0, 60)[:, None, None]
+    mark = np.zeros((60, 8, 8))
+    mark[:, 6:, :2] = rng.dirichlet(np.ones(4), 60).reshape(60, 2, 2)
+    labels, spectrum = cluster_maps(share * mark + (1 - share) * shape)
+    k = eigengap(spectrum, ratio=0)
+    assert labels.max() == 0 and k > 1 and spectrum[k] < GAP_RATIO * spectrum[k - 1]
+    assert eigengap([0, 0.171, 0.43, 0.636]) == 1  # the lesson's circles (seed 0): 2.5x
+    assert eigengap([0, 0.013, 0.113, 0.793]) == 3  # three synthetic groups: 7x
+
+
 def test_large_class_is_clustered_on_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     import vit_demo.evaluate.clusters as clusters
 
