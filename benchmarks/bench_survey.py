@@ -59,7 +59,7 @@ class Command:
         stdout, stderr = self.out.read(), self.err.read()
         self.out.close(), self.err.close()
         if self.p.returncode:
-            raise SystemExit(f"{' '.join(self.args[:2])} failed:\n{stderr[-3000:]}")
+            raise SystemExit(f"{' '.join(self.args[:2])} failed (exit code {self.p.returncode}):\n{stderr[-3000:]}")
         try:
             result = json.loads(stdout)
         except ValueError:
@@ -179,7 +179,7 @@ def lesson_figure(work: Path, results: dict, path: Path, tiles: int = 6) -> Path
     fig.suptitle(f"The Clever-Hans lesson (seed {results['seed']}): the cluster holding most of the marked test circles",
                  fontsize=10)
     fig.tight_layout()
-    save_figure(fig, path, width_px=1800)
+    save_figure(fig, path, width_px=1400)
     plt.close(fig)
     return path
 
