@@ -144,7 +144,8 @@ def cluster_maps(maps: np.ndarray, seed: int = 0, max_k: int = MAX_K) -> tuple[n
         return np.zeros(n, dtype=int), []
     x = features(maps)
     sample = np.sort(np.random.default_rng(seed).choice(n, MAX_TO_SPLIT, replace=False)) if n > MAX_TO_SPLIT else None
-    a = affinity(x if sample is None else x[sample])
+    xs = x if sample is None else x[sample]  # the maps clustered
+    a = affinity(xs)
     ev = laplacian_spectrum(a, min(len(a), max_k + 1))
     k = min(eigengap(ev, max_k), len(a) // 2)
     spectrum = [round(float(v), 6) for v in ev]
@@ -157,7 +158,7 @@ def cluster_maps(maps: np.ndarray, seed: int = 0, max_k: int = MAX_K) -> tuple[n
         labels = SpectralClustering(n_clusters=k, affinity="precomputed", random_state=seed,
                                     assign_labels="cluster_qr").fit_predict(a)
     if sample is not None:  # the others join the nearest cluster mean
-        means = np.stack([x[sample][labels == c].mean(axis=0) for c in range(k)])  # the features of the mean maps
+        means = np.stack([xs[labels == c].mean(axis=0) for c in range(k)])  # the features of the mean maps
         full = distances(x, means).argmin(axis=1)
         full[sample] = labels
         labels = full
