@@ -16,11 +16,17 @@
 (e) speed    - the training step (forward + backward + AdamW) of the no-flag scratch model with and
                without ``--amp`` (bf16 autocast) and ``--compile`` (torch.compile), interleaved in one
                process: images per second of each and the ratios to the plain step.
+(f) suite    - the no-flag recipe on six unlike data sets made offline (benchmarks/suite_data.py: the
+               project's shapes, a second shape generator, outlines among clutter, scikit-learn's real
+               handwritten digits, glyphs from fonts, procedural textures), each beside logistic
+               regression and an RBF-SVM on the raw pixels and a same-size CNN on the same split
+               (benchmarks/suite_baselines.py); one markdown table (``--table FILE``). ``--scale``
+               shrinks every set (CI runs 0.03 with ``--minutes 0.2``), ``--sets`` picks some.
 (d) ddp      - the same no-flag shapes run under ``torchrun --standalone --nproc_per_node=2`` (gloo, one
                thread per process) next to the one-process run: validation accuracy and time.
 
-    python benchmarks/bench_train.py [scratch finetune step ddp speed] [--size 64] [--held-out] [--device auto]
-                                     [--json FILE]
+    python benchmarks/bench_train.py [scratch finetune step ddp speed suite] [--size 64] [--held-out] [--device auto]
+                                     [--json FILE] [--sets digits,blobs] [--scale 1.0] [--minutes M] [--table FILE]
 
 On a shared machine the wall times are disturbed by whatever else runs; the CPU time and the
 load average are printed next to them, and (c) gives ratios measured side by side.
@@ -254,6 +260,58 @@ def bench_speed(device: str = "auto") -> dict:
     return out
 
 
+SUITE_COLUMNS = ("set", "pictures", "classes", "ViT best", "ViT last", "epochs", "wall s", "CPU s", "load",
+                 "logreg", "RBF-SVM", "CNN best", "CNN s", "train-val loss")
+
+
+def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None, cnn_epochs: int) -> dict:
+    """Each set made, trained with no flag but --data and --out (and --minutes when asked), and
+    measured beside the pixel baselines and the same-size CNN on the very same split."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    from safetensors import safe_open
+    from suite_baselines import loss_gap, sklearn_baselines, split_of, train_cnn
+    from suite_data import MAKERS
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    rows = {}
+    for name in sets:
+        data = MAKERS[name](tmp / name, scale=scale)
+        out = tmp / f"{name}.safetensors"
+        r = run_train(["--data", str(data), "--out", str(out), *(["--minutes", str(minutes)] if minutes else [])])
+        with safe_open(str(out), "pt") as f:
+            history = json.loads(f.metadata()["training"])["history"]
+        params = vit_params(out)
+        d, dc = split_of(data)
+        row = {"set": name, "pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
+               "ViT best": r["best_val_accuracy"], "ViT last": r["val_accuracy"], "epochs": r["epochs"], "wall s": r["wall_s"],
+               "CPU s": r["cpu_s"], "load": "-".join(str(v) for v in r["load_avg_1min"]),
+               "baseline_accuracy": r["baseline_accuracy"], "fit": r["fit"], "train-val loss": loss_gap(history)}
+        sk = sklearn_baselines(d)
+        cnn = train_cnn(d, dc, params, epochs=cnn_epochs)
+        row.update({"logreg": sk["logreg"], "RBF-SVM": sk["svm"], "CNN best": cnn["cnn_best"], "CNN s": cnn["cnn_s"],
+                    "cnn_params": cnn["cnn_params"], "vit_params": params})
+        rows[name] = row
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def vit_params(ckpt: Path) -> int:
+    """The parameter count of a checkpoint (BatchNorm statistics not counted)."""
+    from safetensors.torch import load_file
+
+    return sum(v.numel() for k, v in load_file(str(ckpt)).items() if not k.endswith(("running_mean", "running_var",
+                                                                                        "num_batches_tracked")))
+
+
+def suite_table(rows: dict) -> str:
+    """The suite's rows as a markdown table."""
+    lines = ["| " + " | ".join(SUITE_COLUMNS) + " |", "|" + "---|" * len(SUITE_COLUMNS)]
+    for row in rows.values():
+        lines.append("| " + " | ".join(str(row.get(c, "")) for c in SUITE_COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("which", nargs="*", default=["step", "finetune", "scratch"])
@@ -261,6 +319,11 @@ def main() -> None:
     ap.add_argument("--held-out", action="store_true", help="scratch: also a set like the issue's held-out one")
     ap.add_argument("--device", default="auto", help="scratch / speed: where to train (default: auto)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--sets", default="shapes,blobs,outlines,digits,glyphs,textures", help="suite: which data sets")
+    ap.add_argument("--scale", type=float, default=1.0, help="suite: pictures per class, as a share of each set's full size")
+    ap.add_argument("--minutes", type=float, help="suite: pass --minutes to train (default: train's own default)")
+    ap.add_argument("--cnn-epochs", type=int, default=40, help="suite: epochs of the same-size CNN (default 40)")
+    ap.add_argument("--table", help="suite: write the markdown table here")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = {}
@@ -268,11 +331,17 @@ def main() -> None:
         for which in args.which:
             fn = {"scratch": lambda: bench_scratch(Path(d), args.size, args.held_out, args.device),
                   "finetune": lambda: bench_finetune(Path(d)), "step": bench_step, "ddp": lambda: bench_ddp(Path(d)),
-                  "speed": lambda: bench_speed(args.device)}[which]
+                  "speed": lambda: bench_speed(args.device),
+                  "suite": lambda: bench_suite(Path(d), args.sets.split(","), args.scale, args.minutes, args.cnn_epochs)}[which]
             results[which] = fn()
             print(json.dumps({which: results[which]}), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    if "suite" in results:
+        table = suite_table(results["suite"])
+        print(table)
+        if args.table:
+            Path(args.table).write_text(table)
 
 
 if __name__ == "__main__":

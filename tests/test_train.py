@@ -31,7 +31,6 @@ from vit_demo.train.recipe import (
     finetune_recipe,
     make_optimizer,
     scratch_config,
-    scratch_epochs,
     scratch_recipe,
     warmup_cosine,
     with_new_head,
@@ -42,7 +41,7 @@ FLAGS = ["--patch-size", "8", "--epochs", "6", "--batch-size", "16", "--lr", "1e
          "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 KEYS = ["classes", "train_images", "val_images", "skipped_files", "epochs", "val_accuracy", "best_val_accuracy", "best_epoch",
-        "seconds", "out", "device", "processes"]
+        "seconds", "out", "device", "processes", "budget_seconds", "baseline_accuracy", "fit", "fit_note"]
 
 
 def vit_demo(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -160,13 +159,15 @@ def test_linear_probe_on_deit_tiny(shapes: Path, deit_tiny_path: Path, tmp_path:
 
 
 def test_scratch_defaults_follow_the_data() -> None:
-    """Epochs from the data's size (about 400,000 pictures seen, 10 to 300 epochs), a conv stem by
-    default with a power-of-2 patch, the plain ViT on request."""
-    assert [scratch_epochs(n) for n in (64, 1000, 3200, 50_000, 10**6)] == [300, 300, 125, 10, 10]
-    r = scratch_recipe(3200)
-    assert (r.epochs, r.warmup_epochs, r.batch_size) == (125, 5, 64) and scratch_recipe(50_000).warmup_epochs == 1
+    """The epochs come from the time budget (the recipe's own count is a placeholder), a compact
+    convolutional transformer by default (CCT's pooled tokenizer, the patch tokens' mean as the
+    read-out, no [class] token) with a power-of-2 patch, the plain ViT with its [class] token on request."""
+    r = scratch_recipe()
+    assert (r.epochs, r.warmup_epochs, r.batch_size, r.augment.scale) == (100, 5, 64, (0.75, 1.0))
     conv, plain = scratch_config(32, 4, stem="conv"), scratch_config(32, 4)
-    assert conv.conv_stem and conv.patch_size == 4 and not plain.conv_stem
+    assert conv.conv_stem and conv.stem_pool and conv.stem_width == 64 and conv.patch_size == 4
+    assert (conv.class_token, conv.global_pool, conv.fc_norm) == (False, "avg", True)
+    assert not plain.conv_stem and plain.class_token and plain.global_pool == "token"
     assert [scratch_config(n, 4, stem="conv").patch_size for n in (64, 48, 40, 50)] == [8, 8, 4, 2]
     from vit_demo.train.data import DataError
 

@@ -99,6 +99,8 @@ class ViTConfig:
     pool_include_prefix: bool = False  # the attention pool reads the prefix tokens too (PE)
     # Trained here only, never in a port (timm's ViT has no such option; timm parity does not cover it):
     conv_stem: bool = False  # 3x3 stride-2 convolutions + BatchNorm + ReLU before a 1x1 patch projection (ConvStem)
+    stem_width: int = 0  # the conv stem's last width (0: embed_dim // 2); the widths before it halve
+    stem_pool: bool = False  # CCT's tokenizer: each stage a stride-1 convolution then a 3x3 max-pool of stride 2
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", tuple(int(s) for s in self.img_size))
@@ -204,15 +206,21 @@ class QuickGELU(nn.Module):
 
 class ConvStem(nn.Sequential):
     """Xiao et al., "Early convolutions help transformers see better" (NeurIPS 2021): log2(patch)
-    3x3 stride-2 convolutions, each with BatchNorm and ReLU, widths doubling up to embed_dim / 2.
-    Edges and corners come out of it, either contrast polarity alike; a 1x1 projection follows."""
+    3x3 stride-2 convolutions, each with BatchNorm and ReLU, widths doubling up to ``stem_width``
+    (default embed_dim / 2). Edges and corners come out of it, either contrast polarity alike; a
+    1x1 projection follows. ``stem_pool``: each stage is CCT's instead (Hassani et al. 2021, "Escaping
+    the big data paradigm with compact transformers"), a stride-1 convolution whose ReLU output is
+    max-pooled 3x3 with stride 2: every pixel is seen by a filter before the grid shrinks."""
 
     def __init__(self, cfg: ViTConfig) -> None:
         n = cfg.patch_size.bit_length() - 1  # patch 4: two halvings
-        widths = [cfg.embed_dim // 2 ** (n - i) for i in range(n)]
+        last = cfg.stem_width or cfg.embed_dim // 2
+        widths = [last // 2 ** (n - 1 - i) for i in range(n)]
         layers: list[nn.Module] = []
         for c_in, c_out in zip([cfg.in_chans, *widths], widths):
-            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+            stride = 1 if cfg.stem_pool else 2
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+            layers += [nn.MaxPool2d(3, stride=2, padding=1)] if cfg.stem_pool else []
         super().__init__(*layers)
 
 
@@ -247,7 +255,7 @@ class PatchEmbed(nn.Module):
         self.patch_size = cfg.patch_size
         p = cfg.patch_size
         self.stem = ConvStem(cfg) if cfg.conv_stem else None
-        c_in, p = (cfg.embed_dim // 2, 1) if cfg.conv_stem else (cfg.in_chans, p)
+        c_in, p = (cfg.stem_width or cfg.embed_dim // 2, 1) if cfg.conv_stem else (cfg.in_chans, p)
         self.proj = nn.Conv2d(c_in, cfg.embed_dim, kernel_size=p, stride=p, bias=cfg.patch_bias)
         self.norm = make_norm(cfg) if cfg.patch_norm else nn.Identity()
 

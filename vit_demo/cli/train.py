@@ -26,8 +26,13 @@ def register(sub: Any) -> None:
     p.add_argument("--patch-size", type=int, help="from scratch: patch size (default: about 8 patches a side)")
     p.add_argument("--stem", choices=("conv", "patch"), help="from scratch: 'conv' (default), a convolutional stem before the "
                                                              "transformer; 'patch', the plain ViT (timm has its twin)")
-    p.add_argument("--epochs", type=int, help="from scratch: default from the data's size (3,200 pictures: 125; 10 to 300); "
-                                              "5 fine-tuning, 8 linear probe")
+    p.add_argument("--epochs", type=int, help="a fixed number of epochs (from scratch the default is what fits --minutes; "
+                                              "fine-tuning 5, linear probe 8)")
+    p.add_argument("--minutes", type=float, help="a time budget: the run times a few steps and trains for the epochs that fit "
+                                                 "(from scratch the default: 10 on a CPU, 3 on a GPU)")
+    p.add_argument("--flip", action="store_true", help="from scratch: add horizontal flips (for pictures whose mirror image "
+                                                       "is the same class, such as photos; off by default: a mirrored "
+                                                       "digit or letter is not)")
     p.add_argument("--batch-size", type=int, help="global batch (split across torchrun processes); default 64 / 16")
     p.add_argument("--lr", type=float, help="peak learning rate (default 1e-3)")
     p.add_argument("--freeze-backbone", action="store_true", help="with --from: train the head only (linear probe)")
@@ -43,9 +48,27 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def end_lines(summary: dict[str, Any], curves: Any) -> str:
+    """What the run ends with: the checkpoint, the time against the budget, the pixel baseline, the fit."""
+    budget = summary.get("budget_seconds")
+    took = f"{summary['seconds']:.0f} s" + (f" of a {budget:.0f} s budget" if budget else "")
+    lines = [f"saved {summary['out']}: the weights of epoch {summary['best_epoch']} of {summary['epochs']} "
+             f"(val accuracy {summary['best_val_accuracy']}, the best; the last epoch: {summary['val_accuracy']}; "
+             f"{took}); curves in {curves}"]
+    base, best = summary.get("baseline_accuracy"), summary.get("best_val_accuracy")
+    if base is not None and best is not None:
+        verdict = "the ViT learned more than the pixels give" if best > base else \
+            "the ViT did NOT beat it: train longer (--minutes) or check the data"
+        lines.append(f"baseline: logistic regression on the raw pixels gets {base:.4f} on the same validation split; {verdict}")
+    if summary.get("fit_note"):
+        lines.append(summary["fit_note"])
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     opts = TrainOptions(data=args.data, out=args.out, from_=args.from_, img_size=args.img_size,
-                        patch_size=args.patch_size, stem=args.stem, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                        patch_size=args.patch_size, stem=args.stem, epochs=args.epochs, minutes=args.minutes,
+                        flip=args.flip, batch_size=args.batch_size, lr=args.lr,
                         freeze_backbone=args.freeze_backbone, val_split=args.val_split, seed=args.seed,
                         resume=args.resume, device=args.device, progress=not args.no_progress, amp=args.amp,
                         compile=args.compile)
@@ -61,7 +84,5 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(summary), flush=True)
         else:
-            print(f"saved {summary['out']}: the weights of epoch {summary['best_epoch']} of {summary['epochs']} "
-                  f"(val accuracy {summary['best_val_accuracy']}, the best; the last epoch: {summary['val_accuracy']}; "
-                  f"{summary['seconds']:.0f} s); curves in {curves_path(args.out)}")
+            print(end_lines(summary, curves_path(args.out)))
     return 0

@@ -383,6 +383,18 @@ def index_folder(root: str | os.PathLike) -> FolderIndex:
     return FolderIndex(root, classes, files, targets)
 
 
+def check_class_sizes(index: FolderIndex, val_split: float) -> None:
+    """A clear error, before any picture is read, for a class too small to split: with validation,
+    every class needs one picture to learn from and one to be checked on."""
+    if val_split <= 0:
+        return
+    counts = {c: index.targets.count(i) for i, c in enumerate(index.classes)}
+    small = [f"{c} ({n})" for c, n in counts.items() if n < 2]
+    if small:
+        raise DataError(f"{index.root}: class folder(s) with a single picture: {', '.join(small)}; every class needs at "
+                        f"least 2 (one to train on, one to validate on): add pictures, or pass --val-split 0")
+
+
 def split_indices(targets: Sequence[int], val_split: float, seed: int) -> tuple[list[int], list[int]]:
     """A stratified, seeded train/val split: ``val_split`` of every class (at least one picture
     per class when ``val_split > 0`` and the class has two or more)."""

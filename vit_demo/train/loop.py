@@ -32,8 +32,10 @@ from ..preprocess import DataConfig
 from ..viz.charts import training_figure
 from ..viz.export import save_figure
 from .augment import eval_batch, train_batch
+from .baseline import fit_verdict, pixel_baseline
+from .budget import PROBE_STEPS, default_minutes, epochs_for, format_eta, seconds_per_step
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
-from .data import DataError, TrainData, common_size, index_folder, load_folder
+from .data import DataError, TrainData, check_class_sizes, common_size, index_folder, load_folder
 from .recipe import (
     STEMS,
     Recipe,
@@ -42,6 +44,7 @@ from .recipe import (
     scratch_config,
     scratch_data_config,
     scratch_recipe,
+    scratch_size,
     warmup_cosine,
     with_new_head,
 )
@@ -64,6 +67,8 @@ class TrainOptions:
     patch_size: int | None = None
     stem: str | None = None  # from scratch: "conv" (default) or "patch" (the plain ViT)
     epochs: int | None = None
+    minutes: float | None = None  # a time budget: the epochs that fit it (from scratch: the default)
+    flip: bool = False  # from scratch: horizontal flips in the augmentation (fine-tuning always flips)
     batch_size: int | None = None  # global batch (split across torchrun processes)
     lr: float | None = None
     freeze_backbone: bool = False
@@ -137,11 +142,17 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
         raise DataError("--freeze-backbone needs --from CHECKPOINT (there is no trained backbone to freeze)")
     if any(v is not None and v <= 0 for v in (opts.epochs, opts.batch_size, opts.lr)):
         raise DataError("--epochs and --batch-size must be >= 1 and --lr > 0")
+    if opts.minutes is not None and not opts.minutes > 0:
+        raise DataError(f"--minutes must be more than 0 (a time budget for the run), got {opts.minutes:g}")
+    if opts.minutes is not None and opts.epochs is not None:
+        raise DataError("give --epochs or --minutes, not both (--minutes picks the epochs that fit the time)")
     cifar = find_cifar(opts.data)
     index = None if cifar else index_folder(opts.data)
+    if index is not None:
+        check_class_sizes(index, opts.val_split)
     num_classes = len(class_names(cifar)) if cifar else len(index.classes)
     if opts.from_ is None:
-        size = opts.img_size or (32 if cifar else min(common_size(index.files)))
+        size = opts.img_size or (32 if cifar else scratch_size(min(common_size(index.files))))
         model = VisionTransformer(scratch_config(size, num_classes, opts.patch_size, opts.stem or STEMS[0])).init_weights()
         dc, mode, base, store = scratch_data_config(size), "scratch", "scratch", size
     else:
@@ -154,7 +165,7 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
         store = dc.scale_size[0]
     data = load_cifar_dir(cifar, dc, store) if cifar else load_folder(index, dc, opts.val_split, opts.seed, store,
                                                                       progress=opts.progress, warn=log)
-    recipe = scratch_recipe(len(data.train_x)) if opts.from_ is None else finetune_recipe(opts.freeze_backbone)
+    recipe = scratch_recipe(flip=opts.flip) if opts.from_ is None else finetune_recipe(opts.freeze_backbone)
     recipe = replace(recipe, **{k: v for k, v in (("epochs", opts.epochs), ("batch_size", opts.batch_size),
                                                   ("lr", opts.lr)) if v is not None})
     return Setup(model, dc, data, recipe, mode, base)
@@ -267,8 +278,9 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
     say = log if dist.main else (lambda msg: None)
     torch.manual_seed(opts.seed)
     s = build(opts, say)
-    r = s.recipe
     model = s.model.to(device)
+    s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start)
+    r = s.recipe
     opt = make_optimizer(model, r, opts.freeze_backbone)
     steps = max(1, len(s.data.train_x) // max(1, r.batch_size // dist.world) // dist.world)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(r.epochs * steps, round(r.warmup_epochs * steps)))
@@ -286,6 +298,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
     say(header(s, model, opts, dist, device))
     ddp = training_module(model, opts, dist, device)
+    t_epochs = time.perf_counter()
     for epoch in range(start, r.epochs):
         train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp)
         val_loss, val_acc = evaluate(model, s, device)
@@ -295,13 +308,14 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         if score >= best["acc"] or best["state"] is None:
             best = {"acc": score, "epoch": epoch + 1,
                     "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
+        eta = (time.perf_counter() - t_epochs) / (epoch + 1 - start) * (r.epochs - epoch - 1)
         say(f"epoch {epoch + 1:>3}/{r.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
-            f"val acc {val_acc:.4f}  {ips:,.0f} img/s  {kept_note(best, epoch + 1, val_acc == val_acc)}")
+            f"val acc {val_acc:.4f}  {ips:,.0f} img/s  ETA {format_eta(eta)}  {kept_note(best, epoch + 1, val_acc == val_acc)}")
         if dist.main:
             save_state(spath, {"fingerprint": fp, "epoch": epoch + 1, "history": history, "best": best,
                                "model": model.state_dict(), "optimizer": opt.state_dict(),
                                "scheduler": sched.state_dict()})
-    summary = finish(opts, s, model, history, best, dist, time.perf_counter() - t_start)
+    summary = finish(opts, s, model, history, best, dist, t_start, budget)
     if dist.world > 1:
         import torch.distributed as tdist
 
@@ -310,14 +324,46 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
     return summary
 
 
+def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, spent: float) -> tuple[Setup, float | None]:
+    """The epochs of the run and its time budget in seconds (None when ``--epochs`` or a fine-tune's
+    default fixes them): from scratch without ``--epochs``, the budget is ``--minutes`` or
+    :func:`~.budget.default_minutes`; a resumed run keeps the epochs it started with; under torchrun
+    every process takes rank 0's figure."""
+    if opts.epochs is not None or (opts.from_ is not None and opts.minutes is None):
+        return s, None
+    budget = 60 * (opts.minutes if opts.minutes is not None else default_minutes(device))
+    saved = state_path(opts.out)
+    if opts.resume and saved.is_file():
+        epochs = int(torch.load(saved, map_location="cpu", weights_only=True)["fingerprint"]["recipe"]["epochs"])
+    else:
+        r = s.recipe
+        per_rank = max(1, r.batch_size // dist.world)
+        step_s = seconds_per_step(s.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), s.data.train_x,
+                                  s.data.train_y, per_rank, s.dc, r.augment, device, opts.amp)
+        t0 = time.perf_counter()
+        evaluate(s.model, s, device)
+        eval_s = (time.perf_counter() - t0) / dist.world
+        steps = max(1, len(s.data.train_x) // per_rank // dist.world)
+        epochs = epochs_for(budget - spent - step_s * sum(PROBE_STEPS), step_s, steps, eval_s)
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        box = [epochs]
+        tdist.broadcast_object_list(box, src=0)
+        epochs = int(box[0])
+    warmup = min(5, max(1, epochs // 20))
+    return replace(s, recipe=replace(s.recipe, epochs=epochs, warmup_epochs=warmup)), budget
+
+
 def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> str:
     """The run's first line: the data, the model and the recipe."""
     r = s.recipe
+    budgeted = opts.epochs is None and (s.mode == "scratch" or opts.minutes is not None)
     return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
             f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
             f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
             f"patch {model.cfg.patch_size}{', conv stem' if model.cfg.conv_stem else ''}; {r.epochs} epochs"
-            f"{' (for this many pictures; --epochs to change)' if s.mode == 'scratch' and opts.epochs is None else ''}, "
+            f"{' (what fits the time budget; --epochs N repeats a run exactly)' if budgeted else ''}, "
             f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
             + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
             + "".join(f", {flag}" for flag, on in (("bf16 autocast", opts.amp), ("compiled", opts.compile)) if on))
@@ -343,19 +389,26 @@ def training_module(model: VisionTransformer, opts: TrainOptions, dist: Dist, de
 
 
 def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list[dict[str, float]],
-           best: dict[str, Any], dist: Dist, seconds: float) -> dict[str, Any]:
-    """Save the best checkpoint and the curves (rank 0) and return the summary."""
+           best: dict[str, Any], dist: Dist, t_start: float, budget: float | None) -> dict[str, Any]:
+    """Save the best checkpoint and the curves, score the pixel baseline (rank 0) and return the
+    summary."""
     last = history[-1] if history else {}
     val_acc = last.get("val_accuracy", float("nan"))
     accs = [h["val_accuracy"] for h in history if h["val_accuracy"] == h["val_accuracy"]]
+    base_acc, _ = pixel_baseline(s.data.train_x, s.data.train_y, s.data.val_x, s.data.val_y, opts.seed) \
+        if dist.main else (None, 0.0)
+    fit, fit_words = fit_verdict(history)
     summary = {
         "classes": s.data.classes, "train_images": len(s.data.train_x), "val_images": len(s.data.val_x),
         "skipped_files": s.data.skipped, "epochs": s.recipe.epochs,
         "val_accuracy": None if val_acc != val_acc else round(val_acc, 6),
         "best_val_accuracy": round(max(accs), 6) if accs else None, "best_epoch": best["epoch"],
-        "seconds": round(seconds, 2), "out": str(opts.out),
+        "seconds": 0.0, "out": str(opts.out),
         "device": str(next(model.parameters()).device), "processes": dist.world,
+        "budget_seconds": None if budget is None else round(budget, 1),
+        "baseline_accuracy": None if base_acc is None else round(base_acc, 6), "fit": fit, "fit_note": fit_words,
     }
+    summary["seconds"] = round(time.perf_counter() - t_start, 2)  # in the checkpoint; the returned one adds the saving
     if dist.main:
         model.load_state_dict(best["state"])
         meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name,
@@ -364,6 +417,7 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
         save(model, s.dc, opts.out, name="", source=f"trained here ({s.mode}) on "
              f"{s.data.source}", class_names=s.data.classes, extra_meta=meta)
         save_figure(training_figure(history, title=f"{Path(opts.out).name} ({s.mode})"), curves_path(opts.out), width_px=900)
+    summary["seconds"] = round(time.perf_counter() - t_start, 2)
     return summary
 
 

@@ -38,24 +38,15 @@ class Recipe:
     augment: AugmentConfig
 
 
-SCRATCH_PICTURES = 400_000  # pictures a default from-scratch run sees in all (epochs x training pictures)
-SCRATCH_EPOCHS = (10, 300)  # the fewest and most epochs that rule gives
-
-
-def scratch_epochs(train_pictures: int) -> int:
-    """Epochs from the data's size: a ViT from scratch needs many passes over small data (3,200
-    pictures: 125 epochs) and fewer over large data (CIFAR-10's 50,000: 10), so that a default run
-    sees about 400,000 pictures: about 10 minutes for the default model on 2 CPU cores."""
-    return int(min(SCRATCH_EPOCHS[1], max(SCRATCH_EPOCHS[0], round(SCRATCH_PICTURES / max(1, train_pictures)))))
-
-
-def scratch_recipe(train_pictures: int = 3200) -> Recipe:
-    """Small data, small pictures: a narrow, shallow ViT with a convolutional stem, trained for as
-    many epochs as :func:`scratch_epochs` gives for ``train_pictures``."""
-    epochs = scratch_epochs(train_pictures)
+def scratch_recipe(epochs: int = 100, flip: bool = False) -> Recipe:
+    """Small data, small pictures: AdamW at 1e-3, batch 64, label smoothing 0.1, light crops (75-100 %
+    of the picture) and colour jitter 0.2 (stronger crops left the model under-fitting), no flips
+    unless ``flip`` (a mirrored digit or letter is not the same class: flips cost the digits half a
+    point; docs/training.md). ``epochs`` is a placeholder: ``train`` picks the epochs that fit its
+    time budget (:mod:`.budget`) unless ``--epochs`` is given."""
     return Recipe(epochs=epochs, batch_size=64, lr=1e-3, backbone_lr_scale=1.0, weight_decay=0.05,
                   warmup_epochs=min(5, max(1, epochs // 20)), label_smoothing=0.1, grad_clip=1.0,
-                  augment=AugmentConfig(scale=(0.5, 1.0), jitter=0.3))
+                  augment=AugmentConfig(scale=(0.75, 1.0), jitter=0.2, hflip=0.5 if flip else 0.0))
 
 
 def finetune_recipe(freeze: bool) -> Recipe:
@@ -64,14 +55,28 @@ def finetune_recipe(freeze: bool) -> Recipe:
                   warmup_epochs=1, label_smoothing=0.1, grad_clip=1.0, augment=AugmentConfig(scale=(0.35, 1.0), jitter=0.2))
 
 
+SCRATCH_MIN_SIDE = 8  # smaller pictures are enlarged to this for a model trained from scratch
+
+
+def scratch_size(side: int) -> int:
+    """The input size of a from-scratch model for pictures of ``side`` pixels: their own size (at
+    least 8, a 4 x 4 grid of 2-px patches). Enlarging 8-px digits to 32 px learned no better and took
+    4x longer an epoch (docs/training.md)."""
+    return max(int(side), SCRATCH_MIN_SIDE)
+
+
 STEMS = ("conv", "patch")  # --stem: the default from scratch first
 
 
 def scratch_config(img_size: int, num_classes: int, patch_size: int | None = None, stem: str = "patch") -> ViTConfig:
     """The from-scratch architecture: patch 4 at 32 px (an 8x8 grid; larger pictures keep about 8
     patches a side), width 96, 4 blocks, 4 heads, MLP ratio 2: about 0.3 M parameters. ``stem``:
-    ``"patch"``, the plain ViT (timm builds the same model); ``"conv"``, a convolutional stem
-    (:class:`~vit_demo.model.ConvStem`; patch sizes are powers of 2), what ``train`` uses by default."""
+    ``"patch"``, the plain ViT with a [class] token (timm builds the same model); ``"conv"``, what
+    ``train`` uses by default, a compact convolutional transformer in the spirit of CCT (Hassani et
+    al. 2021): CCT's convolutional tokenizer (:class:`~vit_demo.model.ConvStem` with ``stem_pool``,
+    64 channels; patch sizes are powers of 2) and the patch tokens' mean as the read-out instead of
+    a [class] token. On unlike small data sets the [class] token sat at chance for the first 10-40
+    epochs where the mean read-out learned from the third (docs/training.md)."""
     if stem not in STEMS:
         raise DataError(f"--stem must be one of {', '.join(STEMS)}, got {stem!r}")
     conv = stem == "conv"
@@ -81,8 +86,10 @@ def scratch_config(img_size: int, num_classes: int, patch_size: int | None = Non
         raise DataError(f"--img-size {img_size} is not a multiple of the patch size {p}; pass --patch-size")
     if conv and p & (p - 1):
         raise DataError(f"--stem conv needs a patch size that is a power of 2 (got {p}); pass --patch-size or --stem patch")
+    head = {"conv_stem": True, "stem_pool": True, "stem_width": 64, "class_token": False, "global_pool": "avg",
+            "fc_norm": True} if conv else {}
     return ViTConfig(img_size=(img_size, img_size), patch_size=p, embed_dim=96, depth=4, num_heads=4, mlp_ratio=2.0,
-                     num_classes=num_classes, conv_stem=conv)
+                     num_classes=num_classes, **head)
 
 
 def scratch_data_config(img_size: int) -> DataConfig:

@@ -1,0 +1,123 @@
+"""Issue 34's product parts: the time budget (``--minutes``), the pixel baseline, the fit verdict,
+and clear words for bad training folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vit_demo.train.baseline import fit_verdict, pixel_baseline
+from vit_demo.train.budget import epochs_for, format_eta
+from vit_demo.train.data import DataError, check_class_sizes, index_folder, make_shapes
+from vit_demo.train.recipe import scratch_size
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def train(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vit_demo", "train", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=ENV, timeout=timeout)
+
+
+def test_epochs_that_fit_a_budget() -> None:
+    # 50 steps of 0.1 s and a 1 s validation pass: 6 s an epoch; 95 % of 600 s holds 95 of them
+    assert epochs_for(600, 0.1, 50, 1.0) == 95
+    assert epochs_for(1, 0.1, 50, 1.0) == 1  # always at least one epoch
+    assert epochs_for(10**9, 0.001, 1, 0.0) == 2000  # and at most 2000
+    assert [format_eta(s) for s in (0, 59.6, 61, 3725)] == ["0:00", "1:00", "1:01", "1:02:05"]
+
+
+def test_tiny_pictures_are_enlarged_to_eight_pixels() -> None:
+    assert [scratch_size(s) for s in (4, 8, 28, 64)] == [8, 8, 28, 64]
+
+
+def history(train: list[float], val: list[float]) -> list[dict[str, float]]:
+    return [{"epoch": i + 1, "train_loss": t, "val_loss": v, "val_accuracy": 0.5} for i, (t, v) in enumerate(zip(train, val))]
+
+
+def test_fit_verdict_from_the_curves() -> None:
+    falling = [1.2 - 0.05 * i for i in range(10)]  # 1.2 -> 0.75, still falling at the end
+    verdict, words = fit_verdict(history(falling, [0.6] * 10))
+    assert verdict == "under-fit" and "0.750" in words and "--minutes" in words
+    flat = [1.0] * 5 + [0.4] * 5
+    assert fit_verdict(history(flat, [0.5, 0.4, 0.3, 0.3, 0.3, 0.32, 0.36, 0.4, 0.45, 0.5]))[0] == "over-fit"
+    assert fit_verdict(history(flat, [0.5, 0.45, 0.42, 0.41, 0.40, 0.40, 0.41, 0.40, 0.40, 0.41]))[0] == "fit"
+    assert fit_verdict(history([1.0, 0.9], [1.0, 0.9])) == ("", "")  # too short to say
+    assert fit_verdict(history(falling, [float("nan")] * 10)) == ("", "")  # no validation
+
+
+def test_pixel_baseline_learns_pixels_and_not_noise() -> None:
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(200) % 2
+    x = (torch.rand(200, 3, 16, 16, generator=g) * 120 + 60 * y[:, None, None, None]).to(torch.uint8)  # class 1 is brighter
+    acc, seconds = pixel_baseline(x[:150], y[:150], x[150:], y[150:])
+    assert acc is not None and acc >= 0.95 and seconds >= 0
+    noise = (torch.rand(200, 3, 16, 16, generator=g) * 255).to(torch.uint8)  # labels unrelated to pixels
+    acc, _ = pixel_baseline(noise[:150], y[:150], noise[150:], y[150:])
+    assert acc is not None and 0.2 <= acc <= 0.8
+    assert pixel_baseline(x[:150], y[:150], x[:0], y[:0]) == (None, 0.0)  # no validation pictures: no baseline
+
+
+def test_a_class_with_one_picture_is_refused_in_words(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from vit_demo.cli.main import main
+
+    make_shapes(tmp_path, per_class=3, size=16, seed=0, progress=False, classes=("circle", "square"))
+    for f in sorted((tmp_path / "square").glob("*.png"))[1:]:
+        f.unlink()
+    index = index_folder(tmp_path)
+    with pytest.raises(DataError, match=r"single picture: square \(1\).*--val-split 0"):
+        check_class_sizes(index, 0.2)
+    check_class_sizes(index, 0.0)  # no validation: one picture is enough to train on
+    assert main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "m.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "single picture" in err, err
+
+
+def test_bad_budgets_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from vit_demo.cli.main import main
+
+    make_shapes(tmp_path, per_class=2, size=16, seed=0, progress=False)
+    for flags, words in ((["--minutes", "0"], "--minutes must be more than 0"), (["--minutes", "-2"], "must be more than 0"),
+                         (["--minutes", "1", "--epochs", "3"], "not both")):
+        assert main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "m.safetensors"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().count("\n") == 0 and words in err, err
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def mixed_folder(root: Path) -> Path:
+    """Two classes of pictures of every size and mode a user's folder may hold, and one corrupt file."""
+    rng = np.random.default_rng(0)
+    for c, level in (("dark", 40), ("light", 200)):
+        (root / c).mkdir(parents=True)
+        for i, (mode, size) in enumerate([("RGB", (24, 24)), ("L", (24, 24)), ("RGBA", (30, 20)), ("P", (24, 24)),
+                                          ("RGB", (40, 40)), ("L", (16, 24)), ("RGB", (24, 24)), ("LA", (24, 24))]):
+            a = np.clip(rng.normal(level, 20, (size[1], size[0], 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(a).convert(mode).save(root / c / f"{c}{i}.png")
+    (root / "light" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a picture")
+    return root
+
+
+def test_a_budget_run_on_a_mixed_folder_reports_time_baseline_and_fit(tmp_path: Path) -> None:
+    """--minutes picks the epochs; the JSON reports the budget, the pixel baseline and the fit; the
+    epoch lines carry an ETA; pictures of any size and mode train together; a corrupt file is
+    skipped and named."""
+    data = mixed_folder(tmp_path / "data")
+    r = train("--data", str(data), "--out", str(tmp_path / "m.safetensors"), "--minutes", "0.15", "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["budget_seconds"] == 9.0 and s["epochs"] >= 1 and s["skipped_files"] == 1
+    assert "broken.png" in r.stderr and "what fits the time budget" in r.stderr
+    assert 0.0 <= s["baseline_accuracy"] <= 1.0 and s["fit"] in ("under-fit", "over-fit", "fit", "")
+    assert all("ETA " in ln for ln in r.stderr.splitlines() if ln.startswith("epoch "))
+    meta = json.loads(__import__("safetensors").safe_open(str(tmp_path / "m.safetensors"), "pt").metadata()["training"])
+    assert meta["recipe"]["epochs"] == s["epochs"] and meta["budget_seconds"] == 9.0

@@ -1,0 +1,73 @@
+"""What a run is measured against, and what its curves say.
+
+- :func:`pixel_baseline`: logistic regression on the raw pixels (scikit-learn), trained on the same
+  training pictures and scored on the same validation split as the ViT: seconds of work that tell
+  whether the ViT learned more than the pixels alone give away.
+- :func:`fit_verdict`: under-fit, over-fit or neither, in words, from the loss curves.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+BASELINE_SIDE = 32  # pictures larger than this are area-averaged down to it for the baseline
+BASELINE_PICTURES = 10_000  # at most this many training pictures (a seeded sample): seconds, not minutes
+STILL_FALLING = 0.03  # the training loss fell by more than this share over the last fifth of the epochs
+OVERFIT_RISE = 0.15  # the validation loss ended this share above its lowest point
+
+
+def pixel_features(x: torch.Tensor, side: int) -> np.ndarray:
+    """uint8 pictures [N, 3, h, w] -> [N, 3 * side * side] floats in [0, 1] (area-averaged)."""
+    x = x.float() / 255
+    if x.shape[-1] != side or x.shape[-2] != side:
+        x = F.interpolate(x, size=(side, side), mode="area")
+    return x.flatten(1).numpy()
+
+
+def pixel_baseline(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
+                   seed: int = 0) -> tuple[float | None, float]:
+    """(validation accuracy, seconds) of a standardised logistic regression on the raw pixels (of at
+    most :data:`BASELINE_PICTURES` training pictures); (None, 0) without validation pictures."""
+    if len(val_x) == 0:
+        return None, 0.0
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    t0 = time.perf_counter()
+    if len(train_x) > BASELINE_PICTURES:
+        keep = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(seed))[:BASELINE_PICTURES]
+        train_x, train_y = train_x[keep], train_y[keep]
+    side = min(BASELINE_SIDE, val_x.shape[-1], val_x.shape[-2])
+    clf = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=300, random_state=seed))
+    clf.fit(pixel_features(train_x, side), train_y.numpy())
+    acc = float((clf.predict(pixel_features(val_x, side)) == val_y.numpy()).mean())
+    return acc, time.perf_counter() - t0
+
+
+def fit_verdict(history: Sequence[dict[str, float]]) -> tuple[str, str]:
+    """("under-fit" | "over-fit" | "fit" | "", one sentence) from the per-epoch losses: under-fit
+    when the training loss is above the validation loss and still falling at the end; over-fit
+    when the validation loss ended well above its lowest point while the training loss fell."""
+    hist = [h for h in history if h.get("val_loss") == h.get("val_loss")]  # NaN: no validation
+    if len(hist) < 3:
+        return "", ""
+    tail = hist[-max(2, len(hist) // 5):]
+    tr_first, tr_last, va_last = tail[0]["train_loss"], hist[-1]["train_loss"], hist[-1]["val_loss"]
+    va_min = min(h["val_loss"] for h in hist)
+    falling = tr_first > 0 and (tr_first - tr_last) / tr_first > STILL_FALLING
+    if tr_last > va_last and falling:
+        return "under-fit", (f"under-fit: the training loss ({tr_last:.3f}) is above the validation loss ({va_last:.3f}) "
+                             f"and still falling; more time (--minutes) or a bigger model would learn more")
+    if va_min > 0 and math.isfinite(va_last) and va_last > va_min * (1 + OVERFIT_RISE) and tr_last < va_last:
+        return "over-fit", (f"over-fit: the validation loss rose from {va_min:.3f} to {va_last:.3f} while the training "
+                            f"loss fell to {tr_last:.3f}; the kept checkpoint is the best epoch's, and more pictures or "
+                            f"stronger augmentation would help")
+    return "fit", (f"no sign of under- or over-fitting: training loss {tr_last:.3f}, validation loss {va_last:.3f} "
+                   f"(lowest {va_min:.3f})")

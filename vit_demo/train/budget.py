@@ -1,0 +1,70 @@
+"""A time budget instead of an epoch count: ``train --minutes N``.
+
+Before the first step, a few training steps run on a copy of the model (the run itself is
+untouched, so a seed still fixes everything that follows) and one validation pass is timed; the
+epochs that fit the budget follow from those figures. The run then prints the epoch count it
+chose, and ``--epochs`` with that count repeats it exactly on any machine.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .augment import train_batch
+
+DEFAULT_MINUTES = {"cpu": 10.0, "cuda": 3.0, "mps": 5.0}  # from scratch with no --epochs / --minutes
+EPOCH_LIMITS = (1, 2000)  # the fewest and most epochs a budget may give
+PROBE_STEPS = (2, 8)  # untimed warm-up steps, then timed ones
+
+
+def default_minutes(device: torch.device) -> float:
+    """About 10 minutes on a CPU, 3 on a GPU."""
+    return DEFAULT_MINUTES.get(device.type, 10.0)
+
+
+def seconds_per_step(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer], x_all: torch.Tensor,
+                     y_all: torch.Tensor, batch_size: int, dc, augment, device: torch.device, amp: bool = False) -> float:
+    """Wall seconds of one training step (augmentation, forward, backward, AdamW), measured on a
+    copy of ``model`` with batches drawn by a generator of its own."""
+    m = copy.deepcopy(model).to(device).train()
+    opt = make_optimizer(m)
+    g = torch.Generator().manual_seed(12345)
+    warm, timed = PROBE_STEPS
+    t0 = 0.0
+    for i in range(warm + timed):
+        if i == warm:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+        idx = torch.randint(0, len(x_all), (min(batch_size, len(x_all)),), generator=g)
+        x = train_batch(x_all[idx].to(device), dc, augment, g)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(m(x).logits.float(), y_all[idx].to(device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - t0) / timed
+
+
+def epochs_for(seconds: float, step_s: float, steps_per_epoch: int, eval_s: float) -> int:
+    """The most epochs of ``steps_per_epoch`` steps plus one validation pass that fit ``seconds``
+    (5 % kept back for the end: the baseline, the checkpoint and the curves)."""
+    per_epoch = step_s * steps_per_epoch + eval_s
+    n = math.floor(0.95 * seconds / max(per_epoch, 1e-9))
+    return int(min(EPOCH_LIMITS[1], max(EPOCH_LIMITS[0], n)))
+
+
+def format_eta(seconds: float) -> str:
+    """``12:05`` (minutes:seconds), or ``1:02:05`` past an hour."""
+    s = max(0, round(seconds))
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
