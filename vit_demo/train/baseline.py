@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,6 +37,7 @@ def pixel_baseline(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Te
     most :data:`BASELINE_PICTURES` training pictures); (None, 0) without validation pictures."""
     if len(val_x) == 0:
         return None, 0.0
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -46,7 +48,9 @@ def pixel_baseline(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Te
         train_x, train_y = train_x[keep], train_y[keep]
     side = min(BASELINE_SIDE, val_x.shape[-1], val_x.shape[-2])
     clf = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=300, random_state=seed))
-    clf.fit(pixel_features(train_x, side), train_y.numpy())
+    with warnings.catch_warnings():  # lbfgs may stop at max_iter on thousands of pixels: a baseline, not a fit to polish
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(pixel_features(train_x, side), train_y.numpy())
     acc = float((clf.predict(pixel_features(val_x, side)) == val_y.numpy()).mean())
     return acc, time.perf_counter() - t0
 

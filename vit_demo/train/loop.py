@@ -183,7 +183,7 @@ def find_cifar(data: str) -> CifarLayout | None:
 
 
 def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: int, dist: Dist,
-                    device: torch.device, progress: bool, amp: bool = False) -> tuple[float, float]:
+                    device: torch.device, progress: bool, amp: bool = False, eta: str = "") -> tuple[float, float]:
     """One pass over this rank's shard (``amp``: the forward pass under bf16 autocast).
     Returns (mean train loss, images/s over all ranks)."""
     from tqdm import tqdm
@@ -195,7 +195,7 @@ def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: in
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch * 1009 + dist.rank)
     model.train()
     total, count, t0 = torch.zeros((), dtype=torch.float64), 0, time.perf_counter()
-    bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{r.epochs}", unit="batch", leave=False,
+    bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{r.epochs}{f' (run ETA {eta})' if eta else ''}", unit="batch", leave=False,
                disable=not (progress and dist.main), file=sys.stderr)
     for i in bar:
         idx = torch.tensor(order[i * per_rank : (i + 1) * per_rank] or order[:per_rank])
@@ -298,9 +298,9 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
     say(header(s, model, opts, dist, device))
     ddp = training_module(model, opts, dist, device)
-    t_epochs = time.perf_counter()
+    t_epochs, eta = time.perf_counter(), ""
     for epoch in range(start, r.epochs):
-        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp)
+        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp, eta)
         val_loss, val_acc = evaluate(model, s, device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
                         "images_per_s": ips})
@@ -308,9 +308,9 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         if score >= best["acc"] or best["state"] is None:
             best = {"acc": score, "epoch": epoch + 1,
                     "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
-        eta = (time.perf_counter() - t_epochs) / (epoch + 1 - start) * (r.epochs - epoch - 1)
+        eta = format_eta((time.perf_counter() - t_epochs) / (epoch + 1 - start) * (r.epochs - epoch - 1))
         say(f"epoch {epoch + 1:>3}/{r.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
-            f"val acc {val_acc:.4f}  {ips:,.0f} img/s  ETA {format_eta(eta)}  {kept_note(best, epoch + 1, val_acc == val_acc)}")
+            f"val acc {val_acc:.4f}  {ips:,.0f} img/s  ETA {eta}  {kept_note(best, epoch + 1, val_acc == val_acc)}")
         if dist.main:
             save_state(spath, {"fingerprint": fp, "epoch": epoch + 1, "history": history, "best": best,
                                "model": model.state_dict(), "optimizer": opt.state_dict(),
