@@ -121,3 +121,28 @@ def test_a_budget_run_on_a_mixed_folder_reports_time_baseline_and_fit(tmp_path: 
     assert all("ETA " in ln for ln in r.stderr.splitlines() if ln.startswith("epoch "))
     meta = json.loads(__import__("safetensors").safe_open(str(tmp_path / "m.safetensors"), "pt").metadata()["training"])
     assert meta["recipe"]["epochs"] == s["epochs"] and meta["budget_seconds"] == 9.0
+
+
+def test_the_first_epoch_replans_a_budget_and_stretches_the_schedule() -> None:
+    """A busy machine can mislead the probe's few steps; the first epoch's own time sets the count
+    (1 done + what fits 95 % of the time left), the cosine schedule follows from the next step on
+    with the same warm-up, and the fingerprint that --resume checks follows too."""
+    from dataclasses import asdict
+
+    from vit_demo.train.loop import Dist, Setup, replan
+    from vit_demo.train.recipe import scratch_recipe, warmup_cosine
+
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([p, torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    r = scratch_recipe(epochs=2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(2 * 10, round(r.warmup_epochs * 10)))
+    s = Setup(model=None, dc=None, data=None, recipe=r, mode="scratch", base_name="scratch")
+    fp = {"recipe": asdict(r)}
+    said: list[str] = []
+    s2, r2 = replan(s, sched, 10, fp, left=100.0, first=10.0, dist=Dist(), say=said.append)
+    assert r2.epochs == s2.recipe.epochs == 10 and fp["recipe"]["epochs"] == 10 and r2.warmup_epochs == r.warmup_epochs
+    assert said == ["the first epoch took 10.0 s: 10 epochs fit the budget (planned 2)"]
+    want = warmup_cosine(100, 10)
+    assert [f(55) for f in sched.lr_lambdas] == [want(55)] * len(opt.param_groups)
+    assert replan(s2, sched, 10, fp, left=95.0, first=10.0, dist=Dist(), say=said.append)[1] is r2  # unchanged: as is
+    assert len(said) == 1

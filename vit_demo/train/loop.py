@@ -13,6 +13,7 @@ Nothing is lost: after every epoch the whole training state goes to ``OUT.train-
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -299,9 +300,13 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
     say(header(s, model, opts, dist, device))
     ddp = training_module(model, opts, dist, device)
     t_epochs, eta = time.perf_counter(), ""
-    for epoch in range(start, r.epochs):
+    epoch = start - 1
+    while (epoch := epoch + 1) < r.epochs:
         train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp, eta)
         val_loss, val_acc = evaluate(model, s, device)
+        if epoch == 0 and budget is not None:  # the first epoch is a better clock than the probe's few steps
+            s, r = replan(s, sched, steps, fp, budget - (time.perf_counter() - t_start), time.perf_counter() - t_epochs,
+                          dist, say)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
                         "images_per_s": ips})
         score = val_acc if val_acc == val_acc else -train_loss  # no validation: lowest training loss
@@ -322,6 +327,29 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         tdist.barrier()
         tdist.destroy_process_group()
     return summary
+
+
+def replan(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: dict[str, Any], left: float, first: float,
+           dist: Dist, say: Callable[[str], None]) -> tuple[Setup, Recipe]:
+    """After the first epoch of a budgeted run: the epochs that fit the time ``left``, timed by that
+    epoch (``first`` seconds) instead of the probe's few steps, which a busy machine can mislead.
+    The learning-rate schedule is stretched or shrunk to the new count from the next step on (the
+    warm-up keeps its length), and the fingerprint follows, so that ``--resume`` continues it."""
+    epochs = 1 + max(1, math.floor(0.95 * left / max(first, 1e-9)))
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        box = [epochs]
+        tdist.broadcast_object_list(box, src=0)
+        epochs = int(box[0])
+    r = s.recipe
+    if epochs == r.epochs:
+        return s, r
+    say(f"the first epoch took {first:.1f} s: {epochs} epochs fit the budget (planned {r.epochs})")
+    sched.lr_lambdas = [warmup_cosine(epochs * steps, round(r.warmup_epochs * steps))] * len(sched.lr_lambdas)
+    r = replace(r, epochs=epochs)
+    fp["recipe"] = json.loads(json.dumps(asdict(r)))
+    return replace(s, recipe=r), r
 
 
 def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, spent: float) -> tuple[Setup, float | None]:
