@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from vit_demo.methods.attention import head_maps
-from vit_demo.methods.rollout import rollout
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from vit_demo.methods.attention import head_maps  # noqa: E402
+from vit_demo.methods.rollout import rollout  # noqa: E402
 
 
 @torch.inference_mode()
