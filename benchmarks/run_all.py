@@ -2,8 +2,8 @@
 
 Each part runs in its own process on this machine (same thread count for scratch and timm),
 and reports medians of repeated runs:
-- scratch vs timm forward: DeiT-Tiny and ViT-B/16, batch 1 and 32 (target ratio <= 1.0);
-- prediction + all attention maps + rollout vs timm's plain forward (target <= 1.5);
+- scratch vs timm forward: DeiT-Tiny, ViT-B/16, EVA-02-Tiny, SigLIP-B/16, batch 1 and 32 (target ratio <= 1.0);
+- prediction + all attention maps + rollout vs timm's plain forward (target <= 1.05);
 - the app: upload -> first result and slider re-render, p50/p95 (targets 1.5 s, 0.3 s);
 - accuracy of the scratch model and timm on the 1000 shared photos;
 - faithfulness (deletion / insertion) of the explanation methods on the quick subset.
