@@ -480,9 +480,11 @@ class Attention(nn.Module):
                    table_bias(self.relative_position_bias_table, grid))
         return shared if own is None else (own if shared is None else own + shared)
 
-    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``capture``: True returns the attention probabilities; a [B, H, N, N] tensor of the
+        same dtype (no autograd) receives them, and is returned."""
         B, N, _ = x.shape
         q, k, v = self.project(x)
         q, k = self.q_norm(q), self.k_norm(k)
@@ -494,9 +496,11 @@ class Attention(nn.Module):
         if self.relevance_rule is not None:  # same values, gradients shaped by an LRP rule
             q, k, v = self.relevance_rule(q, k, v)
         bias = self.position_bias(grid or self.grid, bias)
-        if capture:
-            logits = (q * self.scale) @ k.transpose(-2, -1)
-            attn = (logits if bias is None else logits + bias).softmax(dim=-1)  # [B, H, N, N]
+        if capture is not False:  # scaled in place (the same numbers as scaling q when the scale is a power of 2)
+            logits = torch.matmul(q, k.transpose(-2, -1)).mul_(self.scale)
+            logits = logits if bias is None else logits.add_(bias)
+            into = isinstance(capture, torch.Tensor) and capture.dtype == logits.dtype
+            attn = torch.softmax(logits, -1, out=capture) if into else logits.softmax(dim=-1)  # [B, H, N, N]
             x = attn @ v
         else:
             attn = None
@@ -560,7 +564,7 @@ class Block(nn.Module):
         self.gamma_1 = nn.Parameter(torch.full((C,), 1e-5)) if on_block else None
         self.gamma_2 = nn.Parameter(torch.full((C,), 1e-5)) if on_block and not cfg.layer_scale_attn_only else None
 
-    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.post_norm:
@@ -730,9 +734,14 @@ class VisionTransformer(nn.Module):
         x = self.norm_pre(x)
         rope, bias = self.positions(layout.grid, x.device)
         attentions = []
+        # Without autograd every layer's probabilities go into one [L, B, H, N, N] tensor: the
+        # allocator keeps one block that size for the next forward, where twelve separate ones
+        # went back to the OS and were faulted in again, page by page, every time.
+        keep = (torch.empty(len(self.blocks), x.shape[0], self.cfg.num_heads, x.shape[1], x.shape[1], dtype=x.dtype,
+                            device=x.device) if capture and not torch.is_grad_enabled() else None)
         for i, block in enumerate(self.blocks):
             r = rope[i] if rope is not None and self.cfg.rope == "mixed" else rope  # mixed: one table per block
-            x, attn = block(x, capture, r, bias, layout.grid)
+            x, attn = block(x, capture if keep is None else keep[i], r, bias, layout.grid)
             if capture:
                 attentions.append(attn)
         return self.norm(x), attentions, layout

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..model import TokenLayout, VisionTransformer
-from .attention import captured, class_row, query_index
+from .attention import captured, class_row, on_grid, query_index
 from .registry import Target, register
 
 Fusion = Literal["mean", "max", "min"]
@@ -44,6 +44,8 @@ def _discard_lowest(a: Tensor, layout: TokenLayout, fraction: float) -> Tensor:
     """
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"discard must be in [0, 1), got {fraction}")
+    if fraction == 0.0:
+        return a
     N = a.shape[-1]
     candidate = torch.ones(N, N, dtype=torch.bool, device=a.device)
     q = query_index(layout)
@@ -103,6 +105,22 @@ def rollout_matrix(
     return chain(_rollout_layers(attentions[start_layer:], layout, fusion, discard))
 
 
+def query_vector(layout: TokenLayout, like: Tensor) -> Tensor:
+    """[B, 1, N]: the weights over the queries whose row :func:`class_row` reads off a matrix
+    like ``like`` [B, ..., N, N]: the attention-pool head's probe, the [class] token, or every
+    patch query at 1/n."""
+    B, N = like.shape[0], like.shape[-1]
+    if layout.probe is not None:
+        return layout.probe.to(like.device, like.dtype).reshape(B, 1, N)
+    v = torch.zeros(B, 1, N, dtype=like.dtype, device=like.device)
+    q = query_index(layout)
+    if q is not None:
+        v[..., q] = 1.0
+    else:
+        v[..., layout.num_prefix :] = 1.0 / layout.num_patches
+    return v
+
+
 def rollout(
     attentions: Sequence[Tensor],
     layout: TokenLayout,
@@ -111,8 +129,19 @@ def rollout(
     start_layer: int = 0,
 ) -> Tensor:
     """Attention rollout map [B, gh, gw]: the [class] row of :func:`rollout_matrix` over the
-    patches (the mean of the patch rows without [class])."""
-    return class_row(rollout_matrix(attentions, layout, fusion, discard, start_layer), layout)
+    patches (the mean of the patch rows without [class]).
+
+    Only that row is computed: the query vector carried down through the layers,
+    v <- v M_l from the last layer to ``start_layer``, with v M = (v / s) F + v / s for
+    M = (F + I) row-normalised (s = the rows' sums): a vector-matrix product per layer where
+    the full matrix costs N^3."""
+    _check_start(attentions, start_layer)
+    v = query_vector(layout, attentions[0])
+    for a in reversed(attentions[start_layer:]):
+        f = _discard_lowest(_fuse(a, fusion), layout, discard)  # [B, N, N]
+        w = v / (f.sum(dim=-1) + 1.0)[:, None, :]
+        v = torch.baddbmm(w, w, f)
+    return on_grid(v[:, 0, layout.num_prefix :], layout)
 
 
 def per_head_rollout(
