@@ -16,11 +16,11 @@
 (e) speed    - the training step (forward + backward + AdamW) of the no-flag scratch model with and
                without ``--amp`` (bf16 autocast) and ``--compile`` (torch.compile), interleaved in one
                process: images per second of each and the ratios to the plain step.
-(f) suite    - the no-flag recipe on six unlike data sets made offline (benchmarks/suite_data.py: the
+(f) suite    - the no-flag recipe on six unlike data sets made offline (benchmarks/suite/suite_data.py: the
                project's shapes, a second shape generator, outlines among clutter, scikit-learn's real
                handwritten digits, glyphs from fonts, procedural textures), each beside logistic
                regression and an RBF-SVM on the raw pixels and a same-size CNN on the same split
-               (benchmarks/suite_baselines.py); one markdown table (``--table FILE``). ``--scale``
+               (benchmarks/suite/suite_baselines.py); one markdown table (``--table FILE``). ``--scale``
                shrinks every set (CI runs 0.03 with ``--minutes 0.2``), ``--sets`` picks some.
 (d) ddp      - the same no-flag shapes run under ``torchrun --standalone --nproc_per_node=2`` (gloo, one
                thread per process) next to the one-process run: validation accuracy and time.
@@ -267,7 +267,7 @@ SUITE_COLUMNS = ("set", "pictures", "classes", "ViT best", "ViT last", "epochs",
 def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None, cnn_epochs: int) -> dict:
     """Each set made, trained with no flag but --data and --out (and --minutes when asked), and
     measured beside the pixel baselines and the same-size CNN on the very same split."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
     import torch
     from safetensors import safe_open
     from suite_baselines import loss_gap, sklearn_baselines, split_of, train_cnn

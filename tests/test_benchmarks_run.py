@@ -31,8 +31,9 @@ sys.path_importer_cache.clear()
 assert importlib.util.find_spec("vit_demo") is None, "vit_demo is importable before any script ran"
 clean_path, result = list(sys.path), {}
 
-def ours(module):
-    return str(getattr(module, "__file__", None) or "").startswith(str(root))
+def ours(module):  # the checkout's own modules, not those of a virtual environment inside it (CI's .venv)
+    f = str(getattr(module, "__file__", None) or "")
+    return f.startswith(str(root)) and not f.startswith((sys.prefix, sys.base_prefix))
 
 def imports_the_package(script):  # anywhere in the script, in a function too
     nodes = list(ast.walk(ast.parse(Path(script).read_text())))

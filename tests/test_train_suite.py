@@ -15,7 +15,7 @@ from PIL import Image
 from vit_demo.train.data import index_folder
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
 
 from suite_data import MAKERS  # noqa: E402
 
