@@ -198,6 +198,84 @@ def test_large_class_is_clustered_on_a_sample(monkeypatch: pytest.MonkeyPatch) -
     assert np.bincount(labels).tolist() == [100, 50] and len(set(labels[:100])) == 1
 
 
+DEGENERATE = """
+import json, sys
+import numpy as np
+from vit_demo.evaluate.clusters import cluster_maps, embed
+rng = np.random.default_rng(0)
+one = rng.random((14, 14))
+one /= one.sum()
+other = np.roll(one, 3, axis=0)
+near = np.repeat(one[None], 12, 0) * (1 + rng.normal(0, 1e-9, (12, 14, 14)))
+cases = {"12 identical": np.repeat(one[None], 12, 0), "100 uniform": np.full((100, 14, 14), 1 / 196),
+         "12 near-identical": near / near.sum(axis=(1, 2), keepdims=True), "2 identical": np.repeat(one[None], 2, 0),
+         "1": one[None], "5 identical": np.repeat(one[None], 5, 0), "6 + 6": np.stack([one] * 6 + [other] * 6),
+         "20 + 1": np.stack([one] * 20 + [other]), "13 different": rng.dirichlet(np.ones(196), 13).reshape(13, 14, 14)}
+out = {}
+for name, maps in cases.items():
+    xy, how = embed(maps)
+    out[name] = {"how": how, "xy": np.round(xy, 4).tolist(), "clusters": int(cluster_maps(maps)[0].max()) + 1}
+    print(name, how, file=sys.stderr, flush=True)
+print(json.dumps(out))
+"""
+
+
+def test_degenerate_maps_neither_crash_nor_mislead() -> None:
+    """Identical maps, near-identical ones, one or two: t-SNE's PCA start divided by their zero
+    spread and its Barnes-Hut tree crashed the process (segmentation fault: run in a child here,
+    so that a crash fails this test instead of ending pytest). Now the same maps share one point,
+    all-same maps get no view (all in the middle), two different maps the two ends."""
+    r = subprocess.run([sys.executable, "-c", DEGENERATE], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    out = json.loads(r.stdout)
+    for name in ("12 identical", "100 uniform", "12 near-identical", "2 identical", "1", "5 identical"):
+        assert out[name]["how"] == "same" and {tuple(p) for p in out[name]["xy"]} == {(0.5, 0.5)}, name
+        assert out[name]["clusters"] == 1, name
+    for name in ("6 + 6", "20 + 1"):
+        assert out[name]["how"] == "two" and sorted({tuple(p) for p in out[name]["xy"]}) == [(0, 0.5), (1, 0.5)], name
+    assert out["20 + 1"]["xy"][:20] == [out["20 + 1"]["xy"][0]] * 20  # the duplicates share a point
+    assert out["13 different"]["how"] == "tsne" and len({tuple(p) for p in out["13 different"]["xy"]}) == 13
+
+
+SURVEY_SMALL = """
+import json, shutil, sys
+from pathlib import Path
+from vit_demo.checkpoints.load import load_model
+from vit_demo.evaluate.survey import survey
+picture, ckpt, root = (Path(a) for a in sys.argv[1:4])
+lm = load_model(weights=ckpt, device="cpu", progress=False)
+out = {}
+for n in (12, 2, 1):
+    folder = root / f"same{n}"
+    folder.mkdir()
+    for i in range(n):
+        shutil.copy(picture, folder / f"copy{i:02d}.png")
+    r = survey(lm, folder, "chefer", progress=False)
+    out[n] = {k: r[k] for k in ("count", "embedding", "notes")} | {"clusters": len(r["clusters"]),
+                                                                   "xy": {tuple(im["xy"]) for im in r["images"]}.pop()}
+print(json.dumps(out))
+"""
+
+
+def test_survey_of_identical_pictures_two_and_one(random_shapes_model: tuple[Path, Path], tmp_path: Path) -> None:
+    """The issue's crash: 12 copies of one picture killed the process (in the app: the server).
+    Now 12, 2 and 1 pictures give a survey with a plain note where clustering cannot say anything."""
+    shapes, ckpt = random_shapes_model
+    picture = shapes / "circle" / "circle_00000.png"
+    r = subprocess.run([sys.executable, "-c", SURVEY_SMALL, str(picture), str(ckpt), str(tmp_path)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    out = json.loads(r.stdout)
+    assert {n: (v["count"], v["embedding"], v["clusters"], v["xy"]) for n, v in out.items()} == {
+        "12": (12, "same", 1, [0.5, 0.5]), "2": (2, "same", 1, [0.5, 0.5]), "1": (1, "same", 1, [0.5, 0.5])}
+    assert out["12"]["notes"] == ["All 12 maps are the same: there is nothing to cluster, and the 2-D view puts every "
+                                  "picture in one place."]
+    assert out["2"]["notes"] == ["All 2 maps are the same: there is nothing to cluster, and the 2-D view puts every "
+                                 "picture in one place."]
+    assert out["1"]["notes"] == ["One picture: nothing to compare its map with, so there are no clusters and no 2-D view."]
+
+
 # ----------------------------------------------------------------------------- a zip of pictures, not trusted
 
 

@@ -176,7 +176,7 @@ class FolderTab(Section):
         lm = ctx.model(ctx.session(sess))
         with reporting(lambda share, text: progress(share, desc=f"survey: {text}")):
             result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False)
-        notes += result["errors"]
+        notes = [*result["notes"], *notes, *result["errors"]]
         write_report(result, out / "report")
         emb = png(embedding_image(result, out / "report", thumb=56))
         st = {"dir": str(out), "result": result}
