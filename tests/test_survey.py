@@ -317,6 +317,64 @@ def test_zip_is_unpacked_without_trust(tmp_path: Path) -> None:
         extract_pictures(tmp_path / "fake.zip", tmp_path / "x")
 
 
+def overlapping_zip(n: int, size: int, name: str = "big.png") -> bytes:
+    """A zip whose ``n`` central-directory entries all name ONE deflated stream of ``size`` zero
+    bytes (each entry is read in full; the zip stays a few KB)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(name, b"\0" * size)
+    data = buf.getvalue()
+    end = data.rfind(b"PK\x05\x06")
+    start = int.from_bytes(data[end + 16:end + 20], "little")
+    cd, eocd = data[start:end], bytearray(data[end:end + 22])
+    eocd[8:10] = eocd[10:12] = n.to_bytes(2, "little")
+    eocd[12:16] = (len(cd) * n).to_bytes(4, "little")
+    return data[:start] + cd * n + bytes(eocd)
+
+
+def zeros_zip(path: Path, n: int, size: int) -> Path:
+    """``n`` files of ``size`` zero bytes named .png, in a class folder."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(n):
+            z.writestr(f"zeros/z{i:02d}.png", b"\0" * size)
+    return path
+
+
+def test_unpacking_counts_what_it_tries(tmp_path: Path) -> None:
+    """Issue 35: members over the size cap were read in full and never counted (400 entries over
+    one 26 MiB stream: 42 s of CPU), the disk was not counted across zips (5 zips of 0.5 MB filled
+    2.5 GB), and a zip of 500,000 entries was parsed in full. Now one :class:`Allowance` per
+    upload counts members looked at, bytes read (kept or not) and bytes written (before they are
+    written), and its check (the job's time limit) runs between chunks."""
+    from vit_demo.images import Allowance, extract_pictures
+    from vit_demo.progress import TimeUp, check, time_limit
+
+    MiB = 1 << 20
+    (tmp_path / "ov.zip").write_bytes(overlapping_zip(400, 26 * MiB))
+    allow = Allowance(read=100 * MiB)
+    written, notes = extract_pictures(tmp_path / "ov.zip", tmp_path / "a", max_bytes=25 * MiB, allowance=allow)
+    assert written == [] and allow.read < 0 and allow.entries == 20_000 - 4, (allow, notes[-1])
+    assert notes[-1] == "stopped unpacking ov.zip: the upload unpacks to more than this app reads for one survey"
+
+    allow = Allowance(written=12 * MiB)  # the disk budget, over every zip of the upload
+    for i in range(3):
+        written, notes = extract_pictures(zeros_zip(tmp_path / f"z{i}.zip", 20, 5 * MiB), tmp_path / "b",
+                                          max_bytes=25 * MiB, allowance=allow)
+        assert len(written) == (2 if i == 0 else 0), notes
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "b").rglob("*") if p.is_file())
+    assert on_disk == 10 * MiB and allow.full and "would fill more disk" in notes[-1]
+
+    with zipfile.ZipFile(tmp_path / "many.zip", "w") as z:
+        for i in range(3000):
+            z.writestr(f"n{i}.txt", b"")
+    written, notes = extract_pictures(tmp_path / "many.zip", tmp_path / "c", allowance=Allowance(entries=2000))
+    assert written == [] and notes == ["skipped many.zip: it lists more files than this app looks at for one survey"]
+
+    with time_limit(0.3), pytest.raises(TimeUp):  # the job's time limit stops the unpacking itself
+        extract_pictures(tmp_path / "ov.zip", tmp_path / "d", max_bytes=25 * MiB, allowance=Allowance(check=check))
+    assert not list((tmp_path / "d").rglob("*.png"))  # the partial file went
+
+
 # ----------------------------------------------------------------------------- the command
 
 
