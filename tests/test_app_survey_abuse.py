@@ -7,12 +7,16 @@
   unpacked pictures; now the app's folder stays within it, and a failed survey's files go at once;
 - a zip of 400 entries over one 26 MiB stream: each was read in full, uncounted, past the job's
   time limit; now unpacking stops within the limit;
+- the survey's report and JSON name no server path; FastAPI's schema route is closed.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -121,3 +125,45 @@ def test_unpacking_stops_at_the_job_time_limit(app, tmp_path: Path) -> None:
     assert (f"took longer than the {JOB_S} s" in out.message
             or "unpacks to more than this app reads" in out.message), out.message
     assert took < JOB_S + 12
+
+
+def test_report_names_no_server_path(app, tmp_path: Path, package_photos: dict[str, Path]) -> None:
+    raw = Raw(app.url)
+    archive = tmp_path / "two.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(package_photos["coffee"], "set/espresso/coffee.png")
+        z.write(package_photos["chelsea"], "set/Egyptian cat/chelsea.png")
+    stored = raw.upload(archive)
+    out = survey_call(raw, [stored])
+    assert out.success, out.message
+    report = out.output["data"][5]["path"]
+    with zipfile.ZipFile(report) as z:
+        texts = {n: z.read(n).decode() for n in z.namelist() if n.endswith((".html", ".json"))}
+    assert set(texts) == {"report/report.html", "report/survey.json"}
+    folder = str(app_folder(stored))
+    for name, text in texts.items():
+        assert folder not in text and "/tmp" not in text and str(Path.home()) not in text, name
+    result = json.loads(texts["report/survey.json"])
+    assert sorted(im["path"] for im in result["images"]) == ["Egyptian cat/chelsea.png", "espresso/coffee.png"]
+    assert result["folder"] == "the upload"
+    tile = raw.call("on_tile", [None, None], event_data={"index": 0, "value": None})  # a click opens the picture
+    assert tile.success, tile.message
+    opened = next(v for v in tile.output["data"] if isinstance(v, dict) and "path" in v)
+    assert Image.open(opened["path"]).size == Image.open(package_photos["chelsea"]).size
+
+
+def test_no_framework_schema_and_no_path_outside_the_app_folder(app, tmp_path: Path) -> None:
+    """FastAPI's /openapi.json answered (37 KB of routes and models); /docs and /redoc did not.
+    Every absolute path /config holds (the example photos) is a copy in the app's own folder,
+    as Gradio names every file it serves (see docs/security.md)."""
+    raw = Raw(app.url)
+    for route in ("openapi.json", "docs", "redoc", "docs/oauth2-redirect"):
+        r = raw.http.get(app.url + route)
+        assert r.status_code == 404 and len(r.content) < 300, (route, r.status_code)
+    assert raw.http.get(app.url + "gradio_api/info").status_code == 200  # the page's own API page stays
+    pic = tmp_path / "p.png"
+    Image.new("RGB", (8, 8)).save(pic)
+    folder = str(app_folder(raw.upload(pic)))
+    text = json.dumps(raw.config())
+    paths = re.findall(r'"(/[^"]+\.(?:png|jpg))"', text)
+    assert paths and all(p.startswith(folder + "/gradio/") for p in paths), paths[:3]

@@ -415,6 +415,23 @@ def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, 
     return result
 
 
+def relative_paths(result: dict[str, Any], folder_name: str = "the upload") -> dict[str, Any]:
+    """The same result naming every picture relative to the surveyed folder, and the folder
+    ``folder_name``: a report made on a server names no path of it (changed in place)."""
+    root = str(result["folder"]).rstrip("/")
+
+    def rel(path: str) -> str:
+        return path[len(root) + 1:] if path.startswith(root + "/") else Path(path).name
+
+    for r in result["images"]:
+        r["path"] = rel(r["path"])
+    for c in result["clusters"]:
+        c["members"] = [rel(p) for p in c["members"]]
+    result["errors"] = [e.replace(root + "/", "").replace(root, folder_name) for e in result["errors"]]
+    result["folder"] = folder_name
+    return result
+
+
 def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_METHOD, labels: str = "auto",
            limit: int | None = None, batch_size: int = 16, each: EachPicture | None = None, progress: bool = True,
            seed: int = 0) -> dict[str, Any] | None:

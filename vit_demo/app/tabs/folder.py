@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from ... import methods
-from ...evaluate.survey import DEFAULT_METHOD, survey
+from ...evaluate.survey import DEFAULT_METHOD, relative_paths, survey
 from ...images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, safe_parts
 from ...present.survey_report import Thumbnails, embedding_image, write_report
 from ...progress import check, reporting
@@ -186,6 +186,7 @@ class FolderTab(Section):
                 except ValueError as e:  # nothing readable: said without the server's folder
                     why = str(e).replace(f"{pics}/", "").replace(str(pics), "the upload")
                     raise ImageError(why + (f" ({notes[-1]})" if notes else "")) from e
+            relative_paths(result)  # the report and its JSON name no server path
             notes = [*result["notes"], *notes, *result["errors"]]
             write_report(result, out / "report")
         except BaseException:
@@ -226,7 +227,8 @@ class FolderTab(Section):
             rec = st["result"]["images"][st["order"][evt.index]]
             sess = ctx.session(sess)
             sess.open_tab = OPEN_IN
-            return {ctx.state: sess, ctx.image: rec["path"], ctx.tabs: gr.Tabs(selected=OPEN_IN)}
+            picture = str(Path(st["dir"]) / "pictures" / rec["path"])  # the path is relative to the upload
+            return {ctx.state: sess, ctx.image: picture, ctx.tabs: gr.Tabs(selected=OPEN_IN)}
 
         def on_proto(st, evt: gr.SelectData):
             if not st or not isinstance(evt.index, int) or not 0 <= evt.index < len(st["result"]["clusters"]):
