@@ -6,6 +6,7 @@ report to download. A click on a tile opens that picture in the other tabs."""
 
 from __future__ import annotations
 
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,8 @@ class FolderTab(Section):
     def run_survey(self, ctx: Context, files: Any, method: str, sess: Any, progress: Any) -> dict:
         limit = MAX_PICTURES_EXPOSED if ctx.cfg.exposed else MAX_PICTURES
         allow = allowance(limit)
-        out = export_dir()
+        base = export_dir()
+        out = base / secrets.token_hex(16)  # the survey's files: a name no one can guess
         try:
             pics, notes = gather_uploads(files, out, limit, ctx.cfg.limits.max_upload_bytes, allow)
             lm = ctx.model(ctx.session(sess))
@@ -190,7 +192,7 @@ class FolderTab(Section):
             notes = [*result["notes"], *notes, *result["errors"]]
             write_report(result, out / "report")
         except BaseException:
-            shutil.rmtree(out, ignore_errors=True)  # a failed survey's files go at once
+            shutil.rmtree(base, ignore_errors=True)  # a failed survey's files go at once
             raise
         emb = png(embedding_image(result, out / "report", thumb=56))
         report = report_zip(out)
