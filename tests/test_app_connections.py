@@ -1,5 +1,5 @@
 """Connections that never finish their headers (issue 35, point 2), against the running
-``--exposed`` app with a short header time (``--header-seconds 2``), and the log's repeat filter.
+``--exposed`` app with a short header time (``--header-seconds 3``), and the log's repeat filter.
 
 Before: 2,000 such connections from one address all stayed open 60 s, and 20,000 took every
 file descriptor (other clients timed out; asyncio logged a traceback per refused accept, 617
@@ -20,7 +20,7 @@ from attacks import slow_connections, still_open
 
 httpx = pytest.importorskip("httpx")
 
-HEADER_S = 2
+HEADER_S = 3
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +31,13 @@ def app(deit_tiny_path: Path):
 
 
 def _config_times(url: str, n: int) -> list[float]:
+    """Seconds for ``n`` requests of /config, each on a new connection (a kept-alive one idle
+    past the 3 s header time here would be closed under the client's next request)."""
     times = []
-    with httpx.Client(timeout=30) as http:
-        for _ in range(n):
-            t0 = time.perf_counter()
-            assert http.get(url + "config").status_code == 200
-            times.append(time.perf_counter() - t0)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        assert httpx.get(url + "config", timeout=30).status_code == 200
+        times.append(time.perf_counter() - t0)
     return times
 
 
@@ -48,14 +49,14 @@ def test_slow_connections_from_one_address(app) -> None:
         time.sleep(0.5)
         during = still_open(flood)
         busy = _config_times(app.url, 10)  # another client (127.0.0.1; the flood comes from 127.0.0.2)
-        time.sleep(HEADER_S + 1.5)
+        time.sleep(HEADER_S + 2.5)  # (+1 s: the grace after a stalled loop)
         after = still_open(flood)
     finally:
         for s in flood:
             s.close()
     p95, p95_quiet = float(np.percentile(busy, 95)), float(np.percentile(quiet, 95))
     grown = app.log_path.stat().st_size - log_before
-    print(f"300 slow connections: {during} open after 0.5 s, {after} after {HEADER_S + 2} s; "
+    print(f"300 slow connections: {during} open after 0.5 s, {after} after {HEADER_S + 3} s; "
           f"another client's /config p95 {p95:.3f} s (quiet {p95_quiet:.3f} s); log +{grown} bytes")
     assert during <= 100 and after == 0, (during, after)
     assert p95 < max(2.0, 5 * p95_quiet), (busy, quiet)

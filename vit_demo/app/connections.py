@@ -33,6 +33,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 HEADER_SECONDS = 10.0  # to send a request's headers (a browser sends them at once)
 PER_ADDRESS = 100  # connections one address may hold open, when exposed (a browser opens about 6)
+STALL_S = 0.5  # a header timer this late means the event loop was stalled: one more second first
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
     refused = False
     idle_cycle: Any = None  # the request cycle when the connection last became idle
     header_timer: asyncio.TimerHandle | None = None
+    due = 0.0  # when the headers are due (the loop's clock)
+    graced = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         peer = transport.get_extra_info("peername")
@@ -101,12 +104,17 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         """Close the connection unless a new request's headers arrive within the time allowed."""
         if self.header_timer is not None:
             self.header_timer.cancel()
-        self.idle_cycle = self.cycle
+        self.idle_cycle, self.graced = self.cycle, False
+        self.due = self.loop.time() + RULES.header_seconds
         self.header_timer = self.loop.call_later(RULES.header_seconds, self.headers_due)
 
     def headers_due(self) -> None:
         self.header_timer = None
         if self.transport is None or self.transport.is_closing():
+            return
+        if self.loop.time() - self.due > STALL_S and not self.graced:  # the loop itself was late (a busy
+            self.graced = True  # machine): the headers may be waiting unread; one more second
+            self.header_timer = self.loop.call_later(1.0, self.headers_due)
             return
         if self.transport.get_protocol() is not self:  # upgraded to a WebSocket: no longer ours
             self.release()
