@@ -3,7 +3,7 @@
     python app.py [--host 127.0.0.1] [--port 7860] [--model NAME] [--weights FILE] [--examples DIR] [--share]
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
-                  [--session-minutes 30] [--job-seconds 180] [--exports-mb 512]
+                  [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -72,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="time limit of one slow job: a deck, a slow method, an animation, an export (default 180)")
     ap.add_argument("--exports-mb", type=float,
                     help="disk for slides, decks and animations made for users (default 512; the oldest go)")
+    ap.add_argument("--header-seconds", type=float,
+                    help="a connection that has not sent its request headers within this long is closed (default 10)")
     ap.add_argument("--exposed", action="store_true",
                     help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
     args = ap.parse_args(argv)
@@ -87,7 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 NUMBERS = ("max_upload_mb", "cache_mb", "models_mb", "max_megapixels", "upload_budget_mb", "session_minutes",
-           "sessions_mb", "job_seconds", "exports_mb")  # the flags that are Limits fields of the same name
+           "sessions_mb", "job_seconds", "exports_mb", "header_seconds")  # the flags that are Limits fields of the same name
 
 
 def limits(args: argparse.Namespace):
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     return_large_frees_to_os()  # freed attention maps leave the process, so the budgets bound its memory
     lim = limits(args)
     prepare_server(lim, graceful=args.share)
+    guard_server(lim, share=args.share)
     if lim.exposed:
         if args.share:
             what = "--share makes the app public on the internet through a gradio.live link"
@@ -172,6 +175,20 @@ def prepare_server(lim, graceful: bool = False) -> None:
         os._exit(0)  # at once: nothing of the app's is left to save
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def guard_server(lim, share: bool = False) -> None:
+    """Before the server starts: every connection's headers within ``--header-seconds``; exposed,
+    at most ``connections_per_address`` open connections per address (not for a trusted proxy,
+    nor for the share tunnel, which connects from this computer for every visitor); repeated
+    log lines dropped beyond 20 a minute."""
+    from vit_demo.app.connections import ConnectionRules, guard_connections
+    from vit_demo.app.quietlog import quiet_repeats
+
+    exempt = (*lim.trusted_proxies, *(("127.0.0.1", "::1") if share else ()))
+    per_address = lim.connections_per_address if lim.exposed else None
+    guard_connections(ConnectionRules(lim.header_seconds, per_address, exempt))
+    quiet_repeats()
 
 
 def _warm_up(reg) -> None:

@@ -10,8 +10,11 @@ Rows (issue 21): server files through file payloads, DNS rebinding, forwarded he
 held by sessions, huge pixel counts, a flood of slow jobs against another client's predictions,
 time limits, big request bodies and echoed errors, upload floods, leftover temp folders, disk
 used by exports, leaks; then the holds (Gradio's file routes, SSRF, the upload cap, checkpoint
-loading when exposed, odd API values). Takes 5-15 minutes on 2 cores (the "before" longer: its
-slow jobs run to the end).
+loading when exposed, odd API values). Rows of issue 35 (``--only survey unpack connections``):
+identical pictures in the Whole folder tab, crafted zips (overlapping entries, 500,000 entries,
+files of zeros), paths in the survey's report and /config, FastAPI's schema, and 3,000
+connections that never finish their headers. Takes 5-15 minutes on 2 cores (the "before"
+longer: its slow jobs run to the end).
 """
 
 from __future__ import annotations
@@ -377,6 +380,205 @@ def holds(url: str, tmp: Path) -> None:
         f"{bad} bad answers")
 
 
+# ----------------------------------------------------------------------------- issue 35: the Whole folder tab, connections
+
+
+def survey(raw: Raw, stored: list[str], timeout: float = 900):
+    from attacks import values_for
+
+    data = values_for(raw, "on_run", 0, None)
+    data[0] = [file_payload(p) for p in stored]
+    return raw.call("on_run", data, timeout=timeout)
+
+
+def cpu_s(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def app_folder(stored: str) -> Path:
+    p = Path(stored)
+    while not p.name.startswith("vit_demo_"):
+        p = p.parent
+    return p
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, n)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def watched(pid: int, folder: Path, work: Callable):
+    """``work()`` while the app's RSS and ``folder``'s size are sampled: (its result, RSS peak
+    MiB, folder peak bytes)."""
+    peak, stop = {"rss": rss_mb(pid), "disk": folder_bytes(folder)}, threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            try:
+                peak["rss"], peak["disk"] = max(peak["rss"], rss_mb(pid)), max(peak["disk"], folder_bytes(folder))
+            except Exception:  # noqa: BLE001 - the app died
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        return work(), peak["rss"], peak["disk"]
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def identical_pictures(app, tmp: Path) -> None:
+    pic = tmp / "dot.png"
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(pic)
+    raw = Raw(app.url)
+    stored = raw.upload(pic)
+    try:
+        out = survey(raw, [stored] * 12)
+        what, figure = ("surveyed" if out.success else "refused"), f"{out.seconds:.1f} s"
+        if out.success:
+            figure += ": " + next((n.strip("*") for n in out.output["data"][1].split("\n\n") if "same" in n), "")
+    except Exception as e:  # noqa: BLE001 - the server closed the stream
+        what, figure = "error", type(e).__name__
+    time.sleep(2)
+    if not app.alive():
+        what = f"the server died (exit {app.proc.returncode})"
+    row("one 32 x 32 PNG uploaded once and named 12 times in the Whole folder tab", what, figure)
+
+
+def overlapping_entries(app, tmp: Path) -> None:
+    from test_survey import overlapping_zip
+
+    archive = tmp / "overlap.zip"
+    archive.write_bytes(overlapping_zip(400, 26 * MB))
+    raw = Raw(app.url)
+    stored = raw.upload(archive)
+    cpu0 = cpu_s(app.proc.pid)
+    out = survey(raw, [stored, stored])
+    row(f"a {archive.stat().st_size // 1024} KB zip of 400 entries over one 26 MiB stream, named twice "
+        "(--job-seconds 15)", "stopped" if "took longer" in out.message or "reads for one" in out.message
+        else ("surveyed" if out.success else "refused"), f"{out.seconds:.1f} s, {cpu_s(app.proc.pid) - cpu0:.1f} "
+        f"CPU-s: {out.message[:70]}")
+
+
+def many_entries_zip(path: Path, n: int) -> Path:
+    """A zip whose central directory lists ``n`` entries named "a", all over one empty member."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("a", b"")
+    data = buf.getvalue()
+    end = data.rfind(b"PK\x05\x06")
+    start = int.from_bytes(data[end + 16:end + 20], "little")
+    cd, eocd = data[start:end], bytearray(data[end:end + 22])
+    eocd[8:10] = eocd[10:12] = (0xFFFF).to_bytes(2, "little")  # (a count the end record cannot hold)
+    eocd[12:16] = (len(cd) * n).to_bytes(4, "little")
+    path.write_bytes(data[:start] + cd * n + bytes(eocd))
+    return path
+
+
+def many_entries(app, tmp: Path) -> None:
+    archive = many_entries_zip(tmp / "many.zip", 500_000)
+    raw = Raw(app.url)
+    stored = raw.upload(archive)
+    rss0, cpu0 = rss_mb(app.proc.pid), cpu_s(app.proc.pid)
+    out, rss, _ = watched(app.proc.pid, app_folder(stored), lambda: survey(raw, [stored] * 16))
+    row(f"a {archive.stat().st_size / 1e6:.1f} MB zip of 500,000 entries, named 16 times",
+        "refused" if out.refused else "surveyed", f"{out.seconds:.1f} s, {cpu_s(app.proc.pid) - cpu0:.1f} CPU-s, "
+        f"RSS peak +{rss - rss0:.0f} MiB: {out.message[:60]}")
+
+
+def zero_files(app, tmp: Path) -> None:
+    from test_survey import zeros_zip
+
+    raw = Raw(app.url)
+    stored = [raw.upload(zeros_zip(tmp / f"zeros{i}.zip", 20, 25 * MB)) for i in range(5)]
+    folder = app_folder(stored[0])
+    before = folder_bytes(folder)
+    out, _, disk = watched(app.proc.pid, folder, lambda: survey(raw, stored))
+    time.sleep(1)
+    row(f"5 zips of {Path(tmp / 'zeros0.zip').stat().st_size / 1e6:.1f} MB, each 20 files of 25 MiB of zeros named "
+        ".png (--exports-mb 512)", "refused" if out.refused else "surveyed",
+        f"the app's folder {before / 1e6:.0f} -> peak {disk / 1e6:,.0f} MB, {folder_bytes(folder) / 1e6:,.0f} MB "
+        f"after; {out.seconds:.1f} s")
+
+
+def survey_paths(app, tmp: Path) -> None:
+    import re
+    import zipfile
+
+    import skimage
+
+    data = Path(skimage.__file__).parent / "data"
+    archive = tmp / "two.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(data / "coffee.png", "set/espresso/coffee.png")
+        z.write(data / "chelsea.png", "set/cat/chelsea.png")
+    raw = Raw(app.url)
+    stored = raw.upload(archive)
+    folder = str(app_folder(stored))
+    out = survey(raw, [stored])
+    if out.success:
+        with zipfile.ZipFile(out.output["data"][5]["path"]) as z:
+            n = sum(z.read(f).decode().count(folder) for f in z.namelist() if f.endswith((".html", ".json")))
+        row("absolute server paths in the survey's report.html and survey.json", "leaked" if n else "none",
+            f"{n} occurrences of the app's folder")
+    schema = raw.http.get(app.url + "openapi.json")
+    row("FastAPI's /openapi.json (and /docs, /redoc)", f"HTTP {schema.status_code}", f"{len(schema.content):,} bytes; "
+        f"/docs {raw.http.get(app.url + 'docs').status_code}, /redoc {raw.http.get(app.url + 'redoc').status_code}")
+    cfg = json.dumps(raw.config())
+    paths = re.findall(r'"(/[^"]+\.(?:png|jpg))"', cfg)
+    row("absolute paths of files in /config (the example photos)", f"{len(paths)}, "
+        f"{sum(not p.startswith(folder) for p in paths)} outside the app's own temp folder",
+        f"Gradio's version in /config: {raw.config().get('version', 'none')}")
+
+
+def slow_connections_flood(app, n: int = 3000, hold_s: float = 60) -> None:
+    """``n`` connections from 127.0.0.2 that never finish their headers, with the app's file
+    limit lowered to 2,048 (the issue's 20,000 took 2 x 10,000 connections); another client
+    (127.0.0.1) asks for /config every 2 s meanwhile."""
+    import resource
+
+    from attacks import slow_connections, still_open
+
+    resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE, (2048, 2048))
+    log0 = app.log_path.stat().st_size
+    t0 = time.monotonic()
+    socks = slow_connections(app.port, n)
+    opened = time.monotonic() - t0
+    times = []
+    with __import__("httpx").Client(timeout=10) as http:
+        while time.monotonic() - t0 < hold_s:
+            t1 = time.perf_counter()
+            try:
+                ok = http.get(app.url + "config").status_code == 200
+            except Exception:  # noqa: BLE001 - timed out
+                ok = False
+            times.append(time.perf_counter() - t1 if ok else float("inf"))
+            time.sleep(2)
+    left = still_open(socks)
+    for s in socks:
+        s.close()
+    grown = app.log_path.stat().st_size - log0
+    p95 = statistics.quantiles(times, n=20, method="inclusive")[18] if len(times) > 1 else float("inf")
+    row(f"{n:,} connections from one address that never finish their headers (opened in {opened:.0f} s; "
+        "the app's file limit 2,048)", f"{left:,} still open after {hold_s:.0f} s",
+        f"another client's /config: p50 {statistics.median(times):.2f} s, p95 {p95:.2f} s "
+        f"({sum(t != float('inf') for t in times)} of {len(times)} answered); log +{grown / 1e6:.2f} MB")
+
+
 # ----------------------------------------------------------------------------- running them
 
 
@@ -419,6 +621,14 @@ def run(root: Path, only: set[str] | None) -> None:
                 app.url, tmp, "--job-seconds 10" if "--job-seconds" in help_text else "no time limit"))
         if want("temp"):
             temp_folders(root, app_args(root, base + ["--exposed"], help_text), tmp)
+        if want("survey"):
+            with_app(["--exposed", "--no-warm-up"], lambda app: identical_pictures(app, tmp))
+            with_app(["--exposed"], lambda app: survey_paths(app, tmp))
+        if want("unpack"):
+            for attack in (overlapping_entries, many_entries, zero_files):
+                with_app(["--exposed", "--job-seconds", "15"], lambda app, attack=attack: attack(app, tmp))
+        if want("connections"):
+            with_app(["--exposed"], slow_connections_flood)
 
 
 def main() -> None:
@@ -426,7 +636,7 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app to attack (default: this one)")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
-                                              "timelimit temp")
+                                              "timelimit temp survey unpack connections")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()

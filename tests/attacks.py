@@ -175,3 +175,42 @@ def rss_mb(pid: int) -> float:
     import psutil
 
     return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def slow_connections(port: int, n: int, source: str = "127.0.0.2", deadline_s: float = 60) -> list:
+    """``n`` connections from ``source`` (another loopback address than the other clients'),
+    each sending the start of a request's headers and never the end (slowloris). Connections
+    the server refuses at once are kept too (closed), so that :func:`still_open` counts them."""
+    import socket
+
+    socks = []
+    stop = time.monotonic() + deadline_s
+    for _ in range(n):
+        if time.monotonic() > stop:
+            break
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.bind((source, 0))
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        except OSError:
+            pass
+        socks.append(s)
+    return socks
+
+
+def still_open(socks: list) -> int:
+    """How many of ``socks`` the server has not closed (nothing to read and no end of stream)."""
+    import socket
+
+    n = 0
+    for s in socks:
+        try:
+            s.setblocking(False)
+            n += s.recv(1, socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            n += 1
+        except OSError:
+            pass
+    return n

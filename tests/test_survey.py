@@ -198,6 +198,84 @@ def test_large_class_is_clustered_on_a_sample(monkeypatch: pytest.MonkeyPatch) -
     assert np.bincount(labels).tolist() == [100, 50] and len(set(labels[:100])) == 1
 
 
+DEGENERATE = """
+import json, sys
+import numpy as np
+from vit_demo.evaluate.clusters import cluster_maps, embed
+rng = np.random.default_rng(0)
+one = rng.random((14, 14))
+one /= one.sum()
+other = np.roll(one, 3, axis=0)
+near = np.repeat(one[None], 12, 0) * (1 + rng.normal(0, 1e-9, (12, 14, 14)))
+cases = {"12 identical": np.repeat(one[None], 12, 0), "100 uniform": np.full((100, 14, 14), 1 / 196),
+         "12 near-identical": near / near.sum(axis=(1, 2), keepdims=True), "2 identical": np.repeat(one[None], 2, 0),
+         "1": one[None], "5 identical": np.repeat(one[None], 5, 0), "6 + 6": np.stack([one] * 6 + [other] * 6),
+         "20 + 1": np.stack([one] * 20 + [other]), "13 different": rng.dirichlet(np.ones(196), 13).reshape(13, 14, 14)}
+out = {}
+for name, maps in cases.items():
+    xy, how = embed(maps)
+    out[name] = {"how": how, "xy": np.round(xy, 4).tolist(), "clusters": int(cluster_maps(maps)[0].max()) + 1}
+    print(name, how, file=sys.stderr, flush=True)
+print(json.dumps(out))
+"""
+
+
+def test_degenerate_maps_neither_crash_nor_mislead() -> None:
+    """Identical maps, near-identical ones, one or two: t-SNE's PCA start divided by their zero
+    spread and its Barnes-Hut tree crashed the process (segmentation fault: run in a child here,
+    so that a crash fails this test instead of ending pytest). Now the same maps share one point,
+    all-same maps get no view (all in the middle), two different maps the two ends."""
+    r = subprocess.run([sys.executable, "-c", DEGENERATE], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    out = json.loads(r.stdout)
+    for name in ("12 identical", "100 uniform", "12 near-identical", "2 identical", "1", "5 identical"):
+        assert out[name]["how"] == "same" and {tuple(p) for p in out[name]["xy"]} == {(0.5, 0.5)}, name
+        assert out[name]["clusters"] == 1, name
+    for name in ("6 + 6", "20 + 1"):
+        assert out[name]["how"] == "two" and sorted({tuple(p) for p in out[name]["xy"]}) == [(0, 0.5), (1, 0.5)], name
+    assert out["20 + 1"]["xy"][:20] == [out["20 + 1"]["xy"][0]] * 20  # the duplicates share a point
+    assert out["13 different"]["how"] == "tsne" and len({tuple(p) for p in out["13 different"]["xy"]}) == 13
+
+
+SURVEY_SMALL = """
+import json, shutil, sys
+from pathlib import Path
+from vit_demo.checkpoints.load import load_model
+from vit_demo.evaluate.survey import survey
+picture, ckpt, root = (Path(a) for a in sys.argv[1:4])
+lm = load_model(weights=ckpt, device="cpu", progress=False)
+out = {}
+for n in (12, 2, 1):
+    folder = root / f"same{n}"
+    folder.mkdir()
+    for i in range(n):
+        shutil.copy(picture, folder / f"copy{i:02d}.png")
+    r = survey(lm, folder, "chefer", progress=False)
+    out[n] = {k: r[k] for k in ("count", "embedding", "notes")} | {"clusters": len(r["clusters"]),
+                                                                   "xy": {tuple(im["xy"]) for im in r["images"]}.pop()}
+print(json.dumps(out))
+"""
+
+
+def test_survey_of_identical_pictures_two_and_one(random_shapes_model: tuple[Path, Path], tmp_path: Path) -> None:
+    """The issue's crash: 12 copies of one picture killed the process (in the app: the server).
+    Now 12, 2 and 1 pictures give a survey with a plain note where clustering cannot say anything."""
+    shapes, ckpt = random_shapes_model
+    picture = shapes / "circle" / "circle_00000.png"
+    r = subprocess.run([sys.executable, "-c", SURVEY_SMALL, str(picture), str(ckpt), str(tmp_path)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    out = json.loads(r.stdout)
+    assert {n: (v["count"], v["embedding"], v["clusters"], v["xy"]) for n, v in out.items()} == {
+        "12": (12, "same", 1, [0.5, 0.5]), "2": (2, "same", 1, [0.5, 0.5]), "1": (1, "same", 1, [0.5, 0.5])}
+    assert out["12"]["notes"] == ["All 12 maps are the same: there is nothing to cluster, and the 2-D view puts every "
+                                  "picture in one place."]
+    assert out["2"]["notes"] == ["All 2 maps are the same: there is nothing to cluster, and the 2-D view puts every "
+                                 "picture in one place."]
+    assert out["1"]["notes"] == ["One picture: nothing to compare its map with, so there are no clusters and no 2-D view."]
+
+
 # ----------------------------------------------------------------------------- a zip of pictures, not trusted
 
 
@@ -237,6 +315,64 @@ def test_zip_is_unpacked_without_trust(tmp_path: Path) -> None:
     (tmp_path / "fake.zip").write_bytes(b"PK\x03\x04 not really")
     with pytest.raises(ImageError, match="not a readable zip"):
         extract_pictures(tmp_path / "fake.zip", tmp_path / "x")
+
+
+def overlapping_zip(n: int, size: int, name: str = "big.png") -> bytes:
+    """A zip whose ``n`` central-directory entries all name ONE deflated stream of ``size`` zero
+    bytes (each entry is read in full; the zip stays a few KB)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(name, b"\0" * size)
+    data = buf.getvalue()
+    end = data.rfind(b"PK\x05\x06")
+    start = int.from_bytes(data[end + 16:end + 20], "little")
+    cd, eocd = data[start:end], bytearray(data[end:end + 22])
+    eocd[8:10] = eocd[10:12] = n.to_bytes(2, "little")
+    eocd[12:16] = (len(cd) * n).to_bytes(4, "little")
+    return data[:start] + cd * n + bytes(eocd)
+
+
+def zeros_zip(path: Path, n: int, size: int) -> Path:
+    """``n`` files of ``size`` zero bytes named .png, in a class folder."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(n):
+            z.writestr(f"zeros/z{i:02d}.png", b"\0" * size)
+    return path
+
+
+def test_unpacking_counts_what_it_tries(tmp_path: Path) -> None:
+    """Issue 35: members over the size cap were read in full and never counted (400 entries over
+    one 26 MiB stream: 42 s of CPU), the disk was not counted across zips (5 zips of 0.5 MB filled
+    2.5 GB), and a zip of 500,000 entries was parsed in full. Now one :class:`Allowance` per
+    upload counts members looked at, bytes read (kept or not) and bytes written (before they are
+    written), and its check (the job's time limit) runs between chunks."""
+    from vit_demo.images import Allowance, extract_pictures
+    from vit_demo.progress import TimeUp, check, time_limit
+
+    MiB = 1 << 20
+    (tmp_path / "ov.zip").write_bytes(overlapping_zip(400, 26 * MiB))
+    allow = Allowance(read=100 * MiB)
+    written, notes = extract_pictures(tmp_path / "ov.zip", tmp_path / "a", max_bytes=25 * MiB, allowance=allow)
+    assert written == [] and allow.read < 0 and allow.entries == 20_000 - 4, (allow, notes[-1])
+    assert notes[-1] == "stopped unpacking ov.zip: the upload unpacks to more than this app reads for one survey"
+
+    allow = Allowance(written=12 * MiB)  # the disk budget, over every zip of the upload
+    for i in range(3):
+        written, notes = extract_pictures(zeros_zip(tmp_path / f"z{i}.zip", 20, 5 * MiB), tmp_path / "b",
+                                          max_bytes=25 * MiB, allowance=allow)
+        assert len(written) == (2 if i == 0 else 0), notes
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "b").rglob("*") if p.is_file())
+    assert on_disk == 10 * MiB and allow.full and "would fill more disk" in notes[-1]
+
+    with zipfile.ZipFile(tmp_path / "many.zip", "w") as z:
+        for i in range(3000):
+            z.writestr(f"n{i}.txt", b"")
+    written, notes = extract_pictures(tmp_path / "many.zip", tmp_path / "c", allowance=Allowance(entries=2000))
+    assert written == [] and notes == ["skipped many.zip: it lists more files than this app looks at for one survey"]
+
+    with time_limit(0.3), pytest.raises(TimeUp):  # the job's time limit stops the unpacking itself
+        extract_pictures(tmp_path / "ov.zip", tmp_path / "d", max_bytes=25 * MiB, allowance=Allowance(check=check))
+    assert not list((tmp_path / "d").rglob("*.png"))  # the partial file went
 
 
 # ----------------------------------------------------------------------------- the command

@@ -12,6 +12,8 @@ import os
 import re
 import warnings
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -186,56 +188,146 @@ def safe_parts(name: str) -> list[str]:
     return [re.sub(r"[^A-Za-z0-9._ -]", "_", q).strip(" ").lstrip(".")[:120] or "_" for q in parts[-2:]]
 
 
+@dataclass
+class Allowance:
+    """What unpacking may still use, over every zip of one upload: members looked at (kept or
+    not), bytes decompressed (kept or not: a member over its size cap was still read), bytes
+    written to disk (a disk budget), and ``check``, called between chunks (a time limit that
+    raises). Each zip's central directory is sized before it is parsed (:func:`index_size`)."""
+
+    entries: int = 20_000
+    read: int = 1 << 30
+    written: int = 512 << 20
+    check: Callable[[], None] | None = None
+    stopped: bool = False  # the check raised: unpacking ends there
+    full: bool = False  # the disk budget is used up: nothing more is written
+
+    def take_read(self, n: int) -> None:
+        """Charge ``n`` bytes read; ValueError once the upload has read its share."""
+        self.read -= n
+        if self.read < 0:
+            raise ValueError("the upload unpacks to more than this app reads for one survey")
+        self.tick()
+
+    def tick(self) -> None:
+        """Run the check (a time limit): what it raises ends the unpacking."""
+        if self.check is not None:
+            try:
+                self.check()
+            except BaseException:
+                self.stopped = True
+                raise
+
+    def take_written(self, n: int) -> None:
+        """Charge ``n`` bytes about to be written; ValueError beyond the budget (and nothing more
+        is written after that)."""
+        if self.full or n > self.written:
+            self.full = True
+            raise ValueError("the pictures would fill more disk than this app keeps for its files")
+        self.written -= n
+
+    @property
+    def spent(self) -> bool:
+        """Whether nothing more may be read or written."""
+        return self.read < 0 or self.full or self.stopped
+
+
+CD_ENTRY = 46  # bytes: the least a member takes in a zip's central directory (its name and extras add to it)
+
+
+def index_size(path: str | os.PathLike) -> int:
+    """The size a zip's end record gives its central directory (zip64 too); 0 without an end record
+    (zipfile says why). Python's zipfile parses every entry of that directory, whatever count the end
+    record claims: 500,000 entries took seconds and 167 MB."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - (1 << 16) - 22))
+        tail = f.read()
+    i = tail.rfind(b"PK\x05\x06")
+    if i < 0 or len(tail) < i + 22:
+        return 0
+    cd_size = int.from_bytes(tail[i + 12:i + 16], "little")
+    j = i - 20  # a zip64 end record's locator sits right before the end record
+    if j >= 0 and tail[j:j + 4] == b"PK\x06\x07":
+        with open(path, "rb") as f:
+            f.seek(int.from_bytes(tail[j + 8:j + 16], "little"))
+            rec = f.read(56)
+        if rec[:4] == b"PK\x06\x06" and len(rec) == 56:
+            cd_size = max(cd_size, int.from_bytes(rec[40:48], "little"))
+    return cd_size
+
+
 def extract_pictures(archive: str | os.PathLike, dest: str | os.PathLike, max_files: int = 500,
-                     max_bytes: int = MAX_FILE_BYTES, max_total: int = 512 * 1024 * 1024) -> tuple[list[Path], list[str]]:
+                     max_bytes: int = MAX_FILE_BYTES, allowance: Allowance | None = None) -> tuple[list[Path], list[str]]:
     """Copy the image files of a zip into ``dest`` (``dest/<folder>/<file>``, the member's last
     folder kept as its class) without trusting the archive: names are rebuilt from safe parts
     (:func:`safe_parts`), nothing is written outside ``dest``, links and non-images are skipped,
-    and the bytes actually read are counted against ``max_bytes`` per file and ``max_total`` in
-    all (a zip bomb's declared sizes are not believed). At most ``max_files`` pictures. Returns
-    (the files written, notes on what was skipped). ImageError for a file that is not a zip."""
-    dest = Path(dest)
+    and the bytes actually read are counted against ``max_bytes`` per file and the ``allowance``
+    (members looked at, bytes read and written, a time limit: a zip bomb's declared sizes are not
+    believed). At most ``max_files`` pictures. Returns (the files written, notes on what was
+    skipped). ImageError for a file that is not a zip."""
+    dest, name = Path(dest), Path(archive).name
+    allowance = allowance if allowance is not None else Allowance()
     written: list[Path] = []
     notes: list[str] = []
-    total = 0
     try:
+        if index_size(archive) > CD_ENTRY * max(0, allowance.entries):
+            return [], [f"skipped {name}: it lists more files than this app looks at for one survey"]
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as e:
-        raise ImageError(f"{Path(archive).name}: not a readable zip file ({e})") from e
+        raise ImageError(f"{name}: not a readable zip file ({e})") from e
     with zf:
         for info in zf.infolist():
+            allowance.tick()
+            allowance.entries -= 1
+            if allowance.entries < 0:
+                notes.append(f"only the first files of {name} were looked at")
+                break
             parts = safe_parts(info.filename)
             is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
             if info.is_dir() or not parts or is_link or Path(parts[-1]).suffix.lower() not in IMAGE_SUFFIXES:
                 continue
             if len(written) >= max_files:
-                notes.append(f"only the first {max_files} pictures of {Path(archive).name} are used")
+                notes.append(f"only the first {max_files} pictures of {name} are used")
                 break
             target = dest.joinpath(*parts)
             while target.exists():
                 target = target.with_name(f"{target.stem}_{len(written)}{target.suffix}")
             try:
-                n = copy_member(zf, info, target, min(max_bytes, max_total - total))
+                copy_member(zf, info, target, max_bytes, allowance)
             except (RuntimeError, zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+                if allowance.stopped:
+                    raise
                 notes.append(f"skipped {parts[-1]}: {e}")
+                if allowance.spent:
+                    notes.append(f"stopped unpacking {name}: {e}")
+                    break
                 continue
-            total += n
             written.append(target)
     return written, notes
 
 
-def copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, limit: int) -> int:
-    """Copy one member to ``target``, reading at most ``limit`` bytes (ValueError beyond it)."""
+def copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, limit: int, allowance: Allowance) -> int:
+    """Copy one member to ``target``, reading at most ``limit`` bytes (ValueError beyond it), every
+    chunk charged to the ``allowance`` before it is written; on any error the partial file goes,
+    and its bytes are given back to the disk budget."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with zf.open(info) as src, open(target, "wb") as out:
-        while chunk := src.read(1 << 20):
-            n += len(chunk)
-            if n > limit:
-                out.close()
-                target.unlink()
-                raise ValueError(f"more than {limit / 2**20:.0f} MiB once unpacked")
-            out.write(chunk)
+    n = kept = 0
+    try:
+        with zf.open(info) as src, open(target, "wb") as out:
+            while chunk := src.read(1 << 20):
+                n += len(chunk)
+                allowance.take_read(len(chunk))
+                if n > limit:
+                    raise ValueError(f"more than {limit / 2**20:.0f} MiB once unpacked")
+                allowance.take_written(len(chunk))
+                kept += len(chunk)
+                out.write(chunk)
+    except BaseException:
+        target.unlink(missing_ok=True)
+        allowance.written += kept
+        raise
     return n
 
 

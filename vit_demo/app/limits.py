@@ -41,6 +41,8 @@ class Limits:
     max_megapixels: float = DEFAULT_MAX_MEGAPIXELS
     upload_budget_mb: float = 100  # per client and 10 minutes, when exposed
     exports_mb: float = 512  # disk for the app's pictures, slides, decks and animations (oldest go first)
+    header_seconds: float = 10  # a connection's request headers must arrive within this long
+    connections_per_address: int = 100  # connections one address may hold open, when exposed
     allowed_hosts: tuple[str, ...] = ()  # names a local app answers to, besides 127.0.0.1 / localhost
     trusted_proxies: tuple[str, ...] = ()  # addresses whose X-Forwarded-For is believed
     bind: str = "127.0.0.1"  # the address the server listens on (a local app answers to it too)

@@ -128,7 +128,8 @@ SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps: 220 KB each here (
 
 
 def app_kwargs(limits: Any) -> dict[str, Any]:
-    """Gradio's FastAPI app: the gate as its middleware, and request errors that repeat nothing."""
+    """Gradio's FastAPI app: the gate as its middleware, request errors that repeat nothing, and no
+    FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.middleware import Middleware
@@ -144,4 +145,5 @@ def app_kwargs(limits: Any) -> dict[str, Any]:
                             status_code=422)
 
     return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget)],
-            "exception_handlers": {RequestValidationError: invalid}}
+            "exception_handlers": {RequestValidationError: invalid},
+            "openapi_url": None}  # FastAPI's own schema (/openapi.json): routes and models the page never uses

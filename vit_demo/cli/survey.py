@@ -74,6 +74,7 @@ def summary_lines(r: dict[str, Any], page: Path) -> str:
     if w:
         lines.append(f"watermark: {w['watermarked']} marked pictures of '{w['class']}', {w['share_in_cluster']:.0%} in "
                      f"cluster {w['cluster']}, whose prototype has {w['cluster_mass_on_watermark']:.0%} of its mass on the mark")
+    lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += [f"skipped: {e}" for e in r["errors"]]
     lines.append(f"report: {page} (open it in a browser; it works offline)")
     return "\n".join(lines)

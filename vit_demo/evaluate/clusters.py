@@ -25,7 +25,9 @@ A class with fewer than :data:`MIN_TO_SPLIT` pictures is one cluster; one with m
 :data:`MAX_TO_SPLIT` is clustered on a seeded sample of that many and every other map joins the
 cluster with the nearest mean (memory stays bounded: the affinity is n x n). The embedding of
 every map is scikit-learn's t-SNE on the same features and distance (PCA for fewer than
-:data:`MIN_TSNE` maps).
+:data:`MIN_TSNE` different maps), computed once per distinct map: duplicates share a point, two
+different maps sit at the two ends, and maps that are all the same get no view at all (t-SNE's own
+PCA start divided by their zero spread, and its Barnes-Hut tree crashed the process on the NaNs).
 
 Why this affinity: with scikit-learn's k-nearest-neighbour graph (10 neighbours) the eigengap
 split one homogeneous group of 30 synthetic maps in two and one of 100 in three, and found 8
@@ -70,6 +72,8 @@ MIN_TSNE = 12  # fewer maps: PCA for the embedding (t-SNE needs a few neighbours
 DIRECTIONS = 8  # the sliced Wasserstein distance's directions (0, 22.5, ..., 157.5 degrees)
 MIN_SCALE = 0.5  # patches: the least local scale of the affinity (maps closer than this are alike)
 NEIGHBOUR = 7  # the local scale: the distance to this nearest neighbour
+SAME = 1e-6  # patches: features that round alike at this step are one map (placed once in 2-D)
+MIN_SPREAD = 1e-3  # patches: maps all closer than this to one another are the same map (no 2-D view)
 
 
 def features(maps: np.ndarray, directions: int = DIRECTIONS) -> np.ndarray:
@@ -168,25 +172,56 @@ def cluster_maps(maps: np.ndarray, seed: int = 0, max_k: int = MAX_K) -> tuple[n
     return rank[labels], spectrum
 
 
+def distinct(x: np.ndarray, same: float = SAME) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row of each group of rows of ``x`` that round alike to ``same``, the group of
+    every row): duplicates of one map are placed once, and together."""
+    keys = np.round(np.nan_to_num(x) / same).astype(np.int64)
+    _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    return first, group.reshape(-1)
+
+
+def tsne(x: np.ndarray, seed: int) -> np.ndarray:
+    """t-SNE of distinct rows (at least :data:`MIN_TSNE`), started from their 2-D PCA scaled as
+    scikit-learn's ``init="pca"`` does, but never divided by a zero spread: with identical rows
+    that division made NaNs, and scikit-learn's Barnes-Hut tree crashed the process on them."""
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import TSNE
+
+    start = PCA(n_components=2, random_state=seed).fit_transform(x)
+    spread = float(np.std(start[:, 0]))
+    if np.isfinite(start).all() and spread > 1e-12:
+        init: np.ndarray | str = (start / spread * 1e-4).astype(np.float32)
+    else:
+        init = "random"
+    perplexity = float(min(30.0, max(2.0, (len(x) - 1) / 3)))
+    with threadpool_limits(1):
+        return TSNE(n_components=2, perplexity=perplexity, metric="manhattan", init=init,
+                    random_state=seed).fit_transform(x)
+
+
 def embed(maps: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
-    """A 2-D point per map [N, h, w] -> ([N, 2] in [0, 1], "tsne" or "pca"), from the same features."""
+    """A 2-D point per map [N, h, w] -> ([N, 2] in [0, 1], how), from the same features. Maps
+    that are the same (within :data:`SAME`) share one point; ``how``: "tsne" (at least
+    :data:`MIN_TSNE` different maps), "pca" (3 or more), "two" (two different maps: one at each
+    end), "same" (one map, or maps no more than :data:`MIN_SPREAD` apart: all in the middle),
+    "none" (no maps)."""
     n = len(maps)
     if n == 0:
         return np.zeros((0, 2)), "none"
-    x = features(maps)
-    if n < 3:
-        xy, how = np.zeros((n, 2)), "none"
-    elif n < MIN_TSNE:
+    x = np.nan_to_num(features(maps))
+    first, group = distinct(x)
+    reps = x[first]
+    if len(reps) == 1 or distances(reps, reps[:1]).max() < MIN_SPREAD:
+        return np.full((n, 2), 0.5), "same"
+    if len(reps) == 2:
+        xy, how = np.array([[0.0, 0.5], [1.0, 0.5]]), "two"
+    elif len(reps) < MIN_TSNE:
         from sklearn.decomposition import PCA
 
-        xy, how = PCA(n_components=2, random_state=seed).fit_transform(x), "pca"
+        xy, how = PCA(n_components=2, random_state=seed).fit_transform(reps), "pca"
     else:
-        from sklearn.manifold import TSNE
-
-        perplexity = float(min(30.0, max(2.0, (n - 1) / 3)))
-        with threadpool_limits(1):
-            xy = TSNE(n_components=2, perplexity=perplexity, metric="manhattan", init="pca",
-                      random_state=seed).fit_transform(x)
-        how = "tsne"
+        xy, how = tsne(reps, seed), "tsne"
+    xy = np.nan_to_num(np.asarray(xy, dtype=np.float64))
     lo, hi = xy.min(axis=0), xy.max(axis=0)
-    return (xy - lo) / np.where(hi > lo, hi - lo, 1.0), how
+    xy = np.where(hi > lo, (xy - lo) / np.where(hi > lo, hi - lo, 1.0), 0.5)
+    return xy[group], how

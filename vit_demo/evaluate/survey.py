@@ -45,7 +45,7 @@ from ..preprocess import DataConfig, preprocess
 from ..progress import batches, report
 from ..train.data import BOXES_FILE, read_boxes, read_watermarks
 from ..train.loop import Dist, init_distributed
-from .clusters import cluster_maps, embed
+from .clusters import MIN_TO_SPLIT, cluster_maps, embed
 from .faithfulness import spread
 from .pointing import box_to_input, hit_patches, patch_coverage
 
@@ -370,6 +370,27 @@ def watermark_finding(records: list[dict[str, Any]], clusters: list[dict[str, An
             "most_watermark_cluster": top["id"], "most_watermark_mass": top["mass_on_watermark"]}
 
 
+def plain_notes(records: list[dict[str, Any]], how: str) -> list[str]:
+    """What the clusters and the 2-D view cannot say for this folder, in plain words (none when
+    they can say something)."""
+    n = len(records)
+    if n == 1:
+        return ["One picture: nothing to compare its map with, so there are no clusters and no 2-D view."]
+    notes = []
+    if how == "same":
+        notes.append(f"All {n} maps are the same: there is nothing to cluster, and the 2-D view puts every "
+                     "picture in one place.")
+    elif how == "two":
+        notes.append(f"The {n} pictures have only two different maps: the 2-D view puts them at its two ends.")
+    sizes: dict[int, int] = {}
+    for r in records:
+        sizes[r["predicted_index"]] = sizes.get(r["predicted_index"], 0) + 1
+    if how != "same" and max(sizes.values()) < MIN_TO_SPLIT:
+        notes.append(f"Too few pictures per predicted class to find clusters (a class needs at least {MIN_TO_SPLIT}): "
+                     "each class is one cluster.")
+    return notes
+
+
 def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, errors: list[str], folder: Folder,
               method: str, root: str, seconds: float, dist: Dist, seed: int = 0) -> dict[str, Any]:
     """The survey's result (the ``--json`` object): images, clusters, the embedding and the totals."""
@@ -383,7 +404,7 @@ def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, 
         "labels": folder.mode, "count": len(records), "labelled": len(judged),
         "accuracy": round(sum(judged) / len(judged), 6) if judged else None,
         "grid": [s // lm.model.cfg.patch_size for s in lm.data_config.input_size], "map_grid": list(maps.shape[1:]),
-        "embedding": how, "images": records, "clusters": clusters, "errors": errors,
+        "embedding": how, "notes": plain_notes(records, how), "images": records, "clusters": clusters, "errors": errors,
         "seconds": round(seconds, 2), "processes": dist.world, "device": str(lm.device),
     }
     if folder.watermark_box is not None:
@@ -391,6 +412,23 @@ def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, 
         result["watermark_box"] = [round(x0 / W, 6), round(y0 / H, 6), round(x1 / W, 6), round(y1 / H, 6)]
         result["shortcut"] = folder.shortcut
         result["watermark"] = watermark_finding(records, clusters, folder.shortcut.get("class"))
+    return result
+
+
+def relative_paths(result: dict[str, Any], folder_name: str = "the upload") -> dict[str, Any]:
+    """The same result naming every picture relative to the surveyed folder, and the folder
+    ``folder_name``: a report made on a server names no path of it (changed in place)."""
+    root = str(result["folder"]).rstrip("/")
+
+    def rel(path: str) -> str:
+        return path[len(root) + 1:] if path.startswith(root + "/") else Path(path).name
+
+    for r in result["images"]:
+        r["path"] = rel(r["path"])
+    for c in result["clusters"]:
+        c["members"] = [rel(p) for p in c["members"]]
+    result["errors"] = [e.replace(root + "/", "").replace(root, folder_name) for e in result["errors"]]
+    result["folder"] = folder_name
     return result
 
 

@@ -105,7 +105,7 @@ def page_data(result: dict[str, Any]) -> dict[str, Any]:
                                    "mass_on_watermark", "watermarked", "image") if k in c} for c in result["clusters"]]
     head = {k: result.get(k) for k in ("folder", "model", "method", "method_title", "labels", "count", "labelled",
                                        "accuracy", "embedding", "seconds", "processes", "device", "grid",
-                                       "watermark", "shortcut")}
+                                       "watermark", "shortcut", "notes")}
     return {"head": head, "images": images, "clusters": clusters}
 
 
@@ -148,6 +148,7 @@ PAGE = """<!doctype html>
   <h1>%TITLE%</h1>
   <p id="summary"></p>
   <p id="finding" hidden></p>
+  <p id="notes" hidden></p>
 </header>
 <nav id="filters" aria-label="Filters">
   <label>Show <select id="show">
@@ -201,6 +202,7 @@ body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
 header, main, nav { padding: 0 16px; }
 h1 { font-size: 1.3rem; margin: 14px 0 4px; } h2 { font-size: 1.1rem; margin: 22px 0 4px; }
 .hint, .small { color: var(--muted); font-size: .88rem; margin: 2px 0 8px; }
+#notes { color: #555; font-style: italic; }
 #finding { background: #fff4ce; border-left: 4px solid #e6a700; padding: 8px 12px; }
 nav { position: sticky; top: 0; z-index: 2; background: #fafafa; border-bottom: 1px solid var(--line);
       display: flex; flex-wrap: wrap; gap: 8px 14px; align-items: center; padding-top: 8px; padding-bottom: 8px; }
@@ -355,9 +357,10 @@ function embedding() {
     i.addEventListener("click", () => openDetail(r));
     box.append(i);
   }
-  const how = HEAD.embedding === "tsne" ? "t-SNE" : HEAD.embedding.toUpperCase();
-  $("embed-hint").textContent = "Each picture's map, placed by " + how + " of the maps (similar maps land close " +
-    "together); a red frame is a wrong prediction. The filters above fade the others.";
+  const how = { tsne: "t-SNE", pca: "PCA" }[HEAD.embedding];
+  $("embed-hint").textContent = how ? "Each picture's map, placed by " + how + " of the maps (similar maps land " +
+    "close together); a red frame is a wrong prediction. The filters above fade the others." :
+    "Too few different maps to place them by their likeness (see the note at the top).";
 }
 
 function setup() {
@@ -371,6 +374,7 @@ function setup() {
       pct(w.share_in_cluster) + " of them are in cluster " + w.cluster + ", whose prototype puts " +
       pct(w.cluster_mass_on_watermark) + " of its mass on the watermark's patches.";
   }
+  if ((HEAD.notes || []).length) { $("notes").hidden = false; $("notes").textContent = HEAD.notes.join(" "); }
   if (!IMAGES.some((r) => r.watermark)) $("show").querySelector("option[value=marked]").remove();
   for (const name of [...new Set(IMAGES.map((r) => r.predicted))].sort()) $("cls").append(new Option(name, name));
   for (const c of CLUSTERS) $("cluster").append(new Option(c.id + ": " + c["class"] + " (" + c.size + ")", String(c.id)));

@@ -6,27 +6,28 @@ report to download. A click on a tile opens that picture in the other tabs."""
 
 from __future__ import annotations
 
+import secrets
 import shutil
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from ... import methods
-from ...evaluate.survey import DEFAULT_METHOD, survey
-from ...images import IMAGE_SUFFIXES, ImageError, extract_pictures, safe_parts
+from ...evaluate.survey import DEFAULT_METHOD, relative_paths, survey
+from ...images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, safe_parts
 from ...present.survey_report import Thumbnails, embedding_image, write_report
-from ...progress import reporting
+from ...progress import check, reporting
 from ..common import friendly, png
 from ..context import Context, Section
-from ..exports import export_dir
+from ..exports import export_dir, within_budget
+from ..workspace import folder_bytes, trim, workspace
 from .relevance import RelevanceTab
 
 MAX_PICTURES = 1000  # per survey on this computer
 MAX_PICTURES_EXPOSED = 100  # per survey when the app is reachable by others
-KEEP_S = 3600  # a survey's files are removed an hour after it was made
+ENTRIES_PER_PICTURE = 20  # members of the uploaded zips looked at, per picture a survey may take
+READ_BYTES = 1 << 30  # bytes decompressed per survey, kept or not (about 3 s of CPU)
 SHOWS = [("all pictures", "all"), ("wrong predictions", "wrong"), ("right predictions", "right"),
          ("with the watermark", "marked")]
 SORTS = [("file order", "file"), ("least confident first", "conf-asc"), ("most confident first", "conf-desc"),
@@ -38,46 +39,50 @@ OPEN_IN = RelevanceTab.name  # the tab a clicked tile opens
 # ----------------------------------------------------------------------------- files and views
 
 
-def survey_root() -> Path:
-    """Where the surveys' folders go; those older than :data:`KEEP_S` are removed."""
-    root = export_dir() / "surveys"
-    root.mkdir(exist_ok=True)
-    now = time.time()
-    for d in root.iterdir():
-        try:
-            if d.is_dir() and now - d.stat().st_mtime > KEEP_S:
-                shutil.rmtree(d, ignore_errors=True)
-        except OSError:
-            pass
-    return root
+def allowance(max_files: int) -> Allowance:
+    """What one survey's upload may unpack: :data:`ENTRIES_PER_PICTURE` members per picture it may
+    keep, :data:`READ_BYTES` decompressed, what the exports' disk budget has room for (the oldest
+    exports go first to make room for half of it), within the slow lane's time limit."""
+    ws = workspace()
+    trim(ws.exports, ws.exports_budget // 2)
+    room = max(0, ws.exports_budget - folder_bytes(ws.exports))
+    return Allowance(entries=ENTRIES_PER_PICTURE * max_files, read=READ_BYTES, written=room, check=check)
 
 
-def gather_uploads(files: list[Any], dest: Path, max_files: int, max_bytes: int) -> tuple[Path, list[str]]:
+def gather_uploads(files: list[Any], dest: Path, max_files: int, max_bytes: int, allow: Allowance
+                   ) -> tuple[Path, list[str]]:
     """Copy the uploaded pictures and the pictures of uploaded zips into ``dest/pictures`` (a zip's
-    sub-folders become class folders; loose pictures go to ``unlabelled/`` when there are any).
-    Returns the folder and notes on what was skipped."""
+    sub-folders become class folders; loose pictures go to ``unlabelled/`` when there are any),
+    every byte charged to ``allow`` before it is written. Returns the folder and notes on what
+    was skipped."""
     pics = dest / "pictures"
     pics.mkdir(parents=True)
     notes: list[str] = []
     count = 0
     for f in files or []:
+        allow.tick()
         path = Path(f if isinstance(f, str) else getattr(f, "path", None) or f.get("path"))
-        if path.suffix.lower() == ".zip":
-            written, more = extract_pictures(path, pics, max_files - count, max_bytes)
-            count += len(written)
-            notes += more
-        elif path.suffix.lower() in IMAGE_SUFFIXES and count < max_files:
-            name = (safe_parts(path.name) or ["picture"])[-1]
-            target = pics / f"{count:05d}_{name}"
-            shutil.copyfile(path, target)
-            count += 1
-        elif count >= max_files:
+        if count >= max_files:
             notes.append(f"only the first {max_files} pictures are used")
             break
+        if path.suffix.lower() == ".zip":
+            written, more = extract_pictures(path, pics, max_files - count, max_bytes, allow)
+            count += len(written)
+            notes += more
+        elif path.suffix.lower() in IMAGE_SUFFIXES:
+            try:
+                allow.take_written(path.stat().st_size)
+            except ValueError as e:
+                notes.append(f"skipped {path.name}: {e}")
+                continue
+            name = (safe_parts(path.name) or ["picture"])[-1]
+            shutil.copyfile(path, pics / f"{count:05d}_{name}")
+            count += 1
         else:
             notes.append(f"skipped {path.name}: not a picture or a zip")
     if count == 0:
-        raise ImageError("no pictures in the upload: choose several image files or a zip of them")
+        raise ImageError("no pictures in the upload: choose several image files or a zip of them"
+                         + (f" ({notes[-1]})" if notes else ""))
     loose = [p for p in pics.iterdir() if p.is_file()]
     if loose and any(p.is_dir() for p in pics.iterdir()):
         (pics / "unlabelled").mkdir(exist_ok=True)
@@ -171,20 +176,33 @@ class FolderTab(Section):
 
     def run_survey(self, ctx: Context, files: Any, method: str, sess: Any, progress: Any) -> dict:
         limit = MAX_PICTURES_EXPOSED if ctx.cfg.exposed else MAX_PICTURES
-        out = survey_root() / uuid.uuid4().hex
-        pics, notes = gather_uploads(files, out, limit, ctx.cfg.limits.max_upload_bytes)
-        lm = ctx.model(ctx.session(sess))
-        with reporting(lambda share, text: progress(share, desc=f"survey: {text}")):
-            result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False)
-        notes += result["errors"]
-        write_report(result, out / "report")
+        allow = allowance(limit)
+        base = export_dir()
+        out = base / secrets.token_hex(16)  # the survey's files: a name no one can guess
+        try:
+            pics, notes = gather_uploads(files, out, limit, ctx.cfg.limits.max_upload_bytes, allow)
+            lm = ctx.model(ctx.session(sess))
+            with reporting(lambda share, text: progress(share, desc=f"survey: {text}")):
+                try:
+                    result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False)
+                except ValueError as e:  # nothing readable: said without the server's folder
+                    why = str(e).replace(f"{pics}/", "").replace(str(pics), "the upload")
+                    raise ImageError(why + (f" ({notes[-1]})" if notes else "")) from e
+            relative_paths(result)  # the report and its JSON name no server path
+            notes = [*result["notes"], *notes, *result["errors"]]
+            write_report(result, out / "report")
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)  # a failed survey's files go at once
+            raise
         emb = png(embedding_image(result, out / "report", thumb=56))
+        report = report_zip(out)
+        within_budget()
         st = {"dir": str(out), "result": result}
         tiles, order = self.views_for(st, "all", "file", "all")
         st["order"] = order
         protos = [(str(out / "report" / c["image"]), f"{c['id']}: {c['class']} · {c['size']}") for c in result["clusters"]]
         return {self.survey_state: st, self.status: status_text(result, notes), self.gallery: tiles,
-                self.protos: protos, self.embedding: emb, self.report: str(report_zip(out)),
+                self.protos: protos, self.embedding: emb, self.report: str(report),
                 self.show_dd: "all", self.sort_dd: "file",
                 self.cluster_dd: gr.update(choices=cluster_choices(result), value="all")}
 
@@ -211,7 +229,8 @@ class FolderTab(Section):
             rec = st["result"]["images"][st["order"][evt.index]]
             sess = ctx.session(sess)
             sess.open_tab = OPEN_IN
-            return {ctx.state: sess, ctx.image: rec["path"], ctx.tabs: gr.Tabs(selected=OPEN_IN)}
+            picture = str(Path(st["dir"]) / "pictures" / rec["path"])  # the path is relative to the upload
+            return {ctx.state: sess, ctx.image: picture, ctx.tabs: gr.Tabs(selected=OPEN_IN)}
 
         def on_proto(st, evt: gr.SelectData):
             if not st or not isinstance(evt.index, int) or not 0 <= evt.index < len(st["result"]["clusters"]):

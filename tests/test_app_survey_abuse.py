@@ -1,0 +1,169 @@
+"""The Whole folder tab against an attacker (issue 35), with raw HTTP against the running
+``--exposed`` app (one server for the module: ``--exports-mb 20 --job-seconds 30``):
+
+- one picture named 12 times: the survey of identical maps killed the server; now it completes
+  with a plain note, and the server goes on;
+- zips of files of zeros named .png: the exports' disk budget held only for exports, not for
+  unpacked pictures; now the app's folder stays within it, and a failed survey's files go at once;
+- a zip of 400 entries over one 26 MiB stream: each was read in full, uncounted, past the job's
+  time limit; now unpacking stops within the limit;
+- the survey's report and JSON name no server path; FastAPI's schema route is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from app_server import running_app
+from attacks import Raw, file_payload, values_for
+from PIL import Image
+from test_survey import overlapping_zip, zeros_zip
+
+pytest.importorskip("httpx")
+
+MiB = 1 << 20
+BUDGET_MB = 20
+JOB_S = 30
+
+
+@pytest.fixture(scope="module")
+def app(deit_tiny_path: Path):
+    args = ["--weights", str(deit_tiny_path), "--exposed", "--exports-mb", str(BUDGET_MB), "--job-seconds", str(JOB_S),
+            "--max-upload-mb", "2", "--upload-budget-mb", "50", "--no-warm-up"]
+    with running_app(args) as a:
+        yield a
+
+
+def survey_call(raw: Raw, stored: list[str], timeout: float = 300):
+    data = values_for(raw, "on_run", 0, None)
+    data[0] = [file_payload(p) for p in stored]
+    return raw.call("on_run", data, timeout=timeout)
+
+
+def app_folder(stored: str) -> Path:
+    p = Path(stored)
+    while not p.name.startswith("vit_demo_"):
+        p = p.parent
+    return p
+
+
+def bytes_under(folder: Path) -> int:
+    total = 0
+    for f in folder.rglob("*"):
+        try:
+            total += f.stat().st_size if f.is_file() else 0
+        except OSError:
+            pass
+    return total
+
+
+def test_identical_pictures_survey_and_the_server_lives(app, tmp_path: Path) -> None:
+    """The issue's one request: one 32 x 32 PNG named 12 times. Before: a segmentation fault
+    in t-SNE after 8 s, the server dead."""
+    pic = tmp_path / "dot.png"
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(pic)
+    raw = Raw(app.url)
+    stored = raw.upload(pic)
+    out = survey_call(raw, [stored] * 12)
+    assert app.alive(), app.log()
+    assert out.success, out.message
+    status = out.output["data"][1]
+    assert "**12 pictures**" in status and "All 12 maps are the same" in status, status
+    assert Raw(app.url).http.get(app.url + "config").status_code == 200
+
+
+def test_unpacked_pictures_stay_within_the_disk_budget(app, tmp_path: Path) -> None:
+    """Three zips of 20 files of 1.5 MiB of zeros named .png (30 KB each): 90 MiB unpacked before,
+    kept after the survey failed. Now the folder stays within --exports-mb (plus one file) and the
+    failed survey's files go at once."""
+    raw = Raw(app.url)
+    stored = [raw.upload(zeros_zip(tmp_path / f"z{i}.zip", 20, 3 * MiB // 2)) for i in range(3)]
+    folder = app_folder(stored[0])
+    exports = folder / "gradio" / "exports"
+    start, peak, done = bytes_under(exports), [0], threading.Event()
+    kept = set(exports.rglob("pictures"))  # earlier surveys' pictures (a click on a tile opens one)
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], bytes_under(exports))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        out = survey_call(raw, stored)
+    finally:
+        done.set()
+        watcher.join(5)
+    print(f"exports folder: {start / MiB:.1f} MiB before, peak {peak[0] / MiB:.1f} MiB, "
+          f"{bytes_under(exports) / MiB:.1f} MiB after; {out.message}")
+    assert out.refused and app.alive()
+    assert "would fill more disk" in out.message, out.message
+    assert peak[0] <= BUDGET_MB * MiB + 3 * MiB // 2, peak[0] / MiB
+    assert set(exports.rglob("pictures")) == kept and bytes_under(exports) <= start  # the failed survey's files went
+
+
+def test_unpacking_stops_at_the_job_time_limit(app, tmp_path: Path) -> None:
+    """400 entries over one 26 MiB stream, named twice: before, 800 x 25 MiB decompressed and
+    skipped uncounted (42 s of CPU at --job-seconds 15). Now stopped by the time limit or by the
+    bytes one survey may read, whichever comes first."""
+    archive = tmp_path / "overlap.zip"
+    archive.write_bytes(overlapping_zip(400, 26 * MiB))
+    raw = Raw(app.url)
+    stored = raw.upload(archive)
+    t0 = time.perf_counter()
+    out = survey_call(raw, [stored, stored])
+    took = time.perf_counter() - t0
+    print(f"overlapping zip named twice: {took:.1f} s: {out.message}")
+    assert out.refused and app.alive()
+    assert (f"took longer than the {JOB_S} s" in out.message
+            or "unpacks to more than this app reads" in out.message), out.message
+    assert took < JOB_S + 12
+
+
+def test_report_names_no_server_path(app, tmp_path: Path, package_photos: dict[str, Path]) -> None:
+    raw = Raw(app.url)
+    archive = tmp_path / "two.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(package_photos["coffee"], "set/espresso/coffee.png")
+        z.write(package_photos["chelsea"], "set/Egyptian cat/chelsea.png")
+    stored = raw.upload(archive)
+    out = survey_call(raw, [stored])
+    assert out.success, out.message
+    report = out.output["data"][5]["path"]
+    with zipfile.ZipFile(report) as z:
+        texts = {n: z.read(n).decode() for n in z.namelist() if n.endswith((".html", ".json"))}
+    assert set(texts) == {"report/report.html", "report/survey.json"}
+    folder = str(app_folder(stored))
+    for name, text in texts.items():
+        assert folder not in text and "/tmp" not in text and str(Path.home()) not in text, name
+    result = json.loads(texts["report/survey.json"])
+    assert sorted(im["path"] for im in result["images"]) == ["Egyptian cat/chelsea.png", "espresso/coffee.png"]
+    assert result["folder"] == "the upload"
+    tile = raw.call("on_tile", [None, None], event_data={"index": 0, "value": None})  # a click opens the picture
+    assert tile.success, tile.message
+    opened = next(v for v in tile.output["data"] if isinstance(v, dict) and "path" in v)
+    assert Image.open(opened["path"]).size == Image.open(package_photos["chelsea"]).size
+
+
+def test_no_framework_schema_and_no_path_outside_the_app_folder(app, tmp_path: Path) -> None:
+    """FastAPI's /openapi.json answered (37 KB of routes and models); /docs and /redoc did not.
+    Every absolute path /config holds (the example photos) is a copy in the app's own folder,
+    as Gradio names every file it serves (see docs/security.md)."""
+    raw = Raw(app.url)
+    for route in ("openapi.json", "docs", "redoc", "docs/oauth2-redirect"):
+        r = raw.http.get(app.url + route)
+        assert r.status_code == 404 and len(r.content) < 300, (route, r.status_code)
+    assert raw.http.get(app.url + "gradio_api/info").status_code == 200  # the page's own API page stays
+    pic = tmp_path / "p.png"
+    Image.new("RGB", (8, 8)).save(pic)
+    folder = str(app_folder(raw.upload(pic)))
+    text = json.dumps(raw.config())
+    paths = re.findall(r'"(/[^"]+\.(?:png|jpg))"', text)
+    assert paths and all(p.startswith(folder + "/gradio/") for p in paths), paths[:3]
