@@ -97,6 +97,11 @@ class ViTConfig:
     map_heads: int = 0  # 0: num_heads
     map_mlp_hidden: int = 0  # 0: the blocks' MLP width
     pool_include_prefix: bool = False  # the attention pool reads the prefix tokens too (PE)
+    # -- attention and block kinds (timm's vit_d*, vit_*_xp_*, vit_pwee, vit_dpwee, vit_*_18x2_*)
+    diff_attn: bool = False  # differential attention: softmax(q1 k1) - lambda softmax(q2 k2) (DiffAttention below)
+    block: Literal["", "scaling", "things"] = ""  # parallel blocks (ParallelScalingBlock, ParallelThingsBlock below)
+    fused_out_proj: bool = False  # "scaling": one out_proj over [attention | MLP] instead of attn_out_proj + mlp_out_proj
+    num_parallel: int = 2  # "things": attention branches, then as many MLP branches
     # Trained here only, never in a port (timm's ViT has no such option; timm parity does not cover it):
     conv_stem: bool = False  # 3x3 stride-2 convolutions + BatchNorm + ReLU before a 1x1 patch projection (ConvStem)
 
@@ -118,8 +123,25 @@ class ViTConfig:
             raise ValueError(f"unknown activation {self.act!r}")
         if self.rope and self.attn_head_dim % 4:
             raise ValueError(f"2-D RoPE needs a head dim divisible by 4, not {self.attn_head_dim}")
+        self.check_block_kind()
         if self.conv_stem and (self.patch_size < 2 or self.patch_size & (self.patch_size - 1)):
             raise ValueError(f"conv_stem needs a patch size that is a power of 2, got {self.patch_size}")
+
+    def check_block_kind(self) -> None:
+        """Differential attention and the parallel blocks exist in timm with a plain attention only."""
+        elsewhere = [n for n, on in (("RoPE", self.rope), ("relative position bias", self.rel_pos),
+                                     ("grouped k/v heads", self.kv_heads), ("res-post blocks", self.post_norm),
+                                     ("separate q/k/v", not self.qkv_fused), ("q/v biases", self.qv_bias)) if on]
+        if (self.diff_attn or self.block) and elsewhere:
+            raise ValueError(f"differential attention and parallel blocks come without {', '.join(elsewhere)}")
+        if self.diff_attn and self.attn_head_dim % 2:
+            raise ValueError(f"differential attention needs an even head dim, not {self.attn_head_dim}")
+        if self.block not in ("", "scaling", "things"):
+            raise ValueError(f"unknown block kind {self.block!r}")
+        if self.block == "things" and self.diff_attn:
+            raise ValueError("parallel-branch blocks with differential attention are not implemented")
+        if self.block == "scaling" and (self.mlp != "mlp" or self.attn_norm or self.mlp_norm or self.head_dim):
+            raise ValueError("a parallel scaling block has a plain MLP and no inner norms")
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -143,7 +165,9 @@ class ViTConfig:
                  (not self.pos_embed, "no absolute position embedding"), (self.global_pool == "map", "attention-pool head"),
                  (self.mlp != "mlp", "SwiGLU" if self.act == "silu" else f"GLU ({self.act})"),
                  (self.norm == "rmsnorm", "RMSNorm"), (self.qk_norm, "qk-norm"), (self.post_norm, "res-post blocks"),
-                 (self.kv_heads, "grouped k/v heads"), (self.layer_scale, "LayerScale")]
+                 (self.kv_heads, "grouped k/v heads"), (self.layer_scale, "LayerScale"),
+                 (self.diff_attn, "differential attention (the maps show softmax1 - lambda softmax2)"),
+                 (self.block, f"parallel blocks ({self.block})")]
         return [text for on, text in named if on]
 
     def to_dict(self) -> dict[str, Any]:
@@ -542,7 +566,7 @@ class Block(nn.Module):
         C = cfg.embed_dim
         self.post_norm = cfg.post_norm
         self.norm1 = make_norm(cfg)
-        self.attn = Attention(cfg, index)
+        self.attn = DiffAttention(cfg, index) if cfg.diff_attn else Attention(cfg, index)
         scales = cfg.layer_scale and not cfg.layer_scale_on_block
         self.ls1 = LayerScale(C) if scales else nn.Identity()
         self.norm2 = make_norm(cfg)
@@ -564,6 +588,171 @@ class Block(nn.Module):
         m = self.mlp(self.norm2(x))
         x = x + (self.ls2(m) if self.gamma_2 is None else self.gamma_2 * m)
         return x, attn
+
+
+# ----------------------------------------------------------------------------- differential attention, parallel blocks
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T / sqrt(d)) v over the last two dims: the fused kernel, or explicit with the
+    probabilities returned (captured)."""
+    if not capture:
+        return F.scaled_dot_product_attention(q, k, v), None
+    attn = ((q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+    return attn @ v, attn
+
+
+def add_diff_params(m: nn.Module, d: int, index: int) -> None:
+    """Differential attention's parameters on ``m`` (timm's names, on the attention or the block):
+    the vectors whose products give lambda, the heads' RMSNorm (``sub_norm``, eps 1e-5), and
+    lambda_init = 0.8 - 0.6 exp(-0.3 * block index) (Ye et al., "Differential Transformer", ICLR 2025)."""
+    for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+        setattr(m, name, nn.Parameter(torch.randn(d) * 0.1))
+    m.sub_norm = RMSNorm(2 * d, 1e-5)
+    m.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * index)
+
+
+def diff_lambda(m: nn.Module) -> torch.Tensor:
+    """lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init of ``m`` (ours or timm's: same names)."""
+    return (torch.exp((m.lambda_q1 * m.lambda_k1).sum(-1).float())
+            - torch.exp((m.lambda_q2 * m.lambda_k2).sum(-1).float()) + m.lambda_init)
+
+
+def diff_attend(m: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, capture: bool
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Differential attention with ``m``'s parameters: q, k, v [B, H, N, 2d] (each head's query
+    and key in two halves of d) -> the heads' output [B, H, N, 2d], RMSNorm-ed and scaled by
+    1 - lambda_init, and, captured, the map softmax1 - lambda softmax2 [B, H, N, N]."""
+    B, H, N, D = q.shape
+    q, k = (norm(t.reshape(B, H, N, 2, D // 2).transpose(2, 3)) for norm, t in ((m.q_norm, q), (m.k_norm, k)))
+    if m.relevance_rule is not None:  # q, k [B, H, 2, N, d]
+        q, k, v = m.relevance_rule(q, k, v)
+    lam = diff_lambda(m).type_as(q)
+    if capture:
+        s = ((q * (D // 2) ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, H, 2, N, N]
+        attn = s[:, :, 0] - lam * s[:, :, 1]
+        x = attn @ v
+    else:
+        o = F.scaled_dot_product_attention(q, k, v[:, :, None].expand(-1, -1, 2, -1, -1))
+        attn, x = None, o[:, :, 0] - lam * o[:, :, 1]
+    return m.sub_norm(x) * (1 - m.lambda_init), attn
+
+
+class DiffAttention(Attention):
+    """Differential attention (timm's DiffAttention): each head's query and key are cut in two
+    halves, two softmax maps are taken and the second, weighted by lambda, is subtracted; the
+    captured attention is that difference (rows sum to 1 - lambda, entries may be negative)."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__(cfg, index)
+        d = self.head_dim // 2
+        self.q_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        self.k_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        add_diff_params(self, d, index)
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, _ = x.shape
+        q, k, v = self.project(x)
+        x, attn = diff_attend(self, q, k, v, capture)
+        return self.proj(self.norm(x.transpose(1, 2).reshape(B, N, -1))), attn
+
+
+class ParallelScalingBlock(nn.Module):
+    """Attention and MLP side by side (Dehghani et al., "Scaling Vision Transformers to 22 Billion
+    Parameters", ICML 2023): one norm, one projection giving the MLP's hidden layer and q, k, v,
+    then x + ls(attn_out(attention) + mlp_out(act(hidden))) (or one ``out_proj`` over both). With
+    ``diff_attn`` the attention is differential (timm's DiffParallelScalingBlock)."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__()
+        C, hidden = cfg.embed_dim, cfg.mlp_hidden
+        self.num_heads, self.split = cfg.num_heads, [hidden, C, C, C]
+        self.in_norm = make_norm(cfg)
+        self.in_proj = nn.Linear(C, hidden + 3 * C, bias=cfg.qkv_bias)
+        self.mlp_bias = None if cfg.qkv_bias else nn.Parameter(torch.zeros(hidden))  # in in_proj's bias otherwise
+        d = cfg.attn_head_dim // (2 if cfg.diff_attn else 1)
+        self.q_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        self.k_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        if cfg.diff_attn:
+            add_diff_params(self, d, index)
+        self.diff = cfg.diff_attn
+        self.mlp_act = make_act(cfg.act)
+        fused = cfg.fused_out_proj or cfg.diff_attn
+        self.out_proj = nn.Linear(C + hidden, C, bias=cfg.proj_bias) if fused else None
+        self.attn_out_proj = None if fused else nn.Linear(C, C, bias=cfg.proj_bias)
+        self.mlp_out_proj = None if fused else nn.Linear(hidden, C, bias=cfg.proj_bias)
+        self.ls = LayerScale(C) if cfg.layer_scale else nn.Identity()
+        self.relevance_rule: Callable | None = None  # set only in LRP's explanation mode (lrp.py)
+
+    @property
+    def norm1(self) -> nn.Module:
+        """The norm of the block's input (what GradCAM reads, as a plain block's norm1)."""
+        return self.in_norm
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, C = x.shape
+        m, q, k, v = self.in_proj(self.in_norm(x)).split(self.split, dim=-1)
+        m = self.mlp_act(m if self.mlp_bias is None else m + self.mlp_bias)
+        q, k, v = (t.reshape(B, N, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # [B, H, N, D]
+        if self.diff:
+            a, attn = diff_attend(self, q, k, v, capture)
+        else:
+            q, k = self.q_norm(q), self.k_norm(k)
+            if self.relevance_rule is not None:
+                q, k, v = self.relevance_rule(q, k, v)
+            a, attn = attend(q, k, v, capture)
+        a = a.transpose(1, 2).reshape(B, N, C)
+        y = self.out_proj(torch.cat([a, m], dim=-1)) if self.out_proj is not None else (
+            self.attn_out_proj(a) + self.mlp_out_proj(m))
+        return x + self.ls(y), attn
+
+
+class ParallelThingsBlock(nn.Module):
+    """Parallel branches (Touvron et al., "Three things everyone should know about Vision
+    Transformers", ECCV 2022): x + sum_i ls_i(attn_i(norm_i(x))), then x + sum_i ls_i(mlp_i(norm_i(x))).
+    The captured attention is every branch's heads side by side [B, n*H, N, N] (computed once,
+    so gradients reach it); the fast path is each branch's own Attention."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__()
+        C = cfg.embed_dim
+
+        def ls() -> nn.Module:
+            return LayerScale(C) if cfg.layer_scale else nn.Identity()
+
+        n = cfg.num_parallel
+        self.attns = nn.ModuleList([nn.ModuleDict(dict(norm=make_norm(cfg), attn=Attention(cfg, index), ls=ls()))
+                                    for _ in range(n)])
+        self.ffns = nn.ModuleList([nn.ModuleDict(dict(norm=make_norm(cfg), mlp=Mlp.of(cfg), ls=ls())) for _ in range(n)])
+
+    @property
+    def norm1(self) -> nn.Module:
+        """The first branch's norm of the block's input (what GradCAM reads, as a plain block's norm1)."""
+        return self.attns[0]["norm"]
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, _ = x.shape
+        attn = None
+        if capture:  # every branch's heads in one softmax: one captured tensor
+            parts = []
+            for b in self.attns:
+                q, k, v = b["attn"].project(b["norm"](x))
+                parts.append((b["attn"].q_norm(q), b["attn"].k_norm(k), v))
+            q, k, v = (torch.cat(t, dim=1) for t in zip(*parts))  # [B, n*H, N, D]
+            rule = self.attns[0]["attn"].relevance_rule
+            o, attn = attend(*(rule(q, k, v) if rule is not None else (q, k, v)), capture=True)
+            outs = [b["ls"](b["attn"].proj(b["attn"].norm(o_i.transpose(1, 2).reshape(B, N, -1))))
+                    for b, o_i in zip(self.attns, o.chunk(len(self.attns), dim=1))]
+        else:
+            outs = [b["ls"](b["attn"](b["norm"](x))[0]) for b in self.attns]
+        x = x + torch.stack(outs).sum(dim=0)
+        return x + torch.stack([b["ls"](b["mlp"](b["norm"](x))) for b in self.ffns]).sum(dim=0), attn
 
 
 class AttentionPool(nn.Module):
@@ -644,7 +833,8 @@ class VisionTransformer(nn.Module):
         self.rel_pos_bias = RelPosTable(cfg) if cfg.rel_pos == "shared_table" else None  # BEiT's name
         self.shared_rel_pos = RelPosMlp(cfg) if cfg.rel_pos == "shared_mlp" else None  # the relpos ViT's name
         self.norm_pre = make_norm(cfg) if cfg.pre_norm else nn.Identity()
-        self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.depth)])
+        kind = {"": Block, "scaling": ParallelScalingBlock, "things": ParallelThingsBlock}[cfg.block]
+        self.blocks = nn.ModuleList([kind(cfg, i) for i in range(cfg.depth)])
         self.norm = make_norm(cfg) if cfg.final_norm and not cfg.fc_norm else nn.Identity()
         self.attn_pool = AttentionPool(cfg) if cfg.global_pool == "map" else None
         self.fc_norm = make_norm(cfg) if cfg.final_norm and cfg.fc_norm else nn.Identity()

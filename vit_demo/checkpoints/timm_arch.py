@@ -6,7 +6,7 @@ attention, MLP, norms and LayerScale, the position information (absolute, RoPE, 
 and the head, and returns the :class:`~vit_demo.model.ViTConfig` that builds the same network.
 Whatever the scratch model does not implement is collected and refused in one
 :class:`~.files.UnsupportedModelError` that names every part (SAM's windowed ViT, NaFlex's
-variable patch sets, parallel and differential-attention blocks, ...).
+variable patch sets, ...). Parallel blocks and differential attention are read too.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ REFUSED = {  # timm classes of the ViT family this project does not port, and wh
     "NaFlexVit": "NaFlex ViT (variable-resolution patch sets with a linear patch embedding) is not ported",
 }
 BLOCKS = {"Block": False, "EvaBlock": False, "RelPosBlock": False,  # name -> post-norm
-          "ResPostBlock": True, "EvaBlockPostNorm": True, "ResPostRelPosBlock": True}
-ATTENTIONS = ("Attention", "EvaAttention", "AttentionRope", "RelPosAttention")
+          "ResPostBlock": True, "EvaBlockPostNorm": True, "ResPostRelPosBlock": True, "ParallelThingsBlock": False}
+SCALING_BLOCKS = ("ParallelScalingBlock", "DiffParallelScalingBlock")  # attention and MLP from one projection
+ATTENTIONS = ("Attention", "EvaAttention", "AttentionRope", "RelPosAttention", "DiffAttention")
 ACTS = {"GELU": "gelu", "GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu", "SiLU": "silu"}
 NORMS = {"LayerNorm": "layernorm", "RmsNorm": "rmsnorm"}
 NORM_CLASS = re.compile(r"(Layer|Rms|RMS|Group|Batch|Instance)Norm\w*")
@@ -51,9 +52,11 @@ def config_from_timm(tm: nn.Module) -> ViTConfig:
         raise UnsupportedModelError(f"{name}: not a timm ViT-family model ({kind}; known: {', '.join(FAMILIES)})")
     problems: list[str] = []
     fields: dict[str, Any] = {}
-    for read in (read_block, read_attention, read_embedding, read_norms, read_mlp, read_positions, read_head):
+    scaling = type(tm.blocks[0]).__name__ in SCALING_BLOCKS
+    parts = (read_scaling_block,) if scaling else (read_block, read_attention, read_mlp)
+    for read in (*parts, read_embedding, read_norms, read_positions, read_head):
         fields.update(read(tm, problems))
-        if problems and read in (read_block, read_attention):  # a block or attention of another kind: the rest
+        if problems and read in (read_block, read_attention, read_scaling_block):  # another kind: the rest
             break  # of it cannot be read as ours
     if problems:
         raise UnsupportedModelError(f"{name}: not a ViT variant this project implements: " + ", ".join(dict.fromkeys(problems)))
@@ -82,9 +85,18 @@ def read_embedding(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     )
 
 
+def block_parts(block: nn.Module) -> tuple[Any, Any]:
+    """A block's attention and MLP (a ParallelThingsBlock: its first branch's; None where it has none)."""
+    if hasattr(block, "attns"):
+        return block.attns[0].attn, block.ffns[0].mlp
+    return getattr(block, "attn", None), getattr(block, "mlp", None)
+
+
 def read_norms(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
-    """Every norm of the model must be of one kind (LayerNorm or RMSNorm, affine) with one eps."""
-    found = [m for m in tm.modules() if NORM_CLASS.fullmatch(type(m).__name__)]
+    """Every norm of the model must be of one kind (LayerNorm or RMSNorm, affine) with one eps
+    (differential attention's own RMSNorm of the heads, eps 1e-5, aside)."""
+    fixed = {id(m.sub_norm) for m in tm.modules() if hasattr(m, "sub_norm") and hasattr(m, "lambda_init")}
+    found = [m for m in tm.modules() if NORM_CLASS.fullmatch(type(m).__name__) and id(m) not in fixed]
     kinds = {type(m).__name__ for m in found}
     eps = {float(m.eps) for m in found if hasattr(m, "eps")}
     if not found:
@@ -111,6 +123,8 @@ def read_block(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
                         + (" (parallel branches)" if "Parallel" in kind else "")
                         + (" (differential attention)" if "Diff" in kind else ""))
         return {}
+    if kind == "ParallelThingsBlock":
+        return dict(block="things", num_parallel=b0.num_parallel, layer_scale=not is_identity(b0.attns[0].ls))
     ls = not is_identity(getattr(b0, "ls1", None))
     gamma = getattr(b0, "gamma_1", None) is not None
     second = not is_identity(getattr(b0, "ls2", None)) or getattr(b0, "gamma_2", None) is not None
@@ -118,14 +132,37 @@ def read_block(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
                 layer_scale_attn_only=(ls or gamma) and not second)
 
 
+def read_scaling_block(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
+    """timm's ParallelScalingBlock / DiffParallelScalingBlock: attention and MLP side by side, their
+    inputs from one projection (its bias, or the MLP's own), qk-norm, one or two output projections."""
+    types = {type(b).__name__ for b in tm.blocks}
+    b0 = tm.blocks[0]
+    diff = type(b0).__name__ == "DiffParallelScalingBlock"
+    if len(types) > 1:
+        problems.append(f"block types {', '.join(sorted(types))}")
+        return {}
+    if diff and getattr(b0, "dual_lambda", False):
+        problems.append("differential attention with two scalar lambdas (dual_lambda)")
+    act = ACTS.get(type(b0.mlp_act).__name__)
+    if act is None:
+        problems.append(f"activation {type(b0.mlp_act).__name__}")
+    C, hidden = b0.in_norm.weight.shape[0], b0.in_split[0]
+    out = b0.out_proj if b0.out_proj is not None else b0.attn_out_proj
+    return dict(block="scaling", diff_attn=diff, fused_out_proj=b0.out_proj is not None, num_heads=b0.num_heads,
+                qkv_bias=b0.in_proj.bias is not None, qk_norm=not is_identity(b0.q_norm), proj_bias=out.bias is not None,
+                act=act or "gelu", mlp_ratio=hidden / C, mlp_hidden_dim=0 if int(C * (hidden / C)) == hidden else hidden,
+                layer_scale=not is_identity(b0.ls))
+
+
 def read_attention(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     """Heads, q/k/v projections and their biases, qk-norm, the norm before attn.proj, grouped k/v heads."""
-    attn = getattr(tm.blocks[0], "attn", None)
-    if type(attn).__name__ not in ATTENTIONS:
-        what = type(attn).__name__
-        problems.append(f"attention {what}" + (" (differential attention: the difference of two softmax maps, "
-                                                "not one attention distribution)" if "Diff" in what else ""))
+    attn = block_parts(tm.blocks[0])[0]
+    diff = hasattr(attn, "lambda_init")  # DiffAttention (or a subclass of it)
+    if type(attn).__name__ not in ATTENTIONS and not diff:
+        problems.append(f"attention {type(attn).__name__}")
         return {}
+    if diff and attn.dual_lambda:
+        problems.append("differential attention with two scalar lambdas (dual_lambda)")
     if getattr(attn, "gate", None) is not None:
         problems.append("gated attention")
     H = attn.num_heads
@@ -135,7 +172,7 @@ def read_attention(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     qv = getattr(attn, "q_bias", None) is not None or (not fused and attn.q_proj.bias is not None and attn.k_proj.bias is None)
     kv = [H if fused else b.attn.k_proj.out_features // D for b in tm.blocks]  # grouped-query attention: fewer
     return dict(
-        num_heads=H, head_dim=0 if D * H == tm.patch_embed.proj.out_channels else D,
+        diff_attn=diff, num_heads=H, head_dim=0 if D * H == tm.patch_embed.proj.out_channels else D,
         kv_heads=() if set(kv) == {H} else tuple(kv),
         qkv_fused=fused, qkv_bias=(q.bias is not None) and not qv, qv_bias=qv,
         qk_norm=not is_identity(getattr(attn, "q_norm", None)), attn_norm=not is_identity(getattr(attn, "norm", None)),
@@ -145,7 +182,7 @@ def read_attention(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
 
 def read_mlp(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     """Plain MLP or GLU (packed or not), its width, activation, hidden norm and biases."""
-    mlp = getattr(tm.blocks[0], "mlp", None)
+    attn, mlp = block_parts(tm.blocks[0])
     kind = {"Mlp": "mlp", "SwiGLU": "swiglu", "GluMlp": "glu"}.get(type(mlp).__name__)
     if kind is None:
         problems.append(f"MLP {type(mlp).__name__}")
@@ -159,7 +196,7 @@ def read_mlp(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
         problems.append(f"activation {type(mlp.act).__name__}")
     fc1 = mlp.fc1_g if kind == "swiglu" else mlp.fc1
     hidden = fc1.out_features // 2 if kind == "glu" else fc1.out_features
-    bias = {fc1.bias is not None, mlp.fc2.bias is not None, tm.blocks[0].attn.proj.bias is not None}
+    bias = {fc1.bias is not None, mlp.fc2.bias is not None, attn.proj.bias is not None}
     if len(bias) > 1:
         problems.append("some projections with bias, some without")
     C = mlp.fc2.out_features
@@ -171,7 +208,7 @@ def read_mlp(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
 def read_positions(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     """RoPE (its kind and every setting of its table) and relative position biases."""
     out: dict[str, Any] = {}
-    attn = tm.blocks[0].attn
+    attn = block_parts(tm.blocks[0])[0]
     table = getattr(attn, "relative_position_bias_table", None) is not None
     mlp = getattr(attn, "rel_pos", None)
     shared_table, shared_mlp = getattr(tm, "rel_pos_bias", None), getattr(tm, "shared_rel_pos", None)
@@ -255,7 +292,8 @@ def read_attn_pool(tm: nn.Module, ap: nn.Module, problems: list[str]) -> dict[st
         problems.append("an attention pool with several latents, position embedding, qk-norm or no MLP")
         return {}
     act = ACTS.get(type(ap.mlp.act).__name__)
-    mlp_act = ACTS.get(type(tm.blocks[0].mlp.act).__name__)
+    mlp = block_parts(tm.blocks[0])[1]
+    mlp_act = ACTS.get(type(mlp.act if mlp is not None else tm.blocks[0].mlp_act).__name__)
     if act != mlp_act:
         problems.append(f"an attention pool with activation {type(ap.mlp.act).__name__} unlike the blocks'")
     hidden = ap.mlp.fc1.out_features

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..images import find_images
-from ..model import VisionTransformer, ViTConfig
+from ..model import VisionTransformer, ViTConfig, diff_lambda
 from ..preprocess import load_inputs
 from ..progress import batches
 from .files import is_timm_layout, read_checkpoint
@@ -226,24 +226,42 @@ def format_report(r: dict[str, Any]) -> str:
     ])
 
 
+def attention_modules(block: nn.Module) -> list[nn.Module]:
+    """The modules of a timm block that compute attention (``fused_attn``, ``attn_drop``): its
+    ``attn``, every branch's (ParallelThingsBlock), or the block itself (parallel scaling blocks)."""
+    if hasattr(block, "attns"):
+        return [b.attn for b in block.attns]
+    return [getattr(block, "attn", block)]
+
+
 @torch.inference_mode()
 def timm_attentions(tm: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """timm's logits and its own post-softmax attention per layer (fused attention switched off
-    for this call, probabilities read where timm applies attention dropout)."""
-    captured: list[torch.Tensor] = []
+    for this call, probabilities read where timm applies attention dropout), in the scratch
+    model's form: parallel branches' heads side by side, differential attention's two maps as
+    their difference softmax1 - lambda softmax2."""
+    captured: list[list[torch.Tensor]] = [[] for _ in tm.blocks]
     hooks, fused = [], []
-    for blk in tm.blocks:
-        fused.append(blk.attn.fused_attn)
-        blk.attn.fused_attn = False
-        hooks.append(blk.attn.attn_drop.register_forward_hook(lambda m, i, o: captured.append(o.detach())))
+    for i, blk in enumerate(tm.blocks):
+        for m in attention_modules(blk):
+            fused.append((m, m.fused_attn))
+            m.fused_attn = False
+            hooks.append(m.attn_drop.register_forward_hook(lambda mod, a, o, i=i: captured[i].append(o.detach())))
     try:
         logits = tm(x)
     finally:
         for h in hooks:
             h.remove()
-        for blk, f in zip(tm.blocks, fused):
-            blk.attn.fused_attn = f
-    return logits, captured
+        for m, f in fused:
+            m.fused_attn = f
+    out = []
+    for blk, maps in zip(tm.blocks, captured):
+        m = attention_modules(blk)[0]
+        if hasattr(m, "lambda_init"):  # differential: [B, 2H, N, N] -> [B, H, N, N]
+            s = maps[0].unflatten(1, (-1, 2))
+            maps = [s[:, :, 0] - diff_lambda(m).type_as(s) * s[:, :, 1]]
+        out.append(torch.cat(maps, dim=1))
+    return logits, out
 
 
 @torch.inference_mode()
