@@ -126,8 +126,8 @@ def test_family_matches_timm(fid: str, name: str, kwargs: dict, dynamic: bool, w
 
 
 @pytest.mark.parametrize("name,kwargs,reason", [
-    ("samvit_base_patch16", dict(depth=1, embed_dim=64, num_heads=2, img_size=64, global_attn_indexes=()),
-     "SAM's image encoder"),
+    ("samvit_base_patch16_224", dict(depth=1, embed_dim=64, num_heads=2, img_size=64, global_attn_indexes=()),
+     "a classifier on SAM's encoder"),
     ("naflexvit_base_patch16_gap", dict(depth=1, embed_dim=64, num_heads=2), "NaFlex ViT"),
     ("vit_dwee_patch16_reg1_gap_256", dict(depth=1, attn_layer=DualLambda),
      "two scalar lambdas"),
@@ -137,6 +137,31 @@ def test_refused_with_its_reason(name: str, kwargs: dict, reason: str) -> None:
         tm = timm.create_model(name, pretrained=False, **kwargs)
     with pytest.raises(UnsupportedModelError, match=reason):
         config_from_timm(tm)
+
+
+SAM = dict(depth=3, embed_dim=64, num_heads=2, img_size=96, window_size=4, global_attn_indexes=(1,), neck_chans=32)
+
+
+@pytest.mark.parametrize("size", [(96, 96), (80, 112)], ids=["native", "non-square"])
+def test_sam_encoder_matches_timm(size: tuple[int, int]) -> None:
+    """SAM's image encoder (windows, a global block, decomposed relative positions, the neck):
+    the same pooled features as timm at its size and at a non-square one (timm resamples the
+    position embedding and the global block's tables; 5x7 patches leave windows padded), every
+    block's attention equal to timm's (windows on the diagonal), and gradients through the
+    captured maps do not change the input gradient (the windowed map enters as a term worth 0)."""
+    tm = perturbed("samvit_base_patch16", SAM)
+    model, _ = from_timm(tm)
+    cfg = model.cfg
+    assert (cfg.window_size, cfg.global_blocks, cfg.rel_pos, cfg.neck_chans, cfg.num_classes) == (4, (1,), "decomposed", 32, 0)
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+    check(model, tm, x)
+    grads = []
+    for capture in (False, True):
+        xg = x.clone().requires_grad_(True)
+        out = model(xg, capture=capture)
+        grads.append(torch.autograd.grad(out.logits[:, 0].sum(), [xg, *(out.attentions or [])]))
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-6, rtol=1e-5)
+    assert all(g.abs().sum() > 0 for g in grads[1][1:])
 
 
 def test_config_read_not_tabled() -> None:

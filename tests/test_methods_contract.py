@@ -65,6 +65,8 @@ FAMILIES = {
     "parallel-scaling": dict(block="scaling", norm="rmsnorm", qkv_bias=False, qk_norm=True, pre_norm=True),
     "diff-parallel": dict(block="scaling", diff_attn=True, fused_out_proj=True, layer_scale=True),
     "parallel-things": dict(block="things", layer_scale=True),
+    "sam": dict(window_size=2, global_blocks=(1,), rel_pos="decomposed", neck_chans=16, pos_embed_grid=True,
+                class_token=False, global_pool="avg", final_norm=False),  # SAM's encoder, with a head to explain
     "aimv2": dict(norm="rmsnorm", patch_norm=True, mlp="swiglu", act="silu", qkv_bias=False, proj_bias=False,
                   class_token=False, global_pool="avg", fc_norm=True),
 }

@@ -80,11 +80,11 @@ def test_non_square_input_matches_dynamic_timm(size: tuple[int, int]) -> None:
 
 
 def test_unsupported_model_named() -> None:
-    from vit_demo.checkpoints.files import UnsupportedModelError
-
     from functools import partial
 
     from timm.layers import GluMlp
+
+    from vit_demo.checkpoints.files import UnsupportedModelError
 
     with torch.device("meta"):  # differential attention and parallel blocks are ported now: a GLU gated the other way
         tm = timm.create_model("vit_small_patch16_224", pretrained=False, depth=1, mlp_layer=partial(GluMlp, gate_last=True))

@@ -83,7 +83,7 @@ class ViTConfig:
     layer_scale_attn_only: bool = False  # LayerScale on the attention branch only (Sapiens2)
     # -- position information besides (or instead of) the absolute embedding
     pos_embed: bool = True  # the learned absolute position embedding
-    rel_pos: Literal["", "table", "shared_table", "mlp", "shared_mlp"] = ""  # relative position bias (BEiT; relpos ViT)
+    rel_pos: Literal["", "table", "shared_table", "mlp", "shared_mlp", "decomposed"] = ""  # BEiT; relpos ViT; SAM
     rel_pos_hidden: int = 0  # hidden width of the relative-position MLP
     rope: Literal["", "axial", "mixed", "dinov3"] = ""  # 2-D rotary embedding of q and k (RotaryEmbedding below)
     rope_temperature: float = 10000.0  # frequencies temperature^(-i / (D/4))
@@ -102,12 +102,17 @@ class ViTConfig:
     block: Literal["", "scaling", "things"] = ""  # parallel blocks (ParallelScalingBlock, ParallelThingsBlock below)
     fused_out_proj: bool = False  # "scaling": one out_proj over [attention | MLP] instead of attn_out_proj + mlp_out_proj
     num_parallel: int = 2  # "things": attention branches, then as many MLP branches
+    # -- SAM's image encoder (timm's vision_transformer_sam; with rel_pos="decomposed")
+    window_size: int = 0  # attention within windows of this many patches a side (the grid padded at bottom / right)
+    global_blocks: tuple[int, ...] = ()  # the blocks that attend over the whole grid when the others are windowed
+    neck_chans: int = 0  # a convolutional neck after the blocks (1x1 conv, norm, 3x3 conv, norm) to this many channels
+    pos_embed_grid: bool = False  # the position embedding stored as [1, gh, gw, C] (SAM) instead of [1, N, C]
     # Trained here only, never in a port (timm's ViT has no such option; timm parity does not cover it):
     conv_stem: bool = False  # 3x3 stride-2 convolutions + BatchNorm + ReLU before a 1x1 patch projection (ConvStem)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", tuple(int(s) for s in self.img_size))
-        for name in ("rope_ref_grid", "rope_periods", "kv_heads"):
+        for name in ("rope_ref_grid", "rope_periods", "kv_heads", "global_blocks"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.head_dim == 0 and self.embed_dim % self.num_heads:
@@ -124,6 +129,10 @@ class ViTConfig:
         if self.rope and self.attn_head_dim % 4:
             raise ValueError(f"2-D RoPE needs a head dim divisible by 4, not {self.attn_head_dim}")
         self.check_block_kind()
+        sam = self.window_size or self.rel_pos == "decomposed" or self.neck_chans
+        if sam and (self.num_prefix_tokens or self.rope or self.attn_norm or not self.qkv_fused or self.kv_heads):
+            raise ValueError("SAM's windowed attention, decomposed positions and neck come without prefix tokens, RoPE, "
+                             "an inner attention norm, separate q/k/v or grouped k/v heads")
         if self.conv_stem and (self.patch_size < 2 or self.patch_size & (self.patch_size - 1)):
             raise ValueError(f"conv_stem needs a patch size that is a power of 2, got {self.patch_size}")
 
@@ -131,7 +140,8 @@ class ViTConfig:
         """Differential attention and the parallel blocks exist in timm with a plain attention only."""
         elsewhere = [n for n, on in (("RoPE", self.rope), ("relative position bias", self.rel_pos),
                                      ("grouped k/v heads", self.kv_heads), ("res-post blocks", self.post_norm),
-                                     ("separate q/k/v", not self.qkv_fused), ("q/v biases", self.qv_bias)) if on]
+                                     ("separate q/k/v", not self.qkv_fused), ("q/v biases", self.qv_bias),
+                                     ("windowed attention", self.window_size)) if on]
         if (self.diff_attn or self.block) and elsewhere:
             raise ValueError(f"differential attention and parallel blocks come without {', '.join(elsewhere)}")
         if self.diff_attn and self.attn_head_dim % 2:
@@ -167,7 +177,10 @@ class ViTConfig:
                  (self.norm == "rmsnorm", "RMSNorm"), (self.qk_norm, "qk-norm"), (self.post_norm, "res-post blocks"),
                  (self.kv_heads, "grouped k/v heads"), (self.layer_scale, "LayerScale"),
                  (self.diff_attn, "differential attention (the maps show softmax1 - lambda softmax2)"),
-                 (self.block, f"parallel blocks ({self.block})")]
+                 (self.block, f"parallel blocks ({self.block})"),
+                 (self.window_size, f"attention in {self.window_size}x{self.window_size} windows, global in blocks "
+                                    f"{', '.join(map(str, self.global_blocks)) or 'none'}"),
+                 (self.neck_chans, "a convolutional neck")]
         return [text for on, text in named if on]
 
     def to_dict(self) -> dict[str, Any]:
@@ -566,7 +579,8 @@ class Block(nn.Module):
         C = cfg.embed_dim
         self.post_norm = cfg.post_norm
         self.norm1 = make_norm(cfg)
-        self.attn = DiffAttention(cfg, index) if cfg.diff_attn else Attention(cfg, index)
+        sam = cfg.window_size or cfg.rel_pos == "decomposed"
+        self.attn = (DiffAttention if cfg.diff_attn else WindowAttention if sam else Attention)(cfg, index)
         scales = cfg.layer_scale and not cfg.layer_scale_on_block
         self.ls1 = LayerScale(C) if scales else nn.Identity()
         self.norm2 = make_norm(cfg)
@@ -755,6 +769,121 @@ class ParallelThingsBlock(nn.Module):
         return x + torch.stack([b["ls"](b["mlp"](b["norm"](x))) for b in self.ffns]).sum(dim=0), attn
 
 
+# ----------------------------------------------------------------------------- SAM's image encoder
+
+
+def window_partition(x: torch.Tensor, w: int) -> torch.Tensor:
+    """[B, gh, gw, C] -> [B * windows, w, w, C], the grid padded with zeros at the bottom and right."""
+    B, gh, gw, C = x.shape
+    x = F.pad(x, (0, 0, 0, -gw % w, 0, -gh % w))
+    hp, wp = x.shape[1] // w, x.shape[2] // w
+    return x.view(B, hp, w, wp, w, C).transpose(2, 3).reshape(-1, w, w, C)
+
+
+def window_unpartition(x: torch.Tensor, w: int, grid: tuple[int, int]) -> torch.Tensor:
+    """[B * windows, w, w, C] -> [B, gh, gw, C], the padding cut off."""
+    gh, gw = grid
+    hp, wp = -(-gh // w), -(-gw // w)
+    x = x.view(-1, hp, wp, w, w, x.shape[-1]).transpose(2, 3).reshape(-1, hp * w, wp * w, x.shape[-1])
+    return x[:, :gh, :gw]
+
+
+def rel_pos_table(size: int, table: torch.Tensor) -> torch.Tensor:
+    """[size, size, D]: the embedding of every (query, key) offset along one axis, the learned
+    table [2s - 1, D] linearly resampled when it was learned for another size (as timm and SAM)."""
+    if table.shape[0] != 2 * size - 1:
+        table = F.interpolate(table.T[None], size=2 * size - 1, mode="linear")[0].T
+    offsets = torch.arange(size)[:, None] - torch.arange(size)[None, :] + size - 1
+    return table[offsets.to(table.device)]
+
+
+def decomposed_bias(q: torch.Tensor, rel_h: torch.Tensor, rel_w: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """MViTv2's decomposed relative position bias (Li et al., CVPR 2022; SAM): q [B, H, h*w, D]
+    -> [B, H, h*w, h*w], q . R_h[row offset] + q . R_w[column offset]."""
+    h, w = size
+    r = q.reshape(*q.shape[:2], h, w, q.shape[-1])
+    by_row = torch.einsum("bnhwc,hkc->bnhwk", r, rel_pos_table(h, rel_h))
+    by_col = torch.einsum("bnhwc,wkc->bnhwk", r, rel_pos_table(w, rel_w))
+    return (by_row[..., :, None] + by_col[..., None, :]).reshape(*q.shape[:2], h * w, h * w)
+
+
+def window_map(a: torch.Tensor, grid: tuple[int, int], w: int) -> torch.Tensor:
+    """Every window's attention [B * windows, H, w*w, w*w] as one [B, H, N, N] over the grid: 0
+    between windows; what a query gave the padding (keys past the grid's edge) is left out."""
+    (gh, gw), N = grid, grid[0] * grid[1]
+    hp, wp = -(-gh // w), -(-gw // w)
+    rows = torch.arange(hp * w).view(hp, 1, w, 1).expand(hp, wp, w, w)
+    cols = torch.arange(wp * w).view(1, wp, 1, w).expand(hp, wp, w, w)
+    index = (rows * gw + cols).where((rows < gh) & (cols < gw), N).reshape(hp * wp, w * w).to(a.device)  # N: padding
+    a = a.reshape(-1, hp * wp, *a.shape[1:]).transpose(1, 2)  # [B, H, windows, w*w, w*w]
+    out = a.new_zeros(a.shape[0], a.shape[1], N + 1, N + 1)
+    out[:, :, index[:, :, None], index[:, None, :]] = a
+    return out[:, :, :N, :N]
+
+
+class WindowAttention(Attention):
+    """SAM's attention (Li et al., ViTDet, ECCV 2022; Kirillov et al., ICCV 2023): within windows
+    of w x w patches, or over the whole grid in the global blocks, with a decomposed relative
+    position bias. Captured: one [B, H, N, N] per block, windows on the diagonal (``window_map``)."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__(cfg, index)
+        self.window = 0 if index in cfg.global_blocks else cfg.window_size
+        gh, gw = (self.window, self.window) if self.window else cfg.grid_size
+        decomposed = cfg.rel_pos == "decomposed"
+        self.rel_pos_h = nn.Parameter(torch.zeros(2 * gh - 1, self.head_dim)) if decomposed else None
+        self.rel_pos_w = nn.Parameter(torch.zeros(2 * gw - 1, self.head_dim)) if decomposed else None
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, C = x.shape
+        grid, w = grid or self.grid, self.window
+        t = x.reshape(B, *grid, C)
+        t = window_partition(t, w) if w else t  # [B', h, w, C]: windows or the whole grid
+        size = (t.shape[1], t.shape[2])
+        q, k, v = self.project(t.flatten(1, 2))  # [B', H, h*w, D]
+        q, k = self.q_norm(q), self.k_norm(k)
+        if self.relevance_rule is not None:
+            q, k, v = self.relevance_rule(q, k, v)
+        bias = decomposed_bias(q, self.rel_pos_h, self.rel_pos_w, size) if self.rel_pos_h is not None else None
+        if capture:
+            attn = ((q * self.scale) @ k.transpose(-2, -1) + (0 if bias is None else bias)).softmax(dim=-1)
+            o = attn @ v
+        else:
+            attn, o = None, F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        o = o.transpose(1, 2).flatten(2)  # [B', h*w, C]: the heads side by side
+        if w:
+            o = window_unpartition(o.reshape(-1, *size, C), w, grid)
+        if attn is not None and w:  # one [B, H, N, N]; gradients reach it through a term worth 0
+            attn = window_map(attn.detach(), grid, w)
+            if torch.is_grad_enabled():
+                attn.requires_grad_(True)
+                v = window_unpartition(v.transpose(1, 2).flatten(2).reshape(-1, *size, C), w, grid)
+                v = v.reshape(B, N, self.num_heads, -1).transpose(1, 2)  # [B, H, N, D]
+                o = o.reshape(B, N, C) + ((attn - attn.detach()) @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj(self.norm(o.reshape(B, N, C))), attn
+
+
+class ChannelNorm(nn.Module):
+    """LayerNorm over the channels of a [B, C, h, w] map (timm's LayerNorm2d)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x.permute(0, 2, 3, 1), self.weight.shape, self.weight, self.bias, self.eps).permute(0, 3, 1, 2)
+
+
+def sam_neck(cfg: ViTConfig) -> nn.Sequential:
+    """SAM's neck after the blocks: 1x1 convolution, norm, 3x3 convolution, norm (no biases)."""
+    C, n = cfg.embed_dim, cfg.neck_chans
+    return nn.Sequential(nn.Conv2d(C, n, 1, bias=False), ChannelNorm(n), nn.Conv2d(n, n, 3, padding=1, bias=False),
+                         ChannelNorm(n))
+
+
 class AttentionPool(nn.Module):
     """Multihead attention pooling (MAP; SigLIP, PE): a learned latent query attends to the
     token sequence, then an MLP with a residual connection. Returns the pooled features [B, C]
@@ -828,7 +957,8 @@ class VisionTransformer(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, C)) if cfg.reg_tokens else None
         gh, gw = cfg.grid_size
         pos_len = gh * gw + (0 if cfg.no_embed_class else cfg.num_prefix_tokens)
-        self.pos_embed = nn.Parameter(torch.randn(1, pos_len, C) * 0.02) if cfg.pos_embed else None
+        shape = (1, gh, gw, C) if cfg.pos_embed_grid else (1, pos_len, C)
+        self.pos_embed = nn.Parameter(torch.randn(shape) * 0.02) if cfg.pos_embed else None
         self.rope = RotaryEmbedding(cfg) if cfg.rope else None
         self.rel_pos_bias = RelPosTable(cfg) if cfg.rel_pos == "shared_table" else None  # BEiT's name
         self.shared_rel_pos = RelPosMlp(cfg) if cfg.rel_pos == "shared_mlp" else None  # the relpos ViT's name
@@ -838,6 +968,8 @@ class VisionTransformer(nn.Module):
         self.norm = make_norm(cfg) if cfg.final_norm and not cfg.fc_norm else nn.Identity()
         self.attn_pool = AttentionPool(cfg) if cfg.global_pool == "map" else None
         self.fc_norm = make_norm(cfg) if cfg.final_norm and cfg.fc_norm else nn.Identity()
+        self.neck = sam_neck(cfg) if cfg.neck_chans else None
+        C = cfg.neck_chans or C
         self.head = nn.Linear(C, cfg.num_classes, bias=cfg.head_bias) if cfg.num_classes > 0 else nn.Identity()
         self.head_dist = nn.Linear(C, cfg.num_classes) if cfg.dist_token and cfg.num_classes > 0 else None
 
@@ -886,7 +1018,7 @@ class VisionTransformer(nn.Module):
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         if self.pos_embed is None:  # position comes from RoPE or a relative bias, inside the attention
             return torch.cat(prefix + [x], dim=1), self.layout((gh, gw))
-        pos = self.pos_embed
+        pos = self.pos_embed.flatten(1, -2)  # SAM's [1, gh, gw, C] as [1, N, C]
         if (gh, gw) != cfg.grid_size:  # another input size: resample the patches' positions
             P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
             pos = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, (gh, gw), cfg.pos_embed_antialias)], dim=1)
@@ -917,7 +1049,10 @@ class VisionTransformer(nn.Module):
             x, attn = block(x, capture, r, bias, layout.grid)
             if capture:
                 attentions.append(attn)
-        return self.norm(x), attentions, layout
+        x = self.norm(x)
+        if self.neck is not None:  # SAM: the tokens as a map [B, C, gh, gw] through convolutions, and back
+            x = self.neck(x.transpose(1, 2).unflatten(2, layout.grid)).flatten(2).transpose(1, 2)
+        return x, attentions, layout
 
     def forward_head(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Token sequence [B, N, C] -> logits [B, classes] (or pooled features if headless), and

@@ -19,10 +19,9 @@ from torch import nn
 from ..model import ViTConfig
 from .files import UnsupportedModelError
 
-FAMILIES = ("VisionTransformer", "VisionTransformerDistilled", "Eva", "Beit", "VisionTransformerRelPos")
+FAMILIES = ("VisionTransformer", "VisionTransformerDistilled", "Eva", "Beit", "VisionTransformerRelPos",
+            "VisionTransformerSAM")
 REFUSED = {  # timm classes of the ViT family this project does not port, and why
-    "VisionTransformerSAM": "SAM's image encoder (windowed attention with decomposed relative positions and a "
-                            "convolutional neck) is not ported",
     "NaFlexVit": "NaFlex ViT (variable-resolution patch sets with a linear patch embedding) is not ported",
 }
 BLOCKS = {"Block": False, "EvaBlock": False, "RelPosBlock": False,  # name -> post-norm
@@ -54,7 +53,8 @@ def config_from_timm(tm: nn.Module) -> ViTConfig:
     fields: dict[str, Any] = {}
     scaling = type(tm.blocks[0]).__name__ in SCALING_BLOCKS
     parts = (read_scaling_block,) if scaling else (read_block, read_attention, read_mlp)
-    for read in (*parts, read_embedding, read_norms, read_positions, read_head):
+    rest = (read_sam,) if kind == "VisionTransformerSAM" else (read_positions, read_head)
+    for read in (*parts, read_embedding, read_norms, *rest):
         fields.update(read(tm, problems))
         if problems and read in (read_block, read_attention, read_scaling_block):  # another kind: the rest
             break  # of it cannot be read as ours
@@ -76,7 +76,8 @@ def read_embedding(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     if getattr(pe, "dynamic_img_pad", False):
         problems.append("padding of inputs to the patch size")
     reg = getattr(tm, "reg_token", None)
-    return dict(
+    pos = getattr(tm, "pos_embed", None)
+    return dict(pos_embed_grid=pos is not None and pos.ndim == 4,  # SAM: [1, gh, gw, C]
         img_size=tuple(pe.img_size), patch_size=proj.kernel_size[0], in_chans=proj.in_channels, embed_dim=proj.out_channels,
         depth=len(tm.blocks), patch_bias=proj.bias is not None, patch_norm=not is_identity(getattr(pe, "norm", None)),
         class_token=getattr(tm, "cls_token", None) is not None, dist_token=getattr(tm, "dist_token", None) is not None,
@@ -96,6 +97,7 @@ def read_norms(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     """Every norm of the model must be of one kind (LayerNorm or RMSNorm, affine) with one eps
     (differential attention's own RMSNorm of the heads, eps 1e-5, aside)."""
     fixed = {id(m.sub_norm) for m in tm.modules() if hasattr(m, "sub_norm") and hasattr(m, "lambda_init")}
+    fixed |= {id(m) for m in getattr(tm, "neck", nn.Identity()).modules()}  # SAM's neck: read_sam
     found = [m for m in tm.modules() if NORM_CLASS.fullmatch(type(m).__name__) and id(m) not in fixed]
     kinds = {type(m).__name__ for m in found}
     eps = {float(m.eps) for m in found if hasattr(m, "eps")}
@@ -298,3 +300,26 @@ def read_attn_pool(tm: nn.Module, ap: nn.Module, problems: list[str]) -> dict[st
         problems.append(f"an attention pool with activation {type(ap.mlp.act).__name__} unlike the blocks'")
     hidden = ap.mlp.fc1.out_features
     return dict(map_heads=ap.num_heads, map_mlp_hidden=hidden)
+
+
+def read_sam(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
+    """SAM's image encoder: windowed and global blocks, decomposed relative positions, the
+    convolutional neck and a head that only pools (the pretrained encoders have no classifier)."""
+    if getattr(tm, "rope_global", None) is not None:
+        problems.append("RoPE in SAM's encoder")
+    windows = [b.window_size for b in tm.blocks]
+    if len(set(windows) - {0}) > 1:
+        problems.append(f"windows of several sizes {sorted(set(windows) - {0})}")
+    neck = tm.neck
+    convs = [m for m in neck.modules() if isinstance(m, nn.Conv2d)]
+    norms = [m for m in neck.modules() if type(m).__name__ == "LayerNorm2d"]
+    plain = isinstance(neck, nn.Sequential) and len(neck) == 4 and len(convs) == 2 and {n.eps for n in norms} == {1e-6}
+    if not plain or any(c.bias is not None for c in convs):
+        problems.append("SAM's encoder without its convolutional neck (1x1 conv, norm, 3x3 conv, norm)")
+    fc = getattr(tm.head, "fc", None)
+    if type(tm.head).__name__ != "ClassifierHead" or isinstance(fc, nn.Linear) or tm.global_pool != "avg":
+        problems.append("a classifier on SAM's encoder (its pretrained weights have none)")
+    w = max(windows)
+    return dict(window_size=w, global_blocks=tuple(i for i, s in enumerate(windows) if s == 0) if w else (),
+                rel_pos="decomposed" if tm.blocks[0].attn.use_rel_pos else "", neck_chans=convs[0].out_channels if convs else 0,
+                global_pool="avg", num_classes=0, final_norm=False)
