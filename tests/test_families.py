@@ -128,7 +128,7 @@ def test_family_matches_timm(fid: str, name: str, kwargs: dict, dynamic: bool, w
 @pytest.mark.parametrize("name,kwargs,reason", [
     ("samvit_base_patch16_224", dict(depth=1, embed_dim=64, num_heads=2, img_size=64, global_attn_indexes=()),
      "a classifier on SAM's encoder"),
-    ("naflexvit_base_patch16_gap", dict(depth=1, embed_dim=64, num_heads=2), "NaFlex ViT"),
+    ("naflexvit_base_patch16_gap", dict(depth=1, embed_dim=64, num_heads=2, rope_type="axial"), "RoPE in a NaFlex ViT"),
     ("vit_dwee_patch16_reg1_gap_256", dict(depth=1, attn_layer=DualLambda),
      "two scalar lambdas"),
 ])
@@ -162,6 +162,26 @@ def test_sam_encoder_matches_timm(size: tuple[int, int]) -> None:
         grads.append(torch.autograd.grad(out.logits[:, 0].sum(), [xg, *(out.attentions or [])]))
     torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-6, rtol=1e-5)
     assert all(g.abs().sum() > 0 for g in grads[1][1:])
+
+
+NAFLEX = [  # (timm name, what it exercises); 4x4 position tables (8x8 for RADIO) so that 64x64 is their own size
+    ("naflexvit_base_patch16_gap", "NaFlex: bicubic antialiased positions, 4 registers, avg pool"),
+    ("naflexvit_base_patch16_parfac_gap", "NaFlex: one position table per axis, aspect-preserving"),
+    ("naflexvit_base_patch16_siglip", "SigLIP 2 NaFlex: bilinear positions, MAP head, GELU-tanh"),
+    ("naflexvit_base_patch16_radio_v3", "C-RADIOv3: 128-grid table (8 here), aligned corners, no antialias, [class]"),
+]
+
+
+@pytest.mark.parametrize("name,what", NAFLEX, ids=[n.split("_patch16_")[1] for n, _ in NAFLEX])
+def test_naflex_matches_timm(name: str, what: str) -> None:
+    """NaFlexViT on an image (timm's dense path): the same logits as timm at the position table's
+    own size and at two non-square ones (timm resamples the table its way at every size)."""
+    grid = (8, 8) if "radio" in name else (4, 4)
+    tm = perturbed(name, dict(depth=2, embed_dim=64, num_heads=2, pos_embed_grid_size=grid))
+    model, _ = from_timm(tm)
+    assert model.cfg.naflex and model.cfg.img_size == (16 * grid[0], 16 * grid[1])
+    for i, size in enumerate([(64, 64), (48, 80), (96, 64)]):
+        check(model, tm, torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(i)))
 
 
 def test_config_read_not_tabled() -> None:

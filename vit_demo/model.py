@@ -106,7 +106,14 @@ class ViTConfig:
     window_size: int = 0  # attention within windows of this many patches a side (the grid padded at bottom / right)
     global_blocks: tuple[int, ...] = ()  # the blocks that attend over the whole grid when the others are windowed
     neck_chans: int = 0  # a convolutional neck after the blocks (1x1 conv, norm, 3x3 conv, norm) to this many channels
-    pos_embed_grid: bool = False  # the position embedding stored as [1, gh, gw, C] (SAM) instead of [1, N, C]
+    pos_embed_grid: bool = False  # the position embedding stored as [1, gh, gw, C] (SAM, NaFlex) instead of [1, N, C]
+    # -- NaFlexViT (timm's naflexvit; img_size = its position table's grid x patch; timm's names under embeds.,
+    #    see checkpoints/timm.py): a Linear patch projection, positions resampled its way, none on the prefix
+    naflex: bool = False
+    pos_embed_factorized: bool = False  # one position table per axis: pos_embed_y [1, gh, C] + pos_embed_x [1, gw, C]
+    pos_embed_mode: Literal["bicubic", "bilinear"] = "bicubic"  # how NaFlex resamples its position table
+    pos_embed_align_corners: bool = False
+    pos_embed_square: bool = False  # "aspect-preserving": resampled to L x L (L the longer side), the top-left gh x gw kept
     # Trained here only, never in a port (timm's ViT has no such option; timm parity does not cover it):
     conv_stem: bool = False  # 3x3 stride-2 convolutions + BatchNorm + ReLU before a 1x1 patch projection (ConvStem)
 
@@ -129,6 +136,10 @@ class ViTConfig:
         if self.rope and self.attn_head_dim % 4:
             raise ValueError(f"2-D RoPE needs a head dim divisible by 4, not {self.attn_head_dim}")
         self.check_block_kind()
+        if self.naflex and (not self.no_embed_class or self.dist_token or self.conv_stem):
+            raise ValueError("NaFlex's embedding gives the prefix tokens no position and has no distillation token or stem")
+        if self.pos_embed_mode not in ("bicubic", "bilinear"):
+            raise ValueError(f"unknown position resampling {self.pos_embed_mode!r}")
         sam = self.window_size or self.rel_pos == "decomposed" or self.neck_chans
         if sam and (self.num_prefix_tokens or self.rope or self.attn_norm or not self.qkv_fused or self.kv_heads):
             raise ValueError("SAM's windowed attention, decomposed positions and neck come without prefix tokens, RoPE, "
@@ -286,6 +297,8 @@ class PatchEmbed(nn.Module):
         self.stem = ConvStem(cfg) if cfg.conv_stem else None
         c_in, p = (cfg.embed_dim // 2, 1) if cfg.conv_stem else (cfg.in_chans, p)
         self.proj = nn.Conv2d(c_in, cfg.embed_dim, kernel_size=p, stride=p, bias=cfg.patch_bias)
+        if cfg.naflex:  # NaFlex: a Linear over each patch's pixels, in (row, column, channel) order
+            self.proj = nn.Linear(p * p * cfg.in_chans, cfg.embed_dim, bias=cfg.patch_bias)
         self.norm = make_norm(cfg) if cfg.patch_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
@@ -293,6 +306,9 @@ class PatchEmbed(nn.Module):
         p = self.patch_size
         if h % p or w % p:
             raise ValueError(f"input {h}x{w} is not a multiple of the patch size {p}")
+        if isinstance(self.proj, nn.Linear):  # NaFlex: [B, gh*gw, p*p*3], each patch row by row, channels fastest
+            x = x.unflatten(2, (h // p, p)).unflatten(4, (w // p, p)).permute(0, 2, 4, 3, 5, 1).flatten(3).flatten(1, 2)
+            return self.norm(self.proj(x)), (h // p, w // p)
         if self.stem is not None:
             x = self.stem(x)  # [B, C/2, gh, gw]
         x = self.proj(x)  # [B, C, gh, gw]
@@ -958,7 +974,10 @@ class VisionTransformer(nn.Module):
         gh, gw = cfg.grid_size
         pos_len = gh * gw + (0 if cfg.no_embed_class else cfg.num_prefix_tokens)
         shape = (1, gh, gw, C) if cfg.pos_embed_grid else (1, pos_len, C)
-        self.pos_embed = nn.Parameter(torch.randn(shape) * 0.02) if cfg.pos_embed else None
+        factorized = cfg.pos_embed and cfg.pos_embed_factorized  # NaFlex: one table per axis
+        self.pos_embed = nn.Parameter(torch.randn(shape) * 0.02) if cfg.pos_embed and not factorized else None
+        self.pos_embed_y = nn.Parameter(torch.randn(1, gh, C) * 0.02) if factorized else None
+        self.pos_embed_x = nn.Parameter(torch.randn(1, gw, C) * 0.02) if factorized else None
         self.rope = RotaryEmbedding(cfg) if cfg.rope else None
         self.rel_pos_bias = RelPosTable(cfg) if cfg.rel_pos == "shared_table" else None  # BEiT's name
         self.shared_rel_pos = RelPosMlp(cfg) if cfg.rel_pos == "shared_mlp" else None  # the relpos ViT's name
@@ -1016,6 +1035,8 @@ class VisionTransformer(nn.Module):
         x, (gh, gw) = self.patch_embed(x)  # [B, gh*gw, C]
         B = x.shape[0]
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        if cfg.naflex:  # NaFlexViT: positions resampled its way, none for the prefix tokens
+            return torch.cat(prefix + [x + self.naflex_positions((gh, gw)).to(x.dtype)], dim=1), self.layout((gh, gw))
         if self.pos_embed is None:  # position comes from RoPE or a relative bias, inside the attention
             return torch.cat(prefix + [x], dim=1), self.layout((gh, gw))
         pos = self.pos_embed.flatten(1, -2)  # SAM's [1, gh, gw, C] as [1, N, C]
@@ -1027,6 +1048,25 @@ class VisionTransformer(nn.Module):
         else:
             x = torch.cat(prefix + [x], dim=1) + pos
         return x, self.layout((gh, gw))
+
+    def naflex_positions(self, grid: tuple[int, int]) -> torch.Tensor:
+        """NaFlexViT's positions for a gh x gw grid, [1, gh*gw, C] (0 without): its table resampled
+        (to L x L, the top-left gh x gw kept, when aspect-preserving), as timm's NaFlexEmbeds does
+        for an image; a factorized table is two 1-D tables resampled linearly and added."""
+        cfg, (gh, gw) = self.cfg, grid
+        side = (max(grid),) * 2 if cfg.pos_embed_square else grid
+        if self.pos_embed_y is not None:
+            def axis(t: torch.Tensor, n: int) -> torch.Tensor:  # [1, L, C] -> [1, n, C]
+                return t if t.shape[1] == n else F.interpolate(t.transpose(1, 2).float(), size=n, mode="linear").transpose(1, 2)
+
+            return (axis(self.pos_embed_y, side[0])[:, :gh, None] + axis(self.pos_embed_x, side[1])[:, None, :gw]).flatten(1, 2)
+        if self.pos_embed is None:
+            return torch.zeros(())
+        if grid == tuple(self.pos_embed.shape[1:3]):
+            return self.pos_embed.flatten(1, 2)
+        pos = F.interpolate(self.pos_embed.permute(0, 3, 1, 2).float(), size=side, mode=cfg.pos_embed_mode,
+                            align_corners=cfg.pos_embed_align_corners, antialias=cfg.pos_embed_antialias)
+        return pos[:, :, :gh, :gw].flatten(2).transpose(1, 2)
 
     def positions(self, grid: tuple[int, int], device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """What the blocks need besides the tokens: the RoPE table and the shared relative

@@ -20,10 +20,8 @@ from ..model import ViTConfig
 from .files import UnsupportedModelError
 
 FAMILIES = ("VisionTransformer", "VisionTransformerDistilled", "Eva", "Beit", "VisionTransformerRelPos",
-            "VisionTransformerSAM")
-REFUSED = {  # timm classes of the ViT family this project does not port, and why
-    "NaFlexVit": "NaFlex ViT (variable-resolution patch sets with a linear patch embedding) is not ported",
-}
+            "VisionTransformerSAM", "NaFlexVit")
+REFUSED: dict[str, str] = {}  # timm classes of the ViT family this project does not port, and why
 BLOCKS = {"Block": False, "EvaBlock": False, "RelPosBlock": False,  # name -> post-norm
           "ResPostBlock": True, "EvaBlockPostNorm": True, "ResPostRelPosBlock": True, "ParallelThingsBlock": False}
 SCALING_BLOCKS = ("ParallelScalingBlock", "DiffParallelScalingBlock")  # attention and MLP from one projection
@@ -47,14 +45,15 @@ def config_from_timm(tm: nn.Module) -> ViTConfig:
     name, kind = model_name(tm), type(tm).__name__
     if kind in REFUSED:
         raise UnsupportedModelError(f"{name}: {REFUSED[kind]}")
-    if kind not in FAMILIES or not hasattr(tm, "blocks") or not hasattr(tm, "patch_embed"):
+    if kind not in FAMILIES or not hasattr(tm, "blocks") or not (hasattr(tm, "patch_embed") or hasattr(tm, "embeds")):
         raise UnsupportedModelError(f"{name}: not a timm ViT-family model ({kind}; known: {', '.join(FAMILIES)})")
     problems: list[str] = []
     fields: dict[str, Any] = {}
     scaling = type(tm.blocks[0]).__name__ in SCALING_BLOCKS
     parts = (read_scaling_block,) if scaling else (read_block, read_attention, read_mlp)
     rest = (read_sam,) if kind == "VisionTransformerSAM" else (read_positions, read_head)
-    for read in (*parts, read_embedding, read_norms, *rest):
+    embedding = read_naflex_embedding if kind == "NaFlexVit" else read_embedding
+    for read in (*parts, embedding, read_norms, *rest):
         fields.update(read(tm, problems))
         if problems and read in (read_block, read_attention, read_scaling_block):  # another kind: the rest
             break  # of it cannot be read as ours
@@ -91,6 +90,39 @@ def block_parts(block: nn.Module) -> tuple[Any, Any]:
     if hasattr(block, "attns"):
         return block.attns[0].attn, block.ffns[0].mlp
     return getattr(block, "attn", None), getattr(block, "mlp", None)
+
+
+def width(tm: nn.Module) -> int:
+    """The model's embedding width."""
+    return tm.embeds.embed_dim if hasattr(tm, "embeds") else tm.patch_embed.proj.out_channels
+
+
+def read_naflex_embedding(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
+    """NaFlexViT's embedding, as it embeds an image: a Linear over each patch's pixels (row,
+    column, channel order), an optional norm, prefix tokens without position, and a position
+    table (or one per axis) resampled to the grid its way."""
+    e = tm.embeds
+    if not e.is_linear or not e.channels_last or e.norm_input is not None or e.dynamic_img_pad:
+        problems.append("a NaFlex embedding other than a Linear over (row, column, channel) pixels without input norm "
+                        "or padding")
+        return {}
+    (ph, pw), kind = e.patch_size, e.pos_embed_type
+    if ph != pw:
+        problems.append(f"non-square patches {ph}x{pw}")
+    if getattr(tm, "rope", None) is not None:
+        problems.append("RoPE in a NaFlex ViT")
+    grid = (e.pos_embed.shape[1:3] if kind == "learned" else (e.pos_embed_y.shape[1], e.pos_embed_x.shape[1])
+            if kind == "factorized" else (16, 16))
+    reg = e.reg_token
+    return dict(
+        naflex=True, img_size=(grid[0] * ph, grid[1] * ph), patch_size=ph, in_chans=e.in_chans, embed_dim=e.embed_dim,
+        depth=len(tm.blocks), patch_bias=e.proj.bias is not None, patch_norm=not is_identity(e.norm),
+        class_token=e.cls_token is not None, reg_tokens=0 if reg is None else reg.shape[1], no_embed_class=True,
+        pos_embed=kind != "none", pos_embed_grid=kind == "learned", pos_embed_factorized=kind == "factorized",
+        pos_embed_mode=e.pos_embed_interp_mode, pos_embed_antialias=e.pos_embed_antialias,
+        pos_embed_align_corners=e.pos_embed_align_corners, pos_embed_square=e.pos_embed_ar_preserving,
+        pre_norm=not is_identity(getattr(tm, "norm_pre", None)),
+    )
 
 
 def read_norms(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
@@ -174,7 +206,7 @@ def read_attention(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     qv = getattr(attn, "q_bias", None) is not None or (not fused and attn.q_proj.bias is not None and attn.k_proj.bias is None)
     kv = [H if fused else b.attn.k_proj.out_features // D for b in tm.blocks]  # grouped-query attention: fewer
     return dict(
-        diff_attn=diff, num_heads=H, head_dim=0 if D * H == tm.patch_embed.proj.out_channels else D,
+        diff_attn=diff, num_heads=H, head_dim=0 if D * H == width(tm) else D,
         kv_heads=() if set(kv) == {H} else tuple(kv),
         qkv_fused=fused, qkv_bias=(q.bias is not None) and not qv, qv_bias=qv,
         qk_norm=not is_identity(getattr(attn, "q_norm", None)), attn_norm=not is_identity(getattr(attn, "norm", None)),
@@ -286,7 +318,7 @@ def read_attn_pool(tm: nn.Module, ap: nn.Module, problems: list[str]) -> dict[st
     if type(ap).__name__ != "AttentionPoolLatent" or tm.global_pool != "map":
         problems.append(f"attention pool {type(ap).__name__}")
         return {}
-    C = tm.patch_embed.proj.out_channels
+    C = width(tm)
     plain = (ap.latent_len == 1 and ap.pool == "token" and isinstance(ap.q, nn.Linear) and ap.pos_embed is None
              and is_identity(getattr(ap, "q_norm", None)) and getattr(ap, "mlp", None) is not None
              and ap.latent.shape[-1] == C and ap.kv.out_features == 2 * C and ap.q.bias is not None)

@@ -18,7 +18,7 @@ from ..preprocess import load_inputs
 from ..progress import batches
 from .files import is_timm_layout, read_checkpoint
 from .load import LoadedModel, default_checkpoint, load_model, resolve_device
-from .timm import timm_model
+from .timm import timm_keys, timm_model
 
 DEFAULT_TOL = 1e-4
 
@@ -45,14 +45,14 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
 
             _load_weights(tm, str(weights))
     else:  # random init / hub: the scratch model holds the same weights as timm's would
-        tm.load_state_dict(lm.model.state_dict(), strict=True)
+        tm.load_state_dict(timm_keys(lm.model.state_dict(), cfg), strict=True)
     return tm.to(lm.device).eval()
 
 
 def takes_any_size(cfg: ViTConfig) -> bool:
-    """Whether timm's model of this architecture runs at any input size as built (SAM's encoder),
+    """Whether timm's model of this architecture runs at any input size as built (SAM's encoder, NaFlex),
     rather than when built with ``dynamic_img_size``."""
-    return bool(cfg.window_size or cfg.rel_pos == "decomposed" or cfg.neck_chans)
+    return bool(cfg.window_size or cfg.rel_pos == "decomposed" or cfg.neck_chans or cfg.naflex)
 
 
 def timm_from_config(cfg: ViTConfig, **kwargs: Any) -> nn.Module:
@@ -261,7 +261,7 @@ def timm_attentions(tm: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[
         for m, f in fused:
             m.fused_attn = f
     out = []
-    p = tm.patch_embed.proj.stride
+    p = tm.patch_embed.proj.stride if hasattr(tm, "patch_embed") else tm.embeds.patch_size
     grid = (x.shape[-2] // p[0], x.shape[-1] // p[1])
     for blk, maps in zip(tm.blocks, captured):
         m = attention_modules(blk)[0]
