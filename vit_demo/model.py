@@ -11,7 +11,11 @@ builds on the same skeleton, each a config option of a few lines (README, "Model
 - blocks: LayerScale (DeiT-III, DINOv2, EVA, BEiT), res-post norms (EVA-02-E), pre-norm before
   the blocks (CLIP), qk-norm, a norm inside the attention and the MLP (EVA-02, BEiT-3), GLU MLPs
   (SwiGLU, packed and unpacked), RMSNorm (AIMv2), projections without bias, grouped-query attention;
-- activations: GELU, GELU-tanh (SigLIP), QuickGELU (CLIP), SiLU (GLUs).
+- activations: GELU, GELU-tanh (SigLIP), QuickGELU (CLIP), SiLU (GLUs);
+- attention and block kinds: differential attention (two softmax maps subtracted), parallel blocks
+  (ViT-22B's attention and MLP from one projection; parallel branches), SAM's image encoder
+  (windowed attention, decomposed relative positions, a convolutional neck), NaFlexViT's embedding
+  (a Linear patch projection, its own resampling of the positions).
 
 Parameter names follow timm's state_dict layout of each family (``blocks.0.ls1.gamma`` in timm's
 ViT, ``blocks.0.gamma_1`` in EVA and BEiT), so porting is a checked copy (see checkpoints/timm.py).
@@ -191,7 +195,8 @@ class ViTConfig:
                  (self.block, f"parallel blocks ({self.block})"),
                  (self.window_size, f"attention in {self.window_size}x{self.window_size} windows, global in blocks "
                                     f"{', '.join(map(str, self.global_blocks)) or 'none'}"),
-                 (self.neck_chans, "a convolutional neck")]
+                 (self.neck_chans, "a convolutional neck"),
+                 (self.naflex, "NaFlex embedding (Linear patch projection, positions resampled per grid)")]
         return [text for on, text in named if on]
 
     def to_dict(self) -> dict[str, Any]:
