@@ -27,6 +27,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -68,6 +69,16 @@ SAMPLE = [
     ("vit_relpos_small_patch16_224", {}, "relpos ViT"),
     ("vit_srelpos_small_patch16_224", {}, "relpos ViT (shared)"),
     ("vit_relpos_small_patch16_rpn_224", {}, "relpos ViT (res-post)"),
+    ("vit_dwee_patch16_reg1_gap_256", {}, "differential attention"),
+    ("vit_pwee_patch16_reg1_gap_256", {}, "parallel scaling blocks"),
+    ("vit_base_patch16_xp_224", {"depth": 4}, "parallel scaling blocks (RMSNorm, qk-norm)"),
+    ("vit_dpwee_patch16_reg1_gap_256", {}, "differential parallel scaling blocks"),
+    ("vit_small_patch16_18x2_224", {"depth": 4}, "parallel-branch blocks (18x2)"),
+    ("samvit_base_patch16", {"depth": 4, "img_size": 256, "global_attn_indexes": (1, 3)}, "SAM's image encoder"),
+    ("naflexvit_base_patch16_gap", {"depth": 4}, "NaFlex ViT"),
+    ("naflexvit_base_patch16_parfac_gap", {"depth": 4}, "NaFlex ViT (factorized positions)"),
+    ("naflexvit_base_patch16_siglip", {"depth": 4}, "SigLIP 2 NaFlex"),
+    ("naflexvit_base_patch16_radio_v3", {"depth": 4}, "C-RADIOv3 (NaFlex)"),
 ]
 
 
@@ -84,7 +95,7 @@ def judge(name: str) -> str | None:
     """None when the scratch model ports ``name`` (built on the meta device), else the reason."""
     import timm
 
-    from vit_demo.checkpoints.timm import config_from_timm
+    from vit_demo.checkpoints.timm import config_from_timm, scratch_keys
     from vit_demo.model import VisionTransformer
 
     try:
@@ -93,7 +104,7 @@ def judge(name: str) -> str | None:
             ours = VisionTransformer(config_from_timm(tm))
     except Exception as e:  # UnsupportedModelError, or whatever a model's constructor raises
         return str(e).split(": ", 1)[-1].removeprefix("not a ViT variant this project implements: ")
-    a = {k: tuple(v.shape) for k, v in tm.state_dict().items()}
+    a = {k: tuple(v.shape) for k, v in scratch_keys(tm.state_dict(), ours.cfg).items()}
     b = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
     if a != b:
         return f"state dict differs: {sorted(set(a) ^ set(b))[:3]} {[k for k in a if k in b and a[k] != b[k]][:3]}"
@@ -114,13 +125,16 @@ def coverage() -> list[dict]:
 
 @torch.no_grad()
 def parity_one(name: str, kwargs: dict, dynamic: bool) -> dict:
+    """One comparison; ``dynamic``: at a non-square size (timm built with ``dynamic_img_size``
+    where it needs it)."""
     import timm
 
     from vit_demo.checkpoints.timm import from_timm
-    from vit_demo.checkpoints.verify import timm_attentions
+    from vit_demo.checkpoints.verify import takes_any_size, timm_attentions
 
+    extra = {"dynamic_img_size": True} if dynamic and not takes_any_size(from_timm_cfg(name, kwargs)) else {}
     torch.manual_seed(0)
-    tm = timm.create_model(name, pretrained=False, **kwargs, **({"dynamic_img_size": True} if dynamic else {})).eval()
+    tm = timm.create_model(name, pretrained=False, **kwargs, **extra).eval()
     for p in tm.parameters():
         p.add_(torch.randn_like(p) * 0.05)
     model, _ = from_timm(tm)
@@ -139,10 +153,24 @@ def parity_one(name: str, kwargs: dict, dynamic: bool) -> dict:
     }
 
 
-def resizes(name: str, kwargs: dict) -> bool:
-    """Whether timm builds ``name`` for other input sizes (``dynamic_img_size``)."""
+def from_timm_cfg(name: str, kwargs: dict) -> Any:
+    """The scratch config of timm's ``name`` (built on the meta device)."""
     import timm
 
+    from vit_demo.checkpoints.timm import config_from_timm
+
+    with torch.device("meta"):
+        return config_from_timm(timm.create_model(name, pretrained=False, **kwargs))
+
+
+def resizes(name: str, kwargs: dict) -> bool:
+    """Whether timm runs ``name`` at other input sizes (as built: SAM, NaFlex; or with ``dynamic_img_size``)."""
+    import timm
+
+    from vit_demo.checkpoints.verify import takes_any_size
+
+    if takes_any_size(from_timm_cfg(name, kwargs)):
+        return True
     try:
         with torch.device("meta"):
             timm.create_model(name, pretrained=False, dynamic_img_size=True, **kwargs)

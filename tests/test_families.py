@@ -8,9 +8,13 @@ keywords), every parameter moved by noise so that LayerScale, biases and tables 
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import timm
 import torch
+from timm.layers import DiffAttention
+from timm.models.vision_transformer import ParallelScalingBlock
 
 from vit_demo.checkpoints.files import UnsupportedModelError
 from vit_demo.checkpoints.timm import config_from_timm, from_timm
@@ -56,9 +60,27 @@ FAMILIES = [
     ("relpos-shared", "vit_srelpos_small_patch16_224", dict(SMALL, img_size=64), False, "relpos ViT: one shared MLP"),
     ("relpos-rpn", "vit_relpos_small_patch16_rpn_224", dict(SMALL, img_size=64), False, "relpos ViT, res-post blocks"),
     ("vit-rpn", "vit_base_patch16_rpn_224", dict(SMALL, img_size=64), True, "ViT with res-post blocks"),
+    ("diff", "vit_dwee_patch16_reg1_gap_256", dict(SMALL, img_size=64, qk_norm=True), True,
+     "differential attention: softmax1 - lambda softmax2 per head, its RMSNorm, lambda_init by depth"),
+    ("parallel-scaling", "vit_base_patch16_xp_224", dict(SMALL, img_size=64), True,
+     "parallel scaling blocks (ViT-22B): one in_proj for MLP and q/k/v, RMSNorm, qk-norm, MLP bias apart"),
+    ("parallel-pwee", "vit_pwee_patch16_reg1_gap_256",
+     dict(SMALL, img_size=64, block_fn=partial(ParallelScalingBlock, fuse_out_proj=True)), True,
+     "parallel scaling blocks with one fused out_proj and LayerScale"),
+    ("diff-parallel", "vit_dpwee_patch16_reg1_gap_256", dict(SMALL, img_size=64), True,
+     "differential attention in a parallel scaling block"),
+    ("parallel-things", "vit_small_patch16_18x2_224", dict(SMALL, img_size=64), True,
+     "two attention branches, then two MLP branches, LayerScale on each"),
     ("avgmax", "eva02_tiny_patch14_224", dict(depth=2, embed_dim=64, num_heads=2, img_size=56, global_pool="avgmax"),
      True, "avg + max pooling"),
 ]
+
+
+class DualLambda(DiffAttention):
+    """timm's differential attention with two scalar lambdas (no pretrained model uses it)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, dual_lambda=True, **kwargs)
 
 
 def perturbed(name: str, kwargs: dict, seed: int = 0, **extra) -> torch.nn.Module:
@@ -104,18 +126,62 @@ def test_family_matches_timm(fid: str, name: str, kwargs: dict, dynamic: bool, w
 
 
 @pytest.mark.parametrize("name,kwargs,reason", [
-    ("samvit_base_patch16", dict(depth=1, embed_dim=64, num_heads=2, img_size=64, global_attn_indexes=()),
-     "SAM's image encoder"),
-    ("naflexvit_base_patch16_gap", dict(depth=1, embed_dim=64, num_heads=2), "NaFlex ViT"),
-    ("vit_dwee_patch16_reg1_gap_256", dict(depth=1), "differential attention"),
-    ("vit_pwee_patch16_reg1_gap_256", dict(depth=1), "ParallelScalingBlock"),
-    ("vit_base_patch16_18x2_224", dict(depth=1, embed_dim=64, num_heads=2), "ParallelThingsBlock"),
+    ("samvit_base_patch16_224", dict(depth=1, embed_dim=64, num_heads=2, img_size=64, global_attn_indexes=()),
+     "a classifier on SAM's encoder"),
+    ("naflexvit_base_patch16_gap", dict(depth=1, embed_dim=64, num_heads=2, rope_type="axial"), "RoPE in a NaFlex ViT"),
+    ("vit_dwee_patch16_reg1_gap_256", dict(depth=1, attn_layer=DualLambda),
+     "two scalar lambdas"),
 ])
 def test_refused_with_its_reason(name: str, kwargs: dict, reason: str) -> None:
     with torch.device("meta"):
         tm = timm.create_model(name, pretrained=False, **kwargs)
     with pytest.raises(UnsupportedModelError, match=reason):
         config_from_timm(tm)
+
+
+SAM = dict(depth=3, embed_dim=64, num_heads=2, img_size=96, window_size=4, global_attn_indexes=(1,), neck_chans=32)
+
+
+@pytest.mark.parametrize("size", [(96, 96), (80, 112)], ids=["native", "non-square"])
+def test_sam_encoder_matches_timm(size: tuple[int, int]) -> None:
+    """SAM's image encoder (windows, a global block, decomposed relative positions, the neck):
+    the same pooled features as timm at its size and at a non-square one (timm resamples the
+    position embedding and the global block's tables; 5x7 patches leave windows padded), every
+    block's attention equal to timm's (windows on the diagonal), and gradients through the
+    captured maps do not change the input gradient (the windowed map enters as a term worth 0)."""
+    tm = perturbed("samvit_base_patch16", SAM)
+    model, _ = from_timm(tm)
+    cfg = model.cfg
+    assert (cfg.window_size, cfg.global_blocks, cfg.rel_pos, cfg.neck_chans, cfg.num_classes) == (4, (1,), "decomposed", 32, 0)
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+    check(model, tm, x)
+    grads = []
+    for capture in (False, True):
+        xg = x.clone().requires_grad_(True)
+        out = model(xg, capture=capture)
+        grads.append(torch.autograd.grad(out.logits[:, 0].sum(), [xg, *(out.attentions or [])]))
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-6, rtol=1e-5)
+    assert all(g.abs().sum() > 0 for g in grads[1][1:])
+
+
+NAFLEX = [  # (timm name, what it exercises); 4x4 position tables (8x8 for RADIO) so that 64x64 is their own size
+    ("naflexvit_base_patch16_gap", "NaFlex: bicubic antialiased positions, 4 registers, avg pool"),
+    ("naflexvit_base_patch16_parfac_gap", "NaFlex: one position table per axis, aspect-preserving"),
+    ("naflexvit_base_patch16_siglip", "SigLIP 2 NaFlex: bilinear positions, MAP head, GELU-tanh"),
+    ("naflexvit_base_patch16_radio_v3", "C-RADIOv3: 128-grid table (8 here), aligned corners, no antialias, [class]"),
+]
+
+
+@pytest.mark.parametrize("name,what", NAFLEX, ids=[n.split("_patch16_")[1] for n, _ in NAFLEX])
+def test_naflex_matches_timm(name: str, what: str) -> None:
+    """NaFlexViT on an image (timm's dense path): the same logits as timm at the position table's
+    own size and at two non-square ones (timm resamples the table its way at every size)."""
+    grid = (8, 8) if "radio" in name else (4, 4)
+    tm = perturbed(name, dict(depth=2, embed_dim=64, num_heads=2, pos_embed_grid_size=grid))
+    model, _ = from_timm(tm)
+    assert model.cfg.naflex and model.cfg.img_size == (16 * grid[0], 16 * grid[1])
+    for i, size in enumerate([(64, 64), (48, 80), (96, 64)]):
+        check(model, tm, torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(i)))
 
 
 def test_config_read_not_tabled() -> None:

@@ -60,6 +60,15 @@ FAMILIES = {
                    fc_norm=True, layer_scale=True, qkv_bias=False),
     "relpos-rpn": dict(rel_pos="shared_mlp", rel_pos_hidden=16, post_norm=True, pos_embed=False, class_token=False,
                        global_pool="avg"),
+    "diff": dict(diff_attn=True, qk_norm=True, class_token=False, reg_tokens=1, no_embed_class=True, global_pool="avg",
+                 layer_scale=True),
+    "parallel-scaling": dict(block="scaling", norm="rmsnorm", qkv_bias=False, qk_norm=True, pre_norm=True),
+    "diff-parallel": dict(block="scaling", diff_attn=True, fused_out_proj=True, layer_scale=True),
+    "parallel-things": dict(block="things", layer_scale=True),
+    "sam": dict(window_size=2, global_blocks=(1,), rel_pos="decomposed", neck_chans=16, pos_embed_grid=True,
+                class_token=False, global_pool="avg", final_norm=False),  # SAM's encoder, with a head to explain
+    "naflex": dict(naflex=True, no_embed_class=True, pos_embed_factorized=True, pos_embed_square=True, reg_tokens=1,
+                   class_token=False, global_pool="avg", fc_norm=True, layer_scale=True),
     "aimv2": dict(norm="rmsnorm", patch_norm=True, mlp="swiglu", act="silu", qkv_bias=False, proj_bias=False,
                   class_token=False, global_pool="avg", fc_norm=True),
 }

@@ -80,10 +80,15 @@ def test_non_square_input_matches_dynamic_timm(size: tuple[int, int]) -> None:
 
 
 def test_unsupported_model_named() -> None:
+    from functools import partial
+
+    from timm.layers import GluMlp
+
     from vit_demo.checkpoints.files import UnsupportedModelError
 
-    tm = timm.create_model("vit_dwee_patch16_reg1_gap_256", pretrained=False, depth=1)  # SigLIP's MAP head is ported now
-    with pytest.raises(UnsupportedModelError, match="differential attention"):
+    with torch.device("meta"):  # differential attention and parallel blocks are ported now: a GLU gated the other way
+        tm = timm.create_model("vit_small_patch16_224", pretrained=False, depth=1, mlp_layer=partial(GluMlp, gate_last=True))
+    with pytest.raises(UnsupportedModelError, match="vit_small_patch16_224: .*a GLU with its gate in the second half"):
         config_from_timm(tm)
 
 

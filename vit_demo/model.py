@@ -11,7 +11,11 @@ builds on the same skeleton, each a config option of a few lines (README, "Model
 - blocks: LayerScale (DeiT-III, DINOv2, EVA, BEiT), res-post norms (EVA-02-E), pre-norm before
   the blocks (CLIP), qk-norm, a norm inside the attention and the MLP (EVA-02, BEiT-3), GLU MLPs
   (SwiGLU, packed and unpacked), RMSNorm (AIMv2), projections without bias, grouped-query attention;
-- activations: GELU, GELU-tanh (SigLIP), QuickGELU (CLIP), SiLU (GLUs).
+- activations: GELU, GELU-tanh (SigLIP), QuickGELU (CLIP), SiLU (GLUs);
+- attention and block kinds: differential attention (two softmax maps subtracted), parallel blocks
+  (ViT-22B's attention and MLP from one projection; parallel branches), SAM's image encoder
+  (windowed attention, decomposed relative positions, a convolutional neck), NaFlexViT's embedding
+  (a Linear patch projection, its own resampling of the positions).
 
 Parameter names follow timm's state_dict layout of each family (``blocks.0.ls1.gamma`` in timm's
 ViT, ``blocks.0.gamma_1`` in EVA and BEiT), so porting is a checked copy (see checkpoints/timm.py).
@@ -83,7 +87,7 @@ class ViTConfig:
     layer_scale_attn_only: bool = False  # LayerScale on the attention branch only (Sapiens2)
     # -- position information besides (or instead of) the absolute embedding
     pos_embed: bool = True  # the learned absolute position embedding
-    rel_pos: Literal["", "table", "shared_table", "mlp", "shared_mlp"] = ""  # relative position bias (BEiT; relpos ViT)
+    rel_pos: Literal["", "table", "shared_table", "mlp", "shared_mlp", "decomposed"] = ""  # BEiT; relpos ViT; SAM
     rel_pos_hidden: int = 0  # hidden width of the relative-position MLP
     rope: Literal["", "axial", "mixed", "dinov3"] = ""  # 2-D rotary embedding of q and k (RotaryEmbedding below)
     rope_temperature: float = 10000.0  # frequencies temperature^(-i / (D/4))
@@ -97,6 +101,23 @@ class ViTConfig:
     map_heads: int = 0  # 0: num_heads
     map_mlp_hidden: int = 0  # 0: the blocks' MLP width
     pool_include_prefix: bool = False  # the attention pool reads the prefix tokens too (PE)
+    # -- attention and block kinds (timm's vit_d*, vit_*_xp_*, vit_pwee, vit_dpwee, vit_*_18x2_*)
+    diff_attn: bool = False  # differential attention: softmax(q1 k1) - lambda softmax(q2 k2) (DiffAttention below)
+    block: Literal["", "scaling", "things"] = ""  # parallel blocks (ParallelScalingBlock, ParallelThingsBlock below)
+    fused_out_proj: bool = False  # "scaling": one out_proj over [attention | MLP] instead of attn_out_proj + mlp_out_proj
+    num_parallel: int = 2  # "things": attention branches, then as many MLP branches
+    # -- SAM's image encoder (timm's vision_transformer_sam; with rel_pos="decomposed")
+    window_size: int = 0  # attention within windows of this many patches a side (the grid padded at bottom / right)
+    global_blocks: tuple[int, ...] = ()  # the blocks that attend over the whole grid when the others are windowed
+    neck_chans: int = 0  # a convolutional neck after the blocks (1x1 conv, norm, 3x3 conv, norm) to this many channels
+    pos_embed_grid: bool = False  # the position embedding stored as [1, gh, gw, C] (SAM, NaFlex) instead of [1, N, C]
+    # -- NaFlexViT (timm's naflexvit; img_size = its position table's grid x patch; timm's names under embeds.,
+    #    see checkpoints/timm.py): a Linear patch projection, positions resampled its way, none on the prefix
+    naflex: bool = False
+    pos_embed_factorized: bool = False  # one position table per axis: pos_embed_y [1, gh, C] + pos_embed_x [1, gw, C]
+    pos_embed_mode: Literal["bicubic", "bilinear"] = "bicubic"  # how NaFlex resamples its position table
+    pos_embed_align_corners: bool = False
+    pos_embed_square: bool = False  # "aspect-preserving": resampled to L x L (L the longer side), the top-left gh x gw kept
     # Trained here only, never in a port (timm's ViT has no such option; timm parity does not cover it):
     conv_stem: bool = False  # 3x3 stride-2 convolutions + BatchNorm + ReLU before a 1x1 patch projection (ConvStem)
     stem_width: int = 0  # the conv stem's last width (0: embed_dim // 2); the widths before it halve
@@ -104,7 +125,7 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", tuple(int(s) for s in self.img_size))
-        for name in ("rope_ref_grid", "rope_periods", "kv_heads"):
+        for name in ("rope_ref_grid", "rope_periods", "kv_heads", "global_blocks"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.head_dim == 0 and self.embed_dim % self.num_heads:
@@ -120,8 +141,34 @@ class ViTConfig:
             raise ValueError(f"unknown activation {self.act!r}")
         if self.rope and self.attn_head_dim % 4:
             raise ValueError(f"2-D RoPE needs a head dim divisible by 4, not {self.attn_head_dim}")
+        self.check_block_kind()
+        if self.naflex and (not self.no_embed_class or self.dist_token or self.conv_stem):
+            raise ValueError("NaFlex's embedding gives the prefix tokens no position and has no distillation token or stem")
+        if self.pos_embed_mode not in ("bicubic", "bilinear"):
+            raise ValueError(f"unknown position resampling {self.pos_embed_mode!r}")
+        sam = self.window_size or self.rel_pos == "decomposed" or self.neck_chans
+        if sam and (self.num_prefix_tokens or self.rope or self.attn_norm or not self.qkv_fused or self.kv_heads):
+            raise ValueError("SAM's windowed attention, decomposed positions and neck come without prefix tokens, RoPE, "
+                             "an inner attention norm, separate q/k/v or grouped k/v heads")
         if self.conv_stem and (self.patch_size < 2 or self.patch_size & (self.patch_size - 1)):
             raise ValueError(f"conv_stem needs a patch size that is a power of 2, got {self.patch_size}")
+
+    def check_block_kind(self) -> None:
+        """Differential attention and the parallel blocks exist in timm with a plain attention only."""
+        elsewhere = [n for n, on in (("RoPE", self.rope), ("relative position bias", self.rel_pos),
+                                     ("grouped k/v heads", self.kv_heads), ("res-post blocks", self.post_norm),
+                                     ("separate q/k/v", not self.qkv_fused), ("q/v biases", self.qv_bias),
+                                     ("windowed attention", self.window_size)) if on]
+        if (self.diff_attn or self.block) and elsewhere:
+            raise ValueError(f"differential attention and parallel blocks come without {', '.join(elsewhere)}")
+        if self.diff_attn and self.attn_head_dim % 2:
+            raise ValueError(f"differential attention needs an even head dim, not {self.attn_head_dim}")
+        if self.block not in ("", "scaling", "things"):
+            raise ValueError(f"unknown block kind {self.block!r}")
+        if self.block == "things" and self.diff_attn:
+            raise ValueError("parallel-branch blocks with differential attention are not implemented")
+        if self.block == "scaling" and (self.mlp != "mlp" or self.attn_norm or self.mlp_norm or self.head_dim):
+            raise ValueError("a parallel scaling block has a plain MLP and no inner norms")
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -145,7 +192,13 @@ class ViTConfig:
                  (not self.pos_embed, "no absolute position embedding"), (self.global_pool == "map", "attention-pool head"),
                  (self.mlp != "mlp", "SwiGLU" if self.act == "silu" else f"GLU ({self.act})"),
                  (self.norm == "rmsnorm", "RMSNorm"), (self.qk_norm, "qk-norm"), (self.post_norm, "res-post blocks"),
-                 (self.kv_heads, "grouped k/v heads"), (self.layer_scale, "LayerScale")]
+                 (self.kv_heads, "grouped k/v heads"), (self.layer_scale, "LayerScale"),
+                 (self.diff_attn, "differential attention (the maps show softmax1 - lambda softmax2)"),
+                 (self.block, f"parallel blocks ({self.block})"),
+                 (self.window_size, f"attention in {self.window_size}x{self.window_size} windows, global in blocks "
+                                    f"{', '.join(map(str, self.global_blocks)) or 'none'}"),
+                 (self.neck_chans, "a convolutional neck"),
+                 (self.naflex, "NaFlex embedding (Linear patch projection, positions resampled per grid)")]
         return [text for on, text in named if on]
 
     def to_dict(self) -> dict[str, Any]:
@@ -257,6 +310,8 @@ class PatchEmbed(nn.Module):
         self.stem = ConvStem(cfg) if cfg.conv_stem else None
         c_in, p = (cfg.stem_width or cfg.embed_dim // 2, 1) if cfg.conv_stem else (cfg.in_chans, p)
         self.proj = nn.Conv2d(c_in, cfg.embed_dim, kernel_size=p, stride=p, bias=cfg.patch_bias)
+        if cfg.naflex:  # NaFlex: a Linear over each patch's pixels, in (row, column, channel) order
+            self.proj = nn.Linear(p * p * cfg.in_chans, cfg.embed_dim, bias=cfg.patch_bias)
         self.norm = make_norm(cfg) if cfg.patch_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
@@ -264,6 +319,9 @@ class PatchEmbed(nn.Module):
         p = self.patch_size
         if h % p or w % p:
             raise ValueError(f"input {h}x{w} is not a multiple of the patch size {p}")
+        if isinstance(self.proj, nn.Linear):  # NaFlex: [B, gh*gw, p*p*3], each patch row by row, channels fastest
+            x = x.unflatten(2, (h // p, p)).unflatten(4, (w // p, p)).permute(0, 2, 4, 3, 5, 1).flatten(3).flatten(1, 2)
+            return self.norm(self.proj(x)), (h // p, w // p)
         if self.stem is not None:
             x = self.stem(x)  # [B, C/2, gh, gw]
         x = self.proj(x)  # [B, C, gh, gw]
@@ -554,7 +612,8 @@ class Block(nn.Module):
         C = cfg.embed_dim
         self.post_norm = cfg.post_norm
         self.norm1 = make_norm(cfg)
-        self.attn = Attention(cfg, index)
+        sam = cfg.window_size or cfg.rel_pos == "decomposed"
+        self.attn = (DiffAttention if cfg.diff_attn else WindowAttention if sam else Attention)(cfg, index)
         scales = cfg.layer_scale and not cfg.layer_scale_on_block
         self.ls1 = LayerScale(C) if scales else nn.Identity()
         self.norm2 = make_norm(cfg)
@@ -576,6 +635,286 @@ class Block(nn.Module):
         m = self.mlp(self.norm2(x))
         x = x + (self.ls2(m) if self.gamma_2 is None else self.gamma_2 * m)
         return x, attn
+
+
+# ----------------------------------------------------------------------------- differential attention, parallel blocks
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T / sqrt(d)) v over the last two dims: the fused kernel, or explicit with the
+    probabilities returned (captured)."""
+    if not capture:
+        return F.scaled_dot_product_attention(q, k, v), None
+    attn = ((q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+    return attn @ v, attn
+
+
+def add_diff_params(m: nn.Module, d: int, index: int) -> None:
+    """Differential attention's parameters on ``m`` (timm's names, on the attention or the block):
+    the vectors whose products give lambda, the heads' RMSNorm (``sub_norm``, eps 1e-5), and
+    lambda_init = 0.8 - 0.6 exp(-0.3 * block index) (Ye et al., "Differential Transformer", ICLR 2025)."""
+    for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+        setattr(m, name, nn.Parameter(torch.randn(d) * 0.1))
+    m.sub_norm = RMSNorm(2 * d, 1e-5)
+    m.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * index)
+
+
+def diff_lambda(m: nn.Module) -> torch.Tensor:
+    """lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init of ``m`` (ours or timm's: same names)."""
+    return (torch.exp((m.lambda_q1 * m.lambda_k1).sum(-1).float())
+            - torch.exp((m.lambda_q2 * m.lambda_k2).sum(-1).float()) + m.lambda_init)
+
+
+def diff_attend(m: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, capture: bool
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Differential attention with ``m``'s parameters: q, k, v [B, H, N, 2d] (each head's query
+    and key in two halves of d) -> the heads' output [B, H, N, 2d], RMSNorm-ed and scaled by
+    1 - lambda_init, and, captured, the map softmax1 - lambda softmax2 [B, H, N, N]."""
+    B, H, N, D = q.shape
+    q, k = (norm(t.reshape(B, H, N, 2, D // 2).transpose(2, 3)) for norm, t in ((m.q_norm, q), (m.k_norm, k)))
+    if m.relevance_rule is not None:  # q, k [B, H, 2, N, d]
+        q, k, v = m.relevance_rule(q, k, v)
+    lam = diff_lambda(m).type_as(q)
+    if capture:
+        s = ((q * (D // 2) ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, H, 2, N, N]
+        attn = s[:, :, 0] - lam * s[:, :, 1]
+        x = attn @ v
+    else:
+        o1, o2 = (F.scaled_dot_product_attention(q[:, :, i], k[:, :, i], v) for i in (0, 1))  # 4-D: the fast kernels
+        attn, x = None, o1 - lam * o2
+    return m.sub_norm(x) * (1 - m.lambda_init), attn
+
+
+class DiffAttention(Attention):
+    """Differential attention (timm's DiffAttention): each head's query and key are cut in two
+    halves, two softmax maps are taken and the second, weighted by lambda, is subtracted; the
+    captured attention is that difference (rows sum to 1 - lambda, entries may be negative)."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__(cfg, index)
+        d = self.head_dim // 2
+        self.q_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        self.k_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        add_diff_params(self, d, index)
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, _ = x.shape
+        q, k, v = self.project(x)
+        x, attn = diff_attend(self, q, k, v, capture)
+        return self.proj(self.norm(x.transpose(1, 2).reshape(B, N, -1))), attn
+
+
+class ParallelScalingBlock(nn.Module):
+    """Attention and MLP side by side (Dehghani et al., "Scaling Vision Transformers to 22 Billion
+    Parameters", ICML 2023): one norm, one projection giving the MLP's hidden layer and q, k, v,
+    then x + ls(attn_out(attention) + mlp_out(act(hidden))) (or one ``out_proj`` over both). With
+    ``diff_attn`` the attention is differential (timm's DiffParallelScalingBlock)."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__()
+        C, hidden = cfg.embed_dim, cfg.mlp_hidden
+        self.num_heads, self.split = cfg.num_heads, [hidden, C, C, C]
+        self.in_norm = make_norm(cfg)
+        self.in_proj = nn.Linear(C, hidden + 3 * C, bias=cfg.qkv_bias)
+        self.mlp_bias = None if cfg.qkv_bias else nn.Parameter(torch.zeros(hidden))  # in in_proj's bias otherwise
+        d = cfg.attn_head_dim // (2 if cfg.diff_attn else 1)
+        self.q_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        self.k_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
+        if cfg.diff_attn:
+            add_diff_params(self, d, index)
+        self.diff = cfg.diff_attn
+        self.mlp_act = make_act(cfg.act)
+        fused = cfg.fused_out_proj or cfg.diff_attn
+        self.out_proj = nn.Linear(C + hidden, C, bias=cfg.proj_bias) if fused else None
+        self.attn_out_proj = None if fused else nn.Linear(C, C, bias=cfg.proj_bias)
+        self.mlp_out_proj = None if fused else nn.Linear(hidden, C, bias=cfg.proj_bias)
+        self.ls = LayerScale(C) if cfg.layer_scale else nn.Identity()
+        self.relevance_rule: Callable | None = None  # set only in LRP's explanation mode (lrp.py)
+
+    @property
+    def norm1(self) -> nn.Module:
+        """The norm of the block's input (what GradCAM reads, as a plain block's norm1)."""
+        return self.in_norm
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, C = x.shape
+        m, q, k, v = self.in_proj(self.in_norm(x)).split(self.split, dim=-1)
+        m = self.mlp_act(m if self.mlp_bias is None else m + self.mlp_bias)
+        q, k, v = (t.reshape(B, N, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # [B, H, N, D]
+        if self.diff:
+            a, attn = diff_attend(self, q, k, v, capture)
+        else:
+            q, k = self.q_norm(q), self.k_norm(k)
+            if self.relevance_rule is not None:
+                q, k, v = self.relevance_rule(q, k, v)
+            a, attn = attend(q, k, v, capture)
+        a = a.transpose(1, 2).reshape(B, N, C)
+        y = self.out_proj(torch.cat([a, m], dim=-1)) if self.out_proj is not None else (
+            self.attn_out_proj(a) + self.mlp_out_proj(m))
+        return x + self.ls(y), attn
+
+
+class ParallelThingsBlock(nn.Module):
+    """Parallel branches (Touvron et al., "Three things everyone should know about Vision
+    Transformers", ECCV 2022): x + sum_i ls_i(attn_i(norm_i(x))), then x + sum_i ls_i(mlp_i(norm_i(x))).
+    The captured attention is every branch's heads side by side [B, n*H, N, N] (computed once,
+    so gradients reach it); the fast path is each branch's own Attention."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__()
+        C = cfg.embed_dim
+
+        def ls() -> nn.Module:
+            return LayerScale(C) if cfg.layer_scale else nn.Identity()
+
+        n = cfg.num_parallel
+        self.attns = nn.ModuleList([nn.ModuleDict(dict(norm=make_norm(cfg), attn=Attention(cfg, index), ls=ls()))
+                                    for _ in range(n)])
+        self.ffns = nn.ModuleList([nn.ModuleDict(dict(norm=make_norm(cfg), mlp=Mlp.of(cfg), ls=ls())) for _ in range(n)])
+
+    @property
+    def norm1(self) -> nn.Module:
+        """The first branch's norm of the block's input (what GradCAM reads, as a plain block's norm1)."""
+        return self.attns[0]["norm"]
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, _ = x.shape
+        attn = None
+        if capture:  # every branch's heads in one softmax: one captured tensor
+            parts = []
+            for b in self.attns:
+                q, k, v = b["attn"].project(b["norm"](x))
+                parts.append((b["attn"].q_norm(q), b["attn"].k_norm(k), v))
+            q, k, v = (torch.cat(t, dim=1) for t in zip(*parts))  # [B, n*H, N, D]
+            rule = self.attns[0]["attn"].relevance_rule
+            o, attn = attend(*(rule(q, k, v) if rule is not None else (q, k, v)), capture=True)
+            outs = [b["ls"](b["attn"].proj(b["attn"].norm(o_i.transpose(1, 2).reshape(B, N, -1))))
+                    for b, o_i in zip(self.attns, o.chunk(len(self.attns), dim=1))]
+        else:
+            outs = [b["ls"](b["attn"](b["norm"](x))[0]) for b in self.attns]
+        x = x + torch.stack(outs).sum(dim=0)
+        return x + torch.stack([b["ls"](b["mlp"](b["norm"](x))) for b in self.ffns]).sum(dim=0), attn
+
+
+# ----------------------------------------------------------------------------- SAM's image encoder
+
+
+def window_partition(x: torch.Tensor, w: int) -> torch.Tensor:
+    """[B, gh, gw, C] -> [B * windows, w, w, C], the grid padded with zeros at the bottom and right."""
+    B, gh, gw, C = x.shape
+    x = F.pad(x, (0, 0, 0, -gw % w, 0, -gh % w))
+    hp, wp = x.shape[1] // w, x.shape[2] // w
+    return x.view(B, hp, w, wp, w, C).transpose(2, 3).reshape(-1, w, w, C)
+
+
+def window_unpartition(x: torch.Tensor, w: int, grid: tuple[int, int]) -> torch.Tensor:
+    """[B * windows, w, w, C] -> [B, gh, gw, C], the padding cut off."""
+    gh, gw = grid
+    hp, wp = -(-gh // w), -(-gw // w)
+    x = x.view(-1, hp, wp, w, w, x.shape[-1]).transpose(2, 3).reshape(-1, hp * w, wp * w, x.shape[-1])
+    return x[:, :gh, :gw]
+
+
+def rel_pos_table(size: int, table: torch.Tensor) -> torch.Tensor:
+    """[size, size, D]: the embedding of every (query, key) offset along one axis, the learned
+    table [2s - 1, D] linearly resampled when it was learned for another size (as timm and SAM)."""
+    if table.shape[0] != 2 * size - 1:
+        table = F.interpolate(table.T[None], size=2 * size - 1, mode="linear")[0].T
+    offsets = torch.arange(size)[:, None] - torch.arange(size)[None, :] + size - 1
+    return table[offsets.to(table.device)]
+
+
+def decomposed_bias(q: torch.Tensor, rel_h: torch.Tensor, rel_w: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """MViTv2's decomposed relative position bias (Li et al., CVPR 2022; SAM): q [B, H, h*w, D]
+    -> [B, H, h*w, h*w], q . R_h[row offset] + q . R_w[column offset]."""
+    h, w = size
+    r = q.reshape(*q.shape[:2], h, w, q.shape[-1])
+    by_row = torch.einsum("bnhwc,hkc->bnhwk", r, rel_pos_table(h, rel_h))
+    by_col = torch.einsum("bnhwc,wkc->bnhwk", r, rel_pos_table(w, rel_w))
+    return (by_row[..., :, None] + by_col[..., None, :]).reshape(*q.shape[:2], h * w, h * w)
+
+
+def window_map(a: torch.Tensor, grid: tuple[int, int], w: int) -> torch.Tensor:
+    """Every window's attention [B * windows, H, w*w, w*w] as one [B, H, N, N] over the grid: 0
+    between windows; what a query gave the padding (keys past the grid's edge) is left out."""
+    (gh, gw), N = grid, grid[0] * grid[1]
+    hp, wp = -(-gh // w), -(-gw // w)
+    rows = torch.arange(hp * w).view(hp, 1, w, 1).expand(hp, wp, w, w)
+    cols = torch.arange(wp * w).view(1, wp, 1, w).expand(hp, wp, w, w)
+    index = (rows * gw + cols).where((rows < gh) & (cols < gw), N).reshape(hp * wp, w * w).to(a.device)  # N: padding
+    a = a.reshape(-1, hp * wp, *a.shape[1:]).transpose(1, 2)  # [B, H, windows, w*w, w*w]
+    out = a.new_zeros(a.shape[0], a.shape[1], N + 1, N + 1)
+    out[:, :, index[:, :, None], index[:, None, :]] = a
+    return out[:, :, :N, :N]
+
+
+class WindowAttention(Attention):
+    """SAM's attention (Li et al., ViTDet, ECCV 2022; Kirillov et al., ICCV 2023): within windows
+    of w x w patches, or over the whole grid in the global blocks, with a decomposed relative
+    position bias. Captured: one [B, H, N, N] per block, windows on the diagonal (``window_map``)."""
+
+    def __init__(self, cfg: ViTConfig, index: int = 0) -> None:
+        super().__init__(cfg, index)
+        self.window = 0 if index in cfg.global_blocks else cfg.window_size
+        gh, gw = (self.window, self.window) if self.window else cfg.grid_size
+        decomposed = cfg.rel_pos == "decomposed"
+        self.rel_pos_h = nn.Parameter(torch.zeros(2 * gh - 1, self.head_dim)) if decomposed else None
+        self.rel_pos_w = nn.Parameter(torch.zeros(2 * gw - 1, self.head_dim)) if decomposed else None
+
+    def forward(self, x: torch.Tensor, capture: bool = False, rope: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, N, C = x.shape
+        grid, w = grid or self.grid, self.window
+        t = x.reshape(B, *grid, C)
+        t = window_partition(t, w) if w else t  # [B', h, w, C]: windows or the whole grid
+        size = (t.shape[1], t.shape[2])
+        q, k, v = self.project(t.flatten(1, 2))  # [B', H, h*w, D]
+        q, k = self.q_norm(q), self.k_norm(k)
+        if self.relevance_rule is not None:
+            q, k, v = self.relevance_rule(q, k, v)
+        bias = decomposed_bias(q, self.rel_pos_h, self.rel_pos_w, size) if self.rel_pos_h is not None else None
+        if capture:
+            attn = ((q * self.scale) @ k.transpose(-2, -1) + (0 if bias is None else bias)).softmax(dim=-1)
+            o = attn @ v
+        else:
+            attn, o = None, F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        o = o.transpose(1, 2).flatten(2)  # [B', h*w, C]: the heads side by side
+        if w:
+            o = window_unpartition(o.reshape(-1, *size, C), w, grid)
+        if attn is not None and w:  # one [B, H, N, N]; gradients reach it through a term worth 0
+            attn = window_map(attn.detach(), grid, w)
+            if torch.is_grad_enabled():
+                attn.requires_grad_(True)
+                v = window_unpartition(v.transpose(1, 2).flatten(2).reshape(-1, *size, C), w, grid)
+                v = v.reshape(B, N, self.num_heads, -1).transpose(1, 2)  # [B, H, N, D]
+                o = o.reshape(B, N, C) + ((attn - attn.detach()) @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj(self.norm(o.reshape(B, N, C))), attn
+
+
+class ChannelNorm(nn.Module):
+    """LayerNorm over the channels of a [B, C, h, w] map (timm's LayerNorm2d)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x.permute(0, 2, 3, 1), self.weight.shape, self.weight, self.bias, self.eps).permute(0, 3, 1, 2)
+
+
+def sam_neck(cfg: ViTConfig) -> nn.Sequential:
+    """SAM's neck after the blocks: 1x1 convolution, norm, 3x3 convolution, norm (no biases)."""
+    C, n = cfg.embed_dim, cfg.neck_chans
+    return nn.Sequential(nn.Conv2d(C, n, 1, bias=False), ChannelNorm(n), nn.Conv2d(n, n, 3, padding=1, bias=False),
+                         ChannelNorm(n))
 
 
 class AttentionPool(nn.Module):
@@ -651,15 +990,22 @@ class VisionTransformer(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, C)) if cfg.reg_tokens else None
         gh, gw = cfg.grid_size
         pos_len = gh * gw + (0 if cfg.no_embed_class else cfg.num_prefix_tokens)
-        self.pos_embed = nn.Parameter(torch.randn(1, pos_len, C) * 0.02) if cfg.pos_embed else None
+        shape = (1, gh, gw, C) if cfg.pos_embed_grid else (1, pos_len, C)
+        factorized = cfg.pos_embed and cfg.pos_embed_factorized  # NaFlex: one table per axis
+        self.pos_embed = nn.Parameter(torch.randn(shape) * 0.02) if cfg.pos_embed and not factorized else None
+        self.pos_embed_y = nn.Parameter(torch.randn(1, gh, C) * 0.02) if factorized else None
+        self.pos_embed_x = nn.Parameter(torch.randn(1, gw, C) * 0.02) if factorized else None
         self.rope = RotaryEmbedding(cfg) if cfg.rope else None
         self.rel_pos_bias = RelPosTable(cfg) if cfg.rel_pos == "shared_table" else None  # BEiT's name
         self.shared_rel_pos = RelPosMlp(cfg) if cfg.rel_pos == "shared_mlp" else None  # the relpos ViT's name
         self.norm_pre = make_norm(cfg) if cfg.pre_norm else nn.Identity()
-        self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.depth)])
+        kind = {"": Block, "scaling": ParallelScalingBlock, "things": ParallelThingsBlock}[cfg.block]
+        self.blocks = nn.ModuleList([kind(cfg, i) for i in range(cfg.depth)])
         self.norm = make_norm(cfg) if cfg.final_norm and not cfg.fc_norm else nn.Identity()
         self.attn_pool = AttentionPool(cfg) if cfg.global_pool == "map" else None
         self.fc_norm = make_norm(cfg) if cfg.final_norm and cfg.fc_norm else nn.Identity()
+        self.neck = sam_neck(cfg) if cfg.neck_chans else None
+        C = cfg.neck_chans or C
         self.head = nn.Linear(C, cfg.num_classes, bias=cfg.head_bias) if cfg.num_classes > 0 else nn.Identity()
         self.head_dist = nn.Linear(C, cfg.num_classes) if cfg.dist_token and cfg.num_classes > 0 else None
 
@@ -706,9 +1052,11 @@ class VisionTransformer(nn.Module):
         x, (gh, gw) = self.patch_embed(x)  # [B, gh*gw, C]
         B = x.shape[0]
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        if cfg.naflex:  # NaFlexViT: positions resampled its way, none for the prefix tokens
+            return torch.cat(prefix + [x + self.naflex_positions((gh, gw)).to(x.dtype)], dim=1), self.layout((gh, gw))
         if self.pos_embed is None:  # position comes from RoPE or a relative bias, inside the attention
             return torch.cat(prefix + [x], dim=1), self.layout((gh, gw))
-        pos = self.pos_embed
+        pos = self.pos_embed.flatten(1, -2)  # SAM's [1, gh, gw, C] as [1, N, C]
         if (gh, gw) != cfg.grid_size:  # another input size: resample the patches' positions
             P = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
             pos = torch.cat([pos[:, :P], resample_pos_embed(pos[:, P:], cfg.grid_size, (gh, gw), cfg.pos_embed_antialias)], dim=1)
@@ -717,6 +1065,25 @@ class VisionTransformer(nn.Module):
         else:
             x = torch.cat(prefix + [x], dim=1) + pos
         return x, self.layout((gh, gw))
+
+    def naflex_positions(self, grid: tuple[int, int]) -> torch.Tensor:
+        """NaFlexViT's positions for a gh x gw grid, [1, gh*gw, C] (0 without): its table resampled
+        (to L x L, the top-left gh x gw kept, when aspect-preserving), as timm's NaFlexEmbeds does
+        for an image; a factorized table is two 1-D tables resampled linearly and added."""
+        cfg, (gh, gw) = self.cfg, grid
+        side = (max(grid),) * 2 if cfg.pos_embed_square else grid
+        if self.pos_embed_y is not None:
+            def axis(t: torch.Tensor, n: int) -> torch.Tensor:  # [1, L, C] -> [1, n, C]
+                return t if t.shape[1] == n else F.interpolate(t.transpose(1, 2).float(), size=n, mode="linear").transpose(1, 2)
+
+            return (axis(self.pos_embed_y, side[0])[:, :gh, None] + axis(self.pos_embed_x, side[1])[:, None, :gw]).flatten(1, 2)
+        if self.pos_embed is None:
+            return torch.zeros(())
+        if grid == tuple(self.pos_embed.shape[1:3]):
+            return self.pos_embed.flatten(1, 2)
+        pos = F.interpolate(self.pos_embed.permute(0, 3, 1, 2).float(), size=side, mode=cfg.pos_embed_mode,
+                            align_corners=cfg.pos_embed_align_corners, antialias=cfg.pos_embed_antialias)
+        return pos[:, :, :gh, :gw].flatten(2).transpose(1, 2)
 
     def positions(self, grid: tuple[int, int], device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """What the blocks need besides the tokens: the RoPE table and the shared relative
@@ -744,7 +1111,10 @@ class VisionTransformer(nn.Module):
             x, attn = block(x, capture if keep is None else keep[i], r, bias, layout.grid)
             if capture:
                 attentions.append(attn)
-        return self.norm(x), attentions, layout
+        x = self.norm(x)
+        if self.neck is not None:  # SAM: the tokens as a map [B, C, gh, gw] through convolutions, and back
+            x = self.neck(x.transpose(1, 2).unflatten(2, layout.grid)).flatten(2).transpose(1, 2)
+        return x, attentions, layout
 
     def forward_head(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Token sequence [B, N, C] -> logits [B, classes] (or pooled features if headless), and

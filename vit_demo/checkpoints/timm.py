@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..model import VisionTransformer
+from ..model import VisionTransformer, ViTConfig
 from ..preprocess import DataConfig
 from .files import CheckpointError, UnsupportedModelError, is_timm_layout, load_state_dict_strict
 from .timm_arch import config_from_timm
 
-__all__ = ["config_from_timm", "from_timm", "from_hub", "from_timm_file", "timm_model"]
+__all__ = ["config_from_timm", "from_timm", "from_hub", "from_timm_file", "timm_model", "scratch_keys", "timm_keys"]
 
 HUB_HOST = ("huggingface.co", 443)
 
@@ -34,11 +34,33 @@ def data_config_from_timm(tm: nn.Module) -> DataConfig:
     return DataConfig.from_timm(resolve_data_config({}, model=tm))
 
 
+NAFLEX_NAMES = (("embeds.proj.", "patch_embed.proj."), ("embeds.norm.", "patch_embed.norm."), ("embeds.", ""))
+
+
+def scratch_keys(sd: dict[str, torch.Tensor], cfg: ViTConfig) -> dict[str, torch.Tensor]:
+    """timm's state-dict names as the scratch model's: the same, but for NaFlexViT, whose
+    embedding lives under ``embeds.`` (``embeds.proj`` -> ``patch_embed.proj``, ``embeds.pos_embed``
+    -> ``pos_embed``, ...); nothing else changes, shapes included."""
+    if not cfg.naflex:
+        return sd
+    return {next((new + k[len(old):] for old, new in NAFLEX_NAMES if k.startswith(old)), k): v for k, v in sd.items()}
+
+
+def timm_keys(sd: dict[str, torch.Tensor], cfg: ViTConfig) -> dict[str, torch.Tensor]:
+    """The scratch model's state-dict names as timm's (the inverse of :func:`scratch_keys`)."""
+    if not cfg.naflex:
+        return sd
+    top = ("cls_token", "reg_token", "pos_embed", "pos_embed_y", "pos_embed_x")
+    back = {k: ("embeds." + k if k in top else "embeds." + k[len("patch_embed."):] if k.startswith("patch_embed.") else k)
+            for k in sd}
+    return {back[k]: v for k, v in sd.items()}
+
+
 def from_timm(tm: nn.Module) -> tuple[VisionTransformer, DataConfig]:
     """A scratch model with the architecture and weights of a timm ViT instance."""
     cfg = config_from_timm(tm)
     model = VisionTransformer(cfg)
-    load_state_dict_strict(model, tm.state_dict(), source=cfg_name(tm))
+    load_state_dict_strict(model, scratch_keys(tm.state_dict(), cfg), source=cfg_name(tm))
     return model.eval(), data_config_from_timm(tm)
 
 
@@ -143,7 +165,7 @@ def from_timm_file(p: Path, sd: dict[str, torch.Tensor], model_name: str | None
         return model, dc, {"model_name": name, "source": p.name}
     cfg = config_from_timm(tm)
     model = VisionTransformer(cfg)
-    load_state_dict_strict(model, sd, source=p.name)
+    load_state_dict_strict(model, scratch_keys(sd, cfg), source=p.name)
     return model.eval(), data_config_from_timm(tm), {"model_name": name, "source": p.name}
 
 

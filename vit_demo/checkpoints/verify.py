@@ -13,12 +13,12 @@ import torch
 from torch import nn
 
 from ..images import find_images
-from ..model import VisionTransformer, ViTConfig
+from ..model import VisionTransformer, ViTConfig, diff_lambda, window_map
 from ..preprocess import load_inputs
 from ..progress import batches
 from .files import is_timm_layout, read_checkpoint
 from .load import LoadedModel, default_checkpoint, load_model, resolve_device
-from .timm import timm_model
+from .timm import timm_keys, timm_model
 
 DEFAULT_TOL = 1e-4
 
@@ -45,8 +45,14 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
 
             _load_weights(tm, str(weights))
     else:  # random init / hub: the scratch model holds the same weights as timm's would
-        tm.load_state_dict(lm.model.state_dict(), strict=True)
+        tm.load_state_dict(timm_keys(lm.model.state_dict(), cfg), strict=True)
     return tm.to(lm.device).eval()
+
+
+def takes_any_size(cfg: ViTConfig) -> bool:
+    """Whether timm's model of this architecture runs at any input size as built (SAM's encoder, NaFlex),
+    rather than when built with ``dynamic_img_size``."""
+    return bool(cfg.window_size or cfg.rel_pos == "decomposed" or cfg.neck_chans or cfg.naflex)
 
 
 def timm_from_config(cfg: ViTConfig, **kwargs: Any) -> nn.Module:
@@ -129,7 +135,7 @@ def verify(
     lm = load_model(model, weights, random_init=random_init, device=device)
     dc = lm.data_config if input_size is None else lm.data_config.with_size(input_size)
     resized = tuple(dc.input_size) != tuple(lm.model.cfg.img_size)
-    if resized and lm.model.cfg.rel_pos:
+    if resized and lm.model.cfg.rel_pos not in ("", "decomposed"):  # SAM's decomposed tables are resampled
         (gh, gw), (h, w) = lm.model.cfg.grid_size, lm.model.cfg.img_size
         raise ValueError(f"{lm.name}: its relative position bias is defined for the {gh}x{gw} patch grid it was "
                          f"trained at (in timm too): verify it at its own size, {h}x{w}")
@@ -137,7 +143,7 @@ def verify(
         tm = transformers_reference(reference, interpolate=resized).to(lm.device)
         ref_name = f"transformers {tm.architecture}"
     else:
-        tm = timm_twin(lm, weights, **({"dynamic_img_size": True} if resized else {}))
+        tm = timm_twin(lm, weights, **({"dynamic_img_size": True} if resized and not takes_any_size(lm.model.cfg) else {}))
         ref_name = "timm"
     paths = find_images(list(images))
     if paths:
@@ -226,24 +232,48 @@ def format_report(r: dict[str, Any]) -> str:
     ])
 
 
+def attention_modules(block: nn.Module) -> list[nn.Module]:
+    """The modules of a timm block that compute attention (``fused_attn``, ``attn_drop``): its
+    ``attn``, every branch's (ParallelThingsBlock), or the block itself (parallel scaling blocks)."""
+    if hasattr(block, "attns"):
+        return [b.attn for b in block.attns]
+    return [getattr(block, "attn", block)]
+
+
 @torch.inference_mode()
 def timm_attentions(tm: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """timm's logits and its own post-softmax attention per layer (fused attention switched off
-    for this call, probabilities read where timm applies attention dropout)."""
-    captured: list[torch.Tensor] = []
+    for this call, probabilities read where timm applies attention dropout), in the scratch
+    model's form: parallel branches' heads side by side, differential attention's two maps as
+    their difference softmax1 - lambda softmax2, SAM's windows on the diagonal of one map."""
+    captured: list[list[torch.Tensor]] = [[] for _ in tm.blocks]
     hooks, fused = [], []
-    for blk in tm.blocks:
-        fused.append(blk.attn.fused_attn)
-        blk.attn.fused_attn = False
-        hooks.append(blk.attn.attn_drop.register_forward_hook(lambda m, i, o: captured.append(o.detach())))
+    for i, blk in enumerate(tm.blocks):
+        for m in attention_modules(blk):
+            fused.append((m, m.fused_attn))
+            m.fused_attn = False
+            hooks.append(m.attn_drop.register_forward_hook(lambda mod, a, o, i=i: captured[i].append(o.detach())))
     try:
         logits = tm(x)
     finally:
         for h in hooks:
             h.remove()
-        for blk, f in zip(tm.blocks, fused):
-            blk.attn.fused_attn = f
-    return logits, captured
+        for m, f in fused:
+            m.fused_attn = f
+    out = []
+    p = tm.patch_embed.proj.stride if hasattr(tm, "patch_embed") else tm.embeds.patch_size
+    grid = (x.shape[-2] // p[0], x.shape[-1] // p[1])
+    for blk, maps in zip(tm.blocks, captured):
+        m = attention_modules(blk)[0]
+        if maps[0].ndim == 3:  # SAM: [B' * H, n, n]
+            maps = [maps[0].unflatten(0, (-1, m.num_heads))]
+        if getattr(blk, "window_size", 0):  # SAM: [B * windows, H, w*w, w*w] -> [B, H, N, N]
+            maps = [window_map(maps[0], grid, blk.window_size)]
+        if hasattr(m, "lambda_init"):  # differential: [B, 2H, N, N] -> [B, H, N, N]
+            s = maps[0].unflatten(1, (-1, 2))
+            maps = [s[:, :, 0] - diff_lambda(m).type_as(s) * s[:, :, 1]]
+        out.append(torch.cat(maps, dim=1))
+    return logits, out
 
 
 @torch.inference_mode()

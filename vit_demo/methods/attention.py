@@ -181,7 +181,7 @@ def pos_embed_similarity(model: VisionTransformer) -> Tensor:
         a = a.movedim(-2, 0).reshape(gh * gw, -1)
         pos = torch.cat([a.cos(), a.sin()], dim=-1)
     else:
-        pos = model.pos_embed.detach()[0].float()
+        pos = model.pos_embed.detach()[0].float().flatten(0, -2)  # SAM's [gh, gw, C] too
         if not cfg.no_embed_class:
             pos = pos[cfg.num_prefix_tokens :]
     p = F.normalize(pos, dim=-1)

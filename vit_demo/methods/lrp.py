@@ -35,7 +35,12 @@ rest (neither paper covers them) this module does what the papers' reasoning imp
 - an attention-pool head's attention: the same attention rule as the blocks';
 - RoPE rotates q and k by fixed angles (linear, no bias: relevance passes as in gradient x
   input), a relative position bias is a constant added to the logits: nothing to propagate;
-- EVA's and BEiT's q / v biases are added after the gamma-ruled qkv layer (they take no share).
+- EVA's and BEiT's q / v biases are added after the gamma-ruled qkv layer (they take no share);
+- differential attention (softmax1 - lambda softmax2): the same rule on its q, k, v (CP-LRP holds
+  both maps, and so their difference, constant; AttnLRP's uniform rule on the matmuls), its
+  RMSNorm of the heads held constant as every RMSNorm;
+- parallel blocks: a scaling block's attention gets the attention rule (its in_proj, the MLP's and
+  the attention's projections are Linear layers), parallel branches are each a block's parts.
 
 While the mode is on the model instance is in explanation mode for every caller: do not share
 that instance with a concurrent plain forward (the app runs one analysis at a time per model).
@@ -52,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model import Attention, AttentionPool, Mlp, QuickGELU, RMSNorm, VisionTransformer
+from ..model import Attention, AttentionPool, Mlp, ParallelScalingBlock, QuickGELU, RMSNorm, VisionTransformer
 from .gradients import attention_gradients, grad_rollout
 from .passes import gradient_lock, gradient_pass, targets
 from .registry import Target, register
@@ -233,7 +238,7 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
         raise ValueError(f"unknown attention rule {rules.attention!r}: 'cp' or 'attnlrp'")
     attn_rule, gate_rule = (cp_attention, cp_gate) if rules.attention == "cp" else (attnlrp_attention, uniform_gate)
     handles = []
-    attentions = [m for m in model.modules() if isinstance(m, (Attention, AttentionPool))]
+    attentions = [m for m in model.modules() if isinstance(m, (Attention, AttentionPool, ParallelScalingBlock))]
     gated = [m for m in model.modules() if isinstance(m, Mlp) and m.kind != "mlp"]
     lock = gradient_lock(model)
     lock.acquire()  # no plain gradient pass on this instance while the rules are on
