@@ -643,7 +643,7 @@ class Block(nn.Module):
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(q k^T / sqrt(d)) v over the last two dims: the fused kernel, or explicit with the
     probabilities returned (captured)."""
-    if not capture:
+    if capture is False:  # True, or a tensor meant to receive the probabilities (ignored here)
         return F.scaled_dot_product_attention(q, k, v), None
     attn = ((q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
     return attn @ v, attn
@@ -675,7 +675,7 @@ def diff_attend(m: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if m.relevance_rule is not None:  # q, k [B, H, 2, N, d]
         q, k, v = m.relevance_rule(q, k, v)
     lam = diff_lambda(m).type_as(q)
-    if capture:
+    if capture is not False:
         s = ((q * (D // 2) ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, H, 2, N, N]
         attn = s[:, :, 0] - lam * s[:, :, 1]
         x = attn @ v
@@ -786,7 +786,7 @@ class ParallelThingsBlock(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, N, _ = x.shape
         attn = None
-        if capture:  # every branch's heads in one softmax: one captured tensor
+        if capture is not False:  # every branch's heads in one softmax: one captured tensor
             parts = []
             for b in self.attns:
                 q, k, v = b["attn"].project(b["norm"](x))
@@ -880,7 +880,7 @@ class WindowAttention(Attention):
         if self.relevance_rule is not None:
             q, k, v = self.relevance_rule(q, k, v)
         bias = decomposed_bias(q, self.rel_pos_h, self.rel_pos_w, size) if self.rel_pos_h is not None else None
-        if capture:
+        if capture is not False:
             attn = ((q * self.scale) @ k.transpose(-2, -1) + (0 if bias is None else bias)).softmax(dim=-1)
             o = attn @ v
         else:
