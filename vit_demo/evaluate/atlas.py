@@ -19,10 +19,13 @@ patch queries of each picture):
   rows for models without [class], as :mod:`vit_demo.methods.attention` does), one per picture,
   best first.
 
-**Concepts** (CRAFT, Fel et al. 2023): the patch tokens after block ``layer``, ReLU'd, factorised
-by scikit-learn's NMF, A ~ W H (W: each patch's code over the K concepts, H: the concepts in
-token space). A concept's **importance for a class** is the mean fall of that class's logit, over
-the class's pictures, when the concept's part W[:, k] H[k] is subtracted from the patch tokens and
+**Concepts** (after CRAFT, Fel et al. 2023): the patch tokens after block ``layer`` factorised by
+scikit-learn's NMF. CRAFT factorises a CNN's post-ReLU activations; a ViT's residual stream is
+signed and its negative part matters, so each token is split into [relu(x), relu(-x)] (2C
+non-negative numbers) and A ~ W H codes the whole token (W: each patch's code over the K
+concepts; H+ - H-: the concepts in token space). A concept's **importance for a class** is the
+mean fall of that class's logit, over the class's pictures, when the concept's part
+W[:, k] (H+[k] - H-[k]) is subtracted from the patch tokens and
 the rest of the model runs on ("removal"). The **faithfulness check** removes each class's three
 most important concepts together and compares the fall with three random concepts'. Each
 concept's **top patches** (highest code, one per picture) and where they sit: the share on the
@@ -294,20 +297,23 @@ def head_records(lm: LoadedModel, seen: Seen, drop: np.ndarray, acc: np.ndarray)
 
 @dataclass
 class Concepts:
-    """The NMF of the ReLU'd patch tokens: codes W [n, patches, K], concepts H [K, C], the error."""
+    """The NMF of the patch tokens split by sign: codes W [n, patches, K], concepts [K, C], the error."""
 
     codes: np.ndarray
-    basis: np.ndarray
+    basis: np.ndarray  # [K, C] in token space (signed)
     error: float  # ||A - W H||_F / ||A||_F over every patch row
 
 
 def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
-    """``tokens`` [n, patches, C] -> K concepts (scikit-learn's NMF of relu(tokens), fitted on at
-    most :data:`FIT_ROWS` rows spread through the folder, every row then coded)."""
+    """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
+    token split into its positive and negative parts, so that W H codes the whole signed token:
+    x ~ W (H+ - H-)), fitted on at most :data:`FIT_ROWS` rows spread through the folder, every row
+    then coded. ``basis``: the concepts in token space, H+ - H-; ``error``: ||A - W H|| / ||A||."""
     from sklearn.decomposition import NMF
 
     n, P, C = tokens.shape
-    A = np.maximum(tokens.reshape(-1, C), 0).astype(np.float32)
+    x = tokens.reshape(-1, C).astype(np.float32)
+    A = np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1)
     if A.shape[0] < k:
         raise ValueError(f"{A.shape[0]} patch tokens cannot make {k} concepts")
     fit_rows = A[np.linspace(0, A.shape[0] - 1, min(FIT_ROWS, A.shape[0])).astype(int)]
@@ -316,7 +322,7 @@ def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
     W = nmf.transform(A)
     H = nmf.components_
     error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
-    return Concepts(W.reshape(n, P, k).astype(np.float32), H.astype(np.float32), error)
+    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error)
 
 
 def remove_concepts(tokens: Tensor, codes: Tensor, basis: Tensor, mask: Tensor, num_prefix: int) -> Tensor:

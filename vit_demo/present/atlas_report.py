@@ -129,7 +129,8 @@ def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch:
     heads = sorted(result["heads"], key=lambda h: -h["importance"])
     body = (f'<div id="finding">{finding_html(result)}</div>'
             f'<h2>Concepts at layer {result["concept_layer"]}</h2><p class="hint">The patch tokens after block '
-            f'{result["concept_layer"]}, ReLU\'d and factorised by NMF into {len(result["concepts"])} concepts; importance: '
+            f'{result["concept_layer"]}, split by sign and factorised by NMF into {len(result["concepts"])} concepts; '
+            f'importance: '
             f'the fall of a class\'s logit when the concept is removed from the tokens. Each crop: the patch where the '
             f'concept is strongest in one picture (outlined), best first.</p>'
             + "".join(concept_html(c, crops) for c in result["concepts"])
