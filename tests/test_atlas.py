@@ -170,6 +170,52 @@ def test_atlas_command_json(folder: tuple[Path, object], tmp_path: Path) -> None
     assert "http://" not in page and "https://" not in page
     bad = subprocess.run([sys.executable, "-m", "vit_demo", "atlas", "--images", str(shapes), "--weights", str(ckpt),
                           "--layer", "9", "--out", str(tmp_path / "bad")], capture_output=True, text=True, cwd=ROOT)
-    assert bad.returncode == 2 and bad.stderr.strip() == "error: --layer must be in 1..3 for small, not 9"
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --layer must be in 0..3 for small, not 9"
 
 
+
+
+# ----------------------------------------------------------------------------- the Clever-Hans lesson
+
+
+LESSON_SEED = 3
+LESSON_TRAIN = ("--epochs", "40", "--batch-size", "16", "--lr", "0.002", "--seed", str(LESSON_SEED))  # test_survey's
+
+
+def test_atlas_finds_the_watermark_unprompted(tmp_path: Path) -> None:
+    """The issue's acceptance at CI size: a model trained (train's defaults, test_survey's short
+    run) on shapes where 90 % of the circles carry a mark in the bottom-left corner; the atlas of a
+    held-out marked test set, told nothing about the mark, has among the circle's three most
+    important concepts one whose top patches sit on the mark's patches, and flags it first. With
+    concepts of the patch embeddings (--layer 0); at the default layer the mark's concept is found
+    and flagged but credited to the other classes (docs/atlas.md)."""
+    import os
+
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.evaluate.atlas import atlas
+    from vit_demo.evaluate.geometry import cell_coverage
+    from vit_demo.present.atlas_report import write_report
+    from vit_demo.train.data import watermark_box
+
+    make_shapes(tmp_path / "wm", per_class=60, seed=LESSON_SEED, progress=False, shortcut=Shortcut())
+    make_shapes(tmp_path / "test", per_class=30, seed=LESSON_SEED + 1000, progress=False, shortcut=Shortcut())
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "vit_demo", "train", "--data", str(tmp_path / "wm"), "--out",
+                        str(tmp_path / "wm.safetensors"), *LESSON_TRAIN, "--no-progress", "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lm = load_model(weights=tmp_path / "wm.safetensors", device="cpu", progress=False)
+    res = atlas(lm, tmp_path / "test", layer=0, progress=False)  # the patch embeddings
+    grid = tuple(res["grid"])
+    mark = cell_coverage(watermark_box(32), (32, 32), grid).numpy() > 0  # the 2x2 patches of the corner
+    by_id = {c["id"]: c for c in res["concepts"]}
+    on_mark = {k: np.mean([mark[t["row"], t["col"]] for t in by_id[k]["top"]]) for k in by_id}
+    circle_top = res["findings"]["class_concepts"]["circle"]
+    found = [k for k in circle_top if on_mark[k] >= 0.75]
+    assert found, (circle_top, on_mark)
+    flagged = [k["id"] for k in res["findings"]["suspicious_concepts"]]
+    assert found[0] in flagged, (found, flagged)
+    page = write_report(res, tmp_path / "out", lm.data_config, lm.model.cfg.patch_size).read_text()
+    finding = page[page.index('<div id="finding">') : page.index("</div>")]
+    assert f"Possible Clever-Hans feature: concept {found[0]}</b>" in finding and "circle" in finding
+    assert res["faithfulness"]["passed"], res["faithfulness"]

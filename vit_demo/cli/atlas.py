@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     p.add_argument("--images", required=True, help="a folder: an ImageFolder (DIR/<class>/<image>) or ImageNet-named files")
     add_model_args(p)
     p.add_argument("--layer", type=int,
-                   help="the block whose output tokens make the concepts, from 1 (default: the last but one)")
+                   help="the block whose output tokens make the concepts, from 1; 0: the embeddings (default: the last but one)")
     p.add_argument("--concepts", type=int, default=DEFAULT_CONCEPTS, help=f"how many concepts (default {DEFAULT_CONCEPTS})")
     p.add_argument("--labels", default="auto", choices=LABEL_MODES,
                    help="where the true classes come from: the sub-folders, the ImageNet file names, or auto (default)")

@@ -30,8 +30,9 @@ the rest of the model runs on ("removal"). The **faithfulness check** removes ea
 most important concepts together and compares the fall with three random concepts'. Each
 concept's **top patches** (highest code, one per picture) and where they sit: the share on the
 picture's border ring (outer eighth), off the object (where the folder has ``boxes.json``), and
-within one patch of their most common patch; a concept among a class's top three that lives off the object
-or at one place on the border is flagged as a possible Clever-Hans feature.
+within one patch of their most common patch; a concept among a class's top three whose top patches sit
+at one place near the edge (the outer quarter of the grid), or mostly off the object, is flagged as a
+possible Clever-Hans feature. ``layer`` 0: the patch embeddings, before any block.
 
 One process (not sharded under ``torchrun`` yet).
 """
@@ -64,7 +65,7 @@ TOP = 8  # top patches kept per head and per concept
 CLASS_TOP = 3  # a class's top concepts, for the faithfulness check and the flags
 RANDOM_DRAWS = 10  # random concept sets per picture in the faithfulness check
 FIT_ROWS = 40_000  # NMF is fitted on at most this many patch rows (the rest transformed)
-FLAG_SHARE = 0.5  # flagged: this share of a concept's top patches at one place, and off the object or on the border
+FLAG_SHARE = 0.5  # flagged: this share of a concept's top patches at one place, near the edge or off the object
 
 
 # ----------------------------------------------------------------------------- the model, piece by piece
@@ -182,11 +183,14 @@ class Seen:
 
 def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any, Tensor, Tensor]:
     """A forward pass that captures the attention: (its output, the heads' outputs summed over the
-    batch [L, N, H*D], the tokens after block ``layer`` (1-based) [B, N, C])."""
+    batch [L, N, H*D], the tokens after block ``layer`` (1-based; 0: the embeddings, before any block) [B, N, C])."""
     outs: list[Tensor] = []
     tok: list[Tensor] = []
     hooks = [blk.attn.proj.register_forward_pre_hook(lambda _m, a: outs.append(a[0].sum(dim=0))) for blk in model.blocks]
-    hooks.append(model.blocks[layer - 1].register_forward_hook(lambda _m, _a, o: tok.append(o[0])))
+    if layer == 0:  # the patch embeddings, before any block
+        hooks.append(model.blocks[0].register_forward_pre_hook(lambda _m, a: tok.append(a[0])))
+    else:
+        hooks.append(model.blocks[layer - 1].register_forward_hook(lambda _m, _a, o: tok.append(o[0])))
     try:
         with torch.inference_mode():
             out = model(x, capture=True)
@@ -425,11 +429,15 @@ def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folde
     return top, place
 
 
-def suspicious(place: dict[str, Any]) -> bool:
+def suspicious(place: dict[str, Any], grid: tuple[int, int]) -> bool:
     """A possible Clever-Hans feature: a concept whose top patches sit at one place (at least
-    :data:`FLAG_SHARE` of them within one patch of one place) and that place on the border ring or off the object."""
-    away = max(place["border_share"], place.get("off_object_share", 0.0))
-    return place["one_place_share"] >= FLAG_SHARE and away >= FLAG_SHARE
+    :data:`FLAG_SHARE` of them within one patch of it) and that place near the picture's edge (in
+    the outer quarter of the grid), or most of them off the object."""
+    gh, gw = grid
+    r, c = place["place"]["row"], place["place"]["col"]
+    qh, qw = max(1, gh // 4), max(1, gw // 4)
+    edge = r < qh or r >= gh - qh or c < qw or c >= gw - qw
+    return place["one_place_share"] >= FLAG_SHARE and (edge or place.get("off_object_share", 0.0) >= FLAG_SHARE)
 
 
 # ----------------------------------------------------------------------------- the whole atlas
@@ -439,6 +447,7 @@ def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Conce
                     layer: int) -> list[dict[str, Any]]:
     """Every concept's record: its top patches, where they sit, its importance for every class in the folder."""
     classes = sorted(set(seen.targets))
+    grid = (lm.data_config.input_size[0] // lm.model.cfg.patch_size, lm.data_config.input_size[1] // lm.model.cfg.patch_size)
     ranks = {c: list(np.argsort(-importance[:, c], kind="stable")[:CLASS_TOP]) for c in classes}
     out = []
     for k in range(concepts.basis.shape[0]):
@@ -446,7 +455,7 @@ def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Conce
         top_of = [lm.labels[c] for c in classes if k in ranks[c]]
         out.append({"id": k + 1, "layer": layer, "top": top, **place,
                     "importance": {lm.labels[c]: round(float(importance[k, c]), 6) for c in classes},
-                    "top_for": top_of, "suspicious": bool(top_of) and suspicious(place)})
+                    "top_for": top_of, "suspicious": bool(top_of) and suspicious(place, grid)})
     return out
 
 
@@ -477,8 +486,8 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
     if model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless (no classifier): the atlas needs class logits")
     layer = default_layer(depth) if layer is None else layer
-    if not 1 <= layer <= depth:
-        raise ValueError(f"--layer must be in 1..{depth} for {lm.name}, not {layer}")
+    if not 0 <= layer <= depth:
+        raise ValueError(f"--layer must be in 0..{depth} for {lm.name}, not {layer}")
     if concepts < 2:
         raise ValueError(f"--concepts must be at least 2, not {concepts}")
     pictures, mode = list_pictures(images, labels, limit)
