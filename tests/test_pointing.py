@@ -15,7 +15,8 @@ from PIL import Image
 
 from vit_demo import methods
 from vit_demo.checkpoints.files import save
-from vit_demo.evaluate.pointing import box_to_input, hit_patches, patch_coverage, score_maps
+from vit_demo.evaluate.geometry import box_to_input, hit_patches, patch_coverage
+from vit_demo.evaluate.pointing import score_maps
 from vit_demo.model import VisionTransformer
 from vit_demo.preprocess import DataConfig, model_input_image
 from vit_demo.train.data import make_shapes

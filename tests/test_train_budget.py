@@ -129,7 +129,8 @@ def test_the_first_epoch_replans_a_budget_and_stretches_the_schedule() -> None:
     with the same warm-up, and the fingerprint that --resume checks follows too."""
     from dataclasses import asdict
 
-    from vit_demo.train.loop import Dist, Setup, replan
+    from vit_demo.distributed.torchrun import Dist
+    from vit_demo.train.loop import Setup, replan
     from vit_demo.train.recipe import scratch_recipe, warmup_cosine
 
     p = torch.nn.Parameter(torch.zeros(1))

@@ -17,7 +17,7 @@ patch grid (its positive part, normalised to sum 1; uniform when it has no posit
 
 The maps are kept on the patch grid (pooled to at most :data:`MAP_SIDE` cells a side), so memory
 grows by a few hundred floats per picture, never by pictures. Under ``torchrun`` every process
-takes every ``world``-th picture (the training's :func:`~vit_demo.train.loop.init_distributed`)
+takes every ``world``-th picture (:mod:`vit_demo.distributed.torchrun`, shared with the training and the atlas)
 and process 0 gathers the records and the maps, clusters them and writes the result.
 """
 
@@ -39,15 +39,15 @@ from PIL import Image
 from torch import Tensor
 
 from .. import methods as registry
+from ..distributed.torchrun import Dist, finish, gather_objects, init_distributed
 from ..images import ImageError, find_images, load_image
 from ..labels import class_from_filename
 from ..preprocess import DataConfig, preprocess
 from ..progress import batches, report
 from ..train.data import BOXES_FILE, read_boxes, read_watermarks
-from ..train.loop import Dist, init_distributed
 from .clusters import MIN_TO_SPLIT, cluster_maps, embed
 from .faithfulness import spread
-from .pointing import box_to_input, hit_patches, patch_coverage
+from .geometry import box_to_input, cell_coverage, hit_patches, patch_coverage
 
 if TYPE_CHECKING:
     from ..checkpoints.load import LoadedModel
@@ -139,14 +139,6 @@ def concentration(p: Tensor, share: float = TOP_SHARE) -> Tensor:
     flat = p.reshape(p.shape[0], -1)
     k = max(1, math.ceil(share * flat.shape[1]))
     return flat.topk(k, dim=1).values.sum(dim=1)
-
-
-def cell_coverage(box: Sequence[float], input_size: tuple[int, int], grid: tuple[int, int]) -> Tensor:
-    """[h, w] share of each cell of a ``grid`` over the model input inside ``box`` (input pixels)."""
-    (H, W), (gh, gw) = input_size, grid
-    x0, y0, x1, y1 = box
-    sx, sy = gw / W, gh / H
-    return patch_coverage((x0 * sx, y0 * sy, x1 * sx, y1 * sy), grid, 1)
 
 
 def region_masses(p: Tensor, input_size: tuple[int, int]) -> tuple[Tensor, Tensor]:
@@ -295,13 +287,10 @@ def survey_pictures(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder
 def gather(records: list[dict[str, Any]], maps: np.ndarray, errors: list[str], dist: Dist
            ) -> tuple[list[dict[str, Any]], np.ndarray, list[str]] | None:
     """Every process's records, maps and errors on process 0, in the folder's order (None elsewhere)."""
-    if dist.world > 1:
-        import torch.distributed as tdist
-
-        parts: list[Any] = [None] * dist.world
-        tdist.all_gather_object(parts, (records, maps, errors))
-        if not dist.main:
-            return None
+    parts = gather_objects((records, maps, errors), dist)
+    if parts is None:
+        return None
+    if len(parts) > 1:
         records = [r for part in parts for r in part[0]]
         maps = np.concatenate([part[1] for part in parts])
         errors = [e for part in parts for e in part[2]]
@@ -455,8 +444,4 @@ def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_MET
             raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(errors[:3]))
         return summarise(lm, records, maps, errors, folder, method, str(images), time.perf_counter() - t0, dist, seed)
     finally:
-        if dist.world > 1:
-            import torch.distributed as tdist
-
-            tdist.barrier()
-            tdist.destroy_process_group()
+        finish(dist)

@@ -28,6 +28,7 @@ from torch import nn
 
 from ..checkpoints.files import save
 from ..checkpoints.load import load_model, resolve_device
+from ..distributed.torchrun import Dist, init_distributed
 from ..model import VisionTransformer
 from ..preprocess import DataConfig
 from ..viz.charts import training_figure
@@ -83,32 +84,6 @@ class TrainOptions:
 
 
 # ----------------------------------------------------------------------------- distributed
-
-
-@dataclass
-class Dist:
-    """Where this process sits in a torchrun job (rank 0 of 1 without torchrun)."""
-
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    backend: str = ""  # the process group's (nccl / gloo); none without torchrun
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device: torch.device) -> Dist:
-    """Join the torchrun job if there is one (env:// rendezvous); nccl on CUDA, gloo otherwise."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Dist()
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_backend())
 
 
 def epoch_order(n: int, epoch: int, seed: int, dist: Dist, drop_last: bool) -> list[int]:

@@ -1,0 +1,221 @@
+"""The atlas: its head numbers against naive loops over one picture, mean-ablation against a
+forward pass written out by hand with the head's output replaced, concept removal and the NMF's
+reconstruction error, the command's JSON and report, and the watermark lesson at CI size."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vit_demo.model import VisionTransformer, ViTConfig
+from vit_demo.train.data import Shortcut, make_shapes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def small_model(seed: int = 0, **kw) -> VisionTransformer:
+    torch.manual_seed(seed)
+    cfg = ViTConfig(img_size=(32, 32), patch_size=8, embed_dim=16, depth=3, num_heads=2, num_classes=4, **kw)
+    model = VisionTransformer(cfg).init_weights().eval()
+    torch.nn.init.normal_(model.head.weight, std=0.5)
+    return model
+
+
+@pytest.mark.parametrize("kw", [{"reg_tokens": 2}, {"class_token": False, "global_pool": "avg"}])
+def test_head_numbers_match_naive_loops(kw: dict) -> None:
+    """Mean distance, entropy, the shares on [class] / other prefix tokens and the top patch of
+    every head, against Python loops over one picture's queries and keys."""
+    from vit_demo.evaluate.atlas import HeadSums, captured_pass
+
+    model = small_model(**kw)
+    x = torch.randn(2, 3, 32, 32)
+    out, outputs, _ = captured_pass(model, x, 1)
+    sums = HeadSums()
+    sums.add(out.attentions, out.layout, 8, outputs)
+    numbers, peaks = sums.numbers[0], sums.peaks[0]
+    P, lay = model.cfg.num_prefix_tokens, out.layout
+    cls = lay.cls_index
+    for layer, a in enumerate(out.attentions):
+        for head in range(2):
+            A = a[0, head].double().tolist()
+            N = len(A)
+            dist = ent = on_cls = on_prefix = 0.0
+            for q in range(P, N):
+                qy, qx = divmod(q - P, 4)
+                w = sum(A[q][P:])
+                dist += sum(A[q][k] / w * math.hypot((qy - (k - P) // 4) * 8, (qx - (k - P) % 4) * 8) for k in range(P, N))
+                ent += -sum(p * math.log(p) for p in A[q]) / math.log(N)
+                on_cls += A[q][cls] if cls is not None else 0.0
+                on_prefix += sum(A[q][k] for k in range(P) if k != cls)
+            n = N - P
+            assert numbers[0, :, layer, head].tolist() == pytest.approx([dist / n, ent / n, on_cls / n, on_prefix / n], abs=1e-5)
+            row = A[cls][P:] if cls is not None else [sum(A[q][k] for q in range(P, N)) / n for k in range(P, N)]
+            assert int(peaks[0, 1, layer, head]) == int(np.argmax(row))
+            assert peaks[0, 0, layer, head] == pytest.approx(max(row), abs=1e-6)
+
+
+def hand_forward(model: VisionTransformer, x: torch.Tensor, layer: int, head: int, value: torch.Tensor) -> torch.Tensor:
+    """The plain ViT's forward pass written out, head ``head`` of block ``layer`` outputting ``value`` [N, D]."""
+    t, _ = model.embed(x)
+    for i, blk in enumerate(model.blocks):
+        at = blk.attn
+        q, k, v = at.project(blk.norm1(t))
+        o = ((q * at.scale) @ k.transpose(-2, -1)).softmax(dim=-1) @ v  # [B, H, N, D]
+        if i == layer:
+            o[:, head] = value
+        t = t + at.proj(o.transpose(1, 2).flatten(2))
+        t = t + blk.mlp(blk.norm2(t))
+    return model.forward_head(model.norm(t))[0]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> tuple[Path, object]:
+    """12 shapes pictures and the small random model with the shapes' classes, loaded as a checkpoint."""
+    from vit_demo.checkpoints.files import save
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.train.recipe import scratch_data_config
+
+    root = tmp_path_factory.mktemp("atlas")
+    make_shapes(root / "shapes", per_class=3, size=32, seed=2, progress=False, shortcut=Shortcut())
+    ckpt = save(small_model(reg_tokens=1), scratch_data_config(32), root / "m.safetensors", name="small",
+                class_names=["circle", "square", "star", "triangle"])
+    return root / "shapes", load_model(weights=ckpt, device="cpu", progress=False)
+
+
+def test_mean_ablation_matches_a_forward_pass_by_hand(folder: tuple[Path, object]) -> None:
+    """The importance of every head = the mean fall of the true class's logit when the head's output
+    is its mean over the folder, computed here with :func:`hand_forward` and the means taken by hand."""
+    from vit_demo.evaluate.atlas import first_pass, head_importance
+    from vit_demo.evaluate.survey import list_pictures, read_batch, read_folder
+
+    shapes, lm = folder
+    pics, mode = list_pictures(shapes)
+    seen = first_pass(lm, pics, read_folder(shapes, mode, lm.data_config), 2, 5, False)
+    drop, acc = head_importance(lm, seen, 5, False)
+    model = lm.model
+    x = read_batch(pics, lm, []).x
+    y = torch.tensor([["circle", "square", "star", "triangle"].index(p.label) for p in pics])
+    t, _ = model.embed(x)
+    heads_out = []
+    with torch.no_grad():
+        for blk in model.blocks:  # every block's per-head outputs [B, H, N, D], by hand
+            q, k, v = blk.attn.project(blk.norm1(t))
+            heads_out.append(((q * blk.attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1) @ v)
+            t = t + blk.attn.proj(heads_out[-1].transpose(1, 2).flatten(2))
+            t = t + blk.mlp(blk.norm2(t))
+        base = model(x).logits
+        for layer in range(3):
+            for head in range(2):
+                z = hand_forward(model, x, layer, head, heads_out[layer][:, head].mean(dim=0))
+                fall = (base.gather(1, y[:, None]) - z.gather(1, y[:, None])).mean()
+                assert drop[layer, head] == pytest.approx(float(fall), abs=1e-4)
+                right = (base.argmax(1) == y).float().mean() - (z.argmax(1) == y).float().mean()
+                assert acc[layer, head] == pytest.approx(float(right), abs=1e-6)
+    assert np.abs(drop).max() > 1e-3  # the heads matter for this model
+
+
+def test_concept_removal_and_reconstruction_error() -> None:
+    """Removing concepts subtracts exactly their part of the patch tokens; the NMF's reported
+    error is small where few concepts made the tokens, and fewer concepts fit worse."""
+    from vit_demo.evaluate.atlas import fit_concepts, remove_concepts
+
+    g = np.random.default_rng(0)
+    true = g.random((3, 6)) * (g.random((3, 6)) > 0.5)
+    tokens = (g.random((5, 16, 3)) @ true + 0.01 * g.standard_normal((5, 16, 6))).astype(np.float32)
+    for signed in (tokens, -tokens):  # the split [relu(x), relu(-x)] codes negative tokens as well
+        c = fit_concepts(signed, 3)
+        x = signed.reshape(-1, 6)
+        recon = c.codes.reshape(-1, 3) @ c.basis  # in token space
+        assert c.error < 0.05 and np.linalg.norm(x - recon) / np.linalg.norm(x) < 0.05  # three concepts made these
+    c3 = fit_concepts(tokens, 3)
+    assert fit_concepts(tokens, 2).error > c3.error
+    x = torch.from_numpy(np.concatenate([np.zeros((5, 1, 6), np.float32), tokens], axis=1))
+    mask = torch.tensor([[1, 0, 0], [0, 1, 1], [0, 0, 0], [1, 1, 1], [0, 0, 1]], dtype=torch.float32)
+    out = remove_concepts(x, torch.from_numpy(c3.codes), torch.from_numpy(c3.basis), mask, 1)
+    for b in range(5):
+        want = tokens[b] - sum(float(mask[b, k]) * np.outer(c3.codes[b, :, k], c3.basis[k]) for k in range(3))
+        assert np.allclose(out[b, 1:].numpy(), want, atol=1e-5) and torch.equal(out[b, 0], x[b, 0])
+
+
+def test_atlas_command_json(folder: tuple[Path, object], tmp_path: Path) -> None:
+    """The command: the JSON the issue names (layers and heads from 1, rows and columns from 0,
+    top lists best first), the report beside it, and a bad layer as one line."""
+    shapes, lm = folder
+    ckpt = shapes.parent / "m.safetensors"
+    r = subprocess.run([sys.executable, "-m", "vit_demo", "atlas", "--images", str(shapes), "--weights", str(ckpt),
+                        "--concepts", "3", "--out", str(tmp_path / "out"), "--json"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["images"] == 12 and len(res["heads"]) == 6 and len(res["concepts"]) == 3
+    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(i, j) for i in (1, 2, 3) for j in (1, 2)]
+    for h in res["heads"]:
+        assert {"mean_distance", "entropy", "importance", "summary", "top"} <= h.keys() and h["summary"]
+        vals = [t["value"] for t in h["top"]]
+        assert vals == sorted(vals, reverse=True) and all(0 <= t["row"] < 4 and 0 <= t["col"] < 4 for t in h["top"])
+    for c in res["concepts"]:
+        assert c["layer"] == 2 and set(c["importance"]) == {"circle", "square", "star", "triangle"}
+        vals = [t["value"] for t in c["top"]]
+        assert vals == sorted(vals, reverse=True)
+    assert 0 < res["reconstruction_error"] < 1
+    assert Path(res["report"]).is_file() and res == json.loads((tmp_path / "out" / "atlas.json").read_text())
+    page = Path(res["report"]).read_text()
+    assert "http://" not in page and "https://" not in page
+    bad = subprocess.run([sys.executable, "-m", "vit_demo", "atlas", "--images", str(shapes), "--weights", str(ckpt),
+                          "--layer", "9", "--out", str(tmp_path / "bad")], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --layer must be in 0..3 for small, not 9"
+
+
+
+
+# ----------------------------------------------------------------------------- the Clever-Hans lesson
+
+
+LESSON_SEED = 3
+LESSON_TRAIN = ("--epochs", "40", "--batch-size", "16", "--lr", "0.002", "--seed", str(LESSON_SEED))  # test_survey's
+
+
+def test_atlas_finds_the_watermark_unprompted(tmp_path: Path) -> None:
+    """The issue's acceptance at CI size: a model trained (train's defaults, test_survey's short
+    run) on shapes where 90 % of the circles carry a mark in the bottom-left corner; the atlas of a
+    held-out marked test set, told nothing about the mark, has among the circle's three most
+    important concepts one whose top patches sit on the mark's patches, and flags it first. With
+    concepts of the patch embeddings (--layer 0); at the default layer the mark's concept is found
+    and flagged but credited to the other classes (docs/atlas.md)."""
+    import os
+
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.evaluate.atlas import atlas
+    from vit_demo.evaluate.geometry import cell_coverage
+    from vit_demo.present.atlas_report import write_report
+    from vit_demo.train.data import watermark_box
+
+    make_shapes(tmp_path / "wm", per_class=60, seed=LESSON_SEED, progress=False, shortcut=Shortcut())
+    make_shapes(tmp_path / "test", per_class=30, seed=LESSON_SEED + 1000, progress=False, shortcut=Shortcut())
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "vit_demo", "train", "--data", str(tmp_path / "wm"), "--out",
+                        str(tmp_path / "wm.safetensors"), *LESSON_TRAIN, "--no-progress", "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lm = load_model(weights=tmp_path / "wm.safetensors", device="cpu", progress=False)
+    res = atlas(lm, tmp_path / "test", layer=0, progress=False)  # the patch embeddings
+    grid = tuple(res["grid"])
+    mark = cell_coverage(watermark_box(32), (32, 32), grid).numpy() > 0  # the 2x2 patches of the corner
+    by_id = {c["id"]: c for c in res["concepts"]}
+    on_mark = {k: np.mean([mark[t["row"], t["col"]] for t in by_id[k]["top"]]) for k in by_id}
+    circle_top = res["findings"]["class_concepts"]["circle"]
+    found = [k for k in circle_top if on_mark[k] >= 0.75]
+    assert found, (circle_top, on_mark)
+    flagged = [k["id"] for k in res["findings"]["suspicious_concepts"]]
+    assert found[0] in flagged, (found, flagged)
+    page = write_report(res, tmp_path / "out", lm.data_config, lm.model.cfg.patch_size).read_text()
+    finding = page[page.index('<div id="finding">') : page.index("</div>")]
+    assert f"Possible Clever-Hans feature: concept {found[0]}</b>" in finding and "circle" in finding
+    assert res["faithfulness"]["passed"], res["faithfulness"]

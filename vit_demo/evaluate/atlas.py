@@ -1,0 +1,516 @@
+"""The atlas: what each head and each learned concept of a ViT looks for, over a folder.
+
+**Heads** (every layer x head; the numbers are means over the folder's pictures and over the
+patch queries of each picture):
+
+- **mean distance**: the attention-weighted distance in pixels between a patch query and the
+  patch keys (:func:`~vit_demo.methods.attention.mean_attention_distance`);
+- **entropy**: of each patch query's attention over all N keys, divided by log N (0: one key,
+  1: spread evenly);
+- **share on [class]** and **on the other prefix tokens** ([dist], registers);
+- **positional**: |mean pattern|^2 / mean |pattern|^2 of the patch queries' attention rows, in
+  [0, 1]: 1 when the head attends the same way on every picture (a positional head), lower when
+  its pattern follows the content;
+- **importance** by mean-ablation (Michel et al. 2019): the head's output (its slice of the
+  input to the block's output projection) replaced by its mean over the folder at every token
+  position; the drop in the true-class logit (the predicted class where a picture has no label)
+  and in accuracy over the labelled pictures;
+- **top patches**: the patches the [class] row of the head weights most (the mean of the patch
+  rows for models without [class], as :mod:`vit_demo.methods.attention` does), one per picture,
+  best first.
+
+**Concepts** (after CRAFT, Fel et al. 2023): the patch tokens after block ``layer`` factorised by
+scikit-learn's NMF. CRAFT factorises a CNN's post-ReLU activations; a ViT's residual stream is
+signed and its negative part matters, so each token is split into [relu(x), relu(-x)] (2C
+non-negative numbers) and A ~ W H codes the whole token (W: each patch's code over the K
+concepts; H+ - H-: the concepts in token space). A concept's **importance for a class** is the
+mean fall of that class's logit, over the class's pictures, when the concept's part
+W[:, k] (H+[k] - H-[k]) is subtracted from the patch tokens and
+the rest of the model runs on ("removal"). The **faithfulness check** removes each class's three
+most important concepts together and compares the fall with three random concepts'. Each
+concept's **top patches** (highest code, one per picture) and where they sit: the share on the
+picture's border ring (outer eighth), off the object (where the folder has ``boxes.json``), and
+within one patch of their most common patch; a concept among a class's top three whose top patches sit
+at one place near the edge (the outer quarter of the grid), or mostly off the object, is flagged as a
+possible Clever-Hans feature. ``layer`` 0: the patch embeddings, before any block.
+
+One process (not sharded under ``torchrun`` yet).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..methods.attention import head_maps, mean_attention_distance
+from ..model import TokenLayout, VisionTransformer
+from ..progress import batches, report
+from .geometry import box_to_input, patch_coverage
+from .survey import Folder, Picture, label_index, list_pictures, read_batch, read_folder
+
+if TYPE_CHECKING:
+    from ..checkpoints.load import LoadedModel
+
+DEFAULT_CONCEPTS = 8
+TOP = 8  # top patches kept per head and per concept
+CLASS_TOP = 3  # a class's top concepts, for the faithfulness check and the flags
+RANDOM_DRAWS = 10  # random concept sets per picture in the faithfulness check
+FIT_ROWS = 40_000  # NMF is fitted on at most this many patch rows (the rest transformed)
+FLAG_SHARE = 0.5  # flagged: this share of a concept's top patches at one place, near the edge or off the object
+
+
+# ----------------------------------------------------------------------------- the model, piece by piece
+
+
+def block_inputs(model: VisionTransformer, x: Tensor) -> tuple[list[Tensor], TokenLayout, Tensor]:
+    """One plain forward pass: (the input of every block and the last block's output [L + 1] x
+    [B, N, C], the token layout, the logits)."""
+    seen: list[Tensor] = []
+    hooks = [b.register_forward_pre_hook(lambda _m, a: seen.append(a[0])) for b in model.blocks]
+    hooks.append(model.blocks[-1].register_forward_hook(lambda _m, _a, out: seen.append(out[0])))
+    try:
+        out = model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen, out.layout, out.logits
+
+
+def run_from(model: VisionTransformer, tokens: Tensor, start: int, grid: tuple[int, int]) -> Tensor:
+    """The logits of ``tokens`` fed to block ``start`` (0-based; ``len(blocks)``: only the final
+    norm and the head), the rest of the model as its forward pass runs it."""
+    rope, bias = model.positions(grid, tokens.device)
+    x = tokens
+    for i in range(start, len(model.blocks)):
+        r = rope[i] if rope is not None and model.cfg.rope == "mixed" else rope
+        x, _ = model.blocks[i](x, False, r, bias, grid)
+    return model.forward_head(model.norm(x))[0]
+
+
+@contextmanager
+def head_replaced(model: VisionTransformer, layer: int, head: int, value: Tensor) -> Iterator[None]:
+    """Within: head ``head`` of block ``layer`` (0-based) outputs ``value`` [N, D] at every token
+    (its slice of the input to the block's output projection)."""
+    attn = model.blocks[layer].attn
+    D = attn.head_dim
+
+    def swap(_m: Any, args: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        y = args[0].clone()
+        y[..., head * D : (head + 1) * D] = value.to(y.dtype)
+        return (y, *args[1:])
+
+    hook = attn.proj.register_forward_pre_hook(swap)
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+# ----------------------------------------------------------------------------- what a head does
+
+
+def attention_entropy(a: Tensor, num_prefix: int) -> Tensor:
+    """[B, H, N, N] attention -> [B, H]: each patch query's entropy over the N keys / log N, averaged."""
+    rows = a[:, :, num_prefix:].double()
+    h = -(rows * rows.clamp(min=1e-300).log()).sum(dim=-1)
+    return (h / math.log(a.shape[-1])).mean(dim=-1)
+
+
+def prefix_shares(a: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
+    """[B, H, N, N] -> ([B, H] share of the patch queries' attention on [class], on the other prefix tokens)."""
+    P = layout.num_prefix
+    rows = a[:, :, P:].double()
+    prefix = rows[..., :P].sum(dim=-1).mean(dim=-1)
+    cls = rows[..., layout.cls_index].mean(dim=-1) if layout.cls_index is not None else torch.zeros_like(prefix)
+    return cls, prefix - cls
+
+
+@dataclass
+class HeadSums:
+    """Per picture numbers and running sums of pass 1 (this process's pictures)."""
+
+    numbers: list[np.ndarray] = field(default_factory=list)  # per batch [b, 4, L, H]: distance, entropy, cls, prefix
+    peaks: list[np.ndarray] = field(default_factory=list)  # per batch [b, 2, L, H]: top value and its patch
+    pattern: Tensor | None = None  # sum of the patch queries' rows [L, H, n, N]
+    square: Tensor | None = None  # sum of their squared norms [L, H]
+    outputs: Tensor | None = None  # sum of the heads' outputs [L, N, H*D]
+    count: int = 0
+
+    def add(self, attentions: Sequence[Tensor], layout: TokenLayout, patch: int, outputs: Tensor) -> None:
+        a = torch.stack([t.double() for t in attentions], dim=1)  # [B, L, H, N, N]
+        B, L, H = a.shape[:3]
+        flat = a.flatten(0, 1)
+        dist = mean_attention_distance(attentions, layout, patch).double()
+        ent = attention_entropy(flat, layout.num_prefix).reshape(B, L, H)
+        cls, prefix = (s.reshape(B, L, H) for s in prefix_shares(flat, layout))
+        self.numbers.append(torch.stack([dist, ent, cls, prefix], dim=1).float().cpu().numpy())
+        maps = head_maps(attentions, layout).flatten(-2)  # [B, L, H, n]
+        top = maps.max(dim=-1)
+        self.peaks.append(torch.stack([top.values.double(), top.indices.double()], dim=1).cpu().numpy())
+        rows = a[:, :, :, layout.num_prefix :]
+        pattern, square = rows.sum(dim=0).cpu(), rows.pow(2).sum(dim=(0, 3, 4)).cpu()
+        self.pattern = pattern if self.pattern is None else self.pattern + pattern
+        self.square = square if self.square is None else self.square + square
+        out = outputs.double().cpu()
+        self.outputs = out if self.outputs is None else self.outputs + out
+        self.count += B
+
+
+# ----------------------------------------------------------------------------- pass 1: attention and tokens
+
+
+@dataclass
+class Seen:
+    """What pass 1 keeps of this process's pictures."""
+
+    pictures: list[Picture] = field(default_factory=list)
+    targets: list[int] = field(default_factory=list)  # the label, else the predicted class
+    labelled: list[bool] = field(default_factory=list)
+    logits: list[np.ndarray] = field(default_factory=list)
+    tokens: list[np.ndarray] = field(default_factory=list)  # per batch [b, N, C]: the input of block ``layer``
+    sums: HeadSums = field(default_factory=HeadSums)
+    errors: list[str] = field(default_factory=list)
+
+
+def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any, Tensor, Tensor]:
+    """A forward pass that captures the attention: (its output, the heads' outputs summed over the
+    batch [L, N, H*D], the tokens after block ``layer`` (1-based; 0: the embeddings, before any block) [B, N, C])."""
+    outs: list[Tensor] = []
+    tok: list[Tensor] = []
+    hooks = [blk.attn.proj.register_forward_pre_hook(lambda _m, a: outs.append(a[0].sum(dim=0))) for blk in model.blocks]
+    if layer == 0:  # the patch embeddings, before any block
+        hooks.append(model.blocks[0].register_forward_pre_hook(lambda _m, a: tok.append(a[0])))
+    else:
+        hooks.append(model.blocks[layer - 1].register_forward_hook(lambda _m, _a, o: tok.append(o[0])))
+    try:
+        with torch.inference_mode():
+            out = model(x, capture=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, torch.stack(outs), tok[0]
+
+
+def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: int, batch_size: int,
+               progress: bool) -> Seen:
+    """Attention numbers, the heads' outputs and the tokens after block ``layer`` (1-based) of every picture."""
+    model, seen = lm.model, Seen()
+    for chunk in batches(list(mine), batch_size, "atlas: attention", progress):
+        b = read_batch(chunk, lm, seen.errors)
+        if b is None:
+            continue
+        out, outputs, tokens = captured_pass(model, b.x, layer)
+        seen.sums.add(out.attentions, out.layout, model.cfg.patch_size, outputs)
+        logits = out.logits.float().cpu()
+        for j, pic in enumerate(b.pictures):
+            y = label_index(pic, folder.mode, lm.labels)
+            seen.pictures.append(pic)
+            seen.labelled.append(y is not None)
+            seen.targets.append(int(logits[j].argmax()) if y is None else y)
+        seen.logits.append(logits.numpy())
+        seen.tokens.append(tokens.float().cpu().numpy())
+        report(len(seen.pictures) / max(1, len(mine)) / 2, "pictures", done=len(seen.pictures), total=len(mine))
+    return seen
+
+
+# ----------------------------------------------------------------------------- pass 2: heads removed
+
+
+def head_importance(lm: LoadedModel, seen: Seen, batch_size: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-ablation of every head: ([L, H] mean fall of the target logit, [L, H] fall in accuracy
+    over the labelled pictures, NaN without labels)."""
+    model, sums = lm.model, seen.sums
+    L, H, D = len(model.blocks), model.blocks[0].attn.num_heads, model.blocks[0].attn.head_dim
+    means = (sums.outputs / max(1, sums.count)).float().to(lm.device)  # [L, N, H*D]
+    drop, wrong = np.zeros((L, H)), np.zeros((L, H))
+    targets, labelled = torch.tensor(seen.targets), torch.tensor(seen.labelled)
+    done, errors = 0, []
+    for chunk in batches(seen.pictures, batch_size, "atlas: heads", progress):
+        b = read_batch(chunk, lm, errors)
+        n = len(chunk)
+        y, lab = targets[done : done + n].to(lm.device), labelled[done : done + n].to(lm.device)
+        with torch.inference_mode():
+            inputs, layout, base = block_inputs(model, b.x)
+            base_y, base_right = base.gather(1, y[:, None])[:, 0], (base.argmax(1) == y) & lab
+            for layer in range(L):
+                for head in range(H):
+                    with head_replaced(model, layer, head, means[layer, :, head * D : (head + 1) * D]):
+                        z = run_from(model, inputs[layer], layer, layout.grid)
+                    drop[layer, head] += float((base_y - z.gather(1, y[:, None])[:, 0]).sum())
+                    wrong[layer, head] += float((base_right.float() - ((z.argmax(1) == y) & lab).float()).sum())
+        done += n
+        report(0.5 + done / max(1, len(seen.pictures)) / 4, "pictures", done=done, total=len(seen.pictures))
+    judged = int(labelled.sum())
+    return drop / max(1, done), (wrong / judged if judged else np.full((L, H), np.nan))
+
+
+def head_summary(distance: float, entropy: float, cls: float, prefix: float, positional: float, patch: int) -> str:
+    """One plain sentence for a head's numbers."""
+    if cls >= 0.5:
+        what = "mostly attends to [class]"
+    elif prefix >= 0.5:
+        what = "mostly attends to the other prefix tokens (registers)"
+    elif distance <= 1.5 * patch:
+        what = "looks at neighbouring patches"
+    elif entropy >= 0.9:
+        what = "spreads its attention over the whole picture"
+    elif positional >= 0.8:
+        what = "attends by position: the same pattern on every picture"
+    else:
+        what = "attends to content: its pattern follows what is in the picture"
+    return f"{what} (mean distance {distance / patch:.1f} patches)"
+
+
+def head_records(lm: LoadedModel, seen: Seen, drop: np.ndarray, acc: np.ndarray) -> list[dict[str, Any]]:
+    """Every head's record (layers and heads from 1), in the model's order."""
+    sums, patch = seen.sums, lm.model.cfg.patch_size
+    numbers = np.concatenate(seen.sums.numbers).mean(axis=0)  # [4, L, H]
+    mean_pattern = sums.pattern / sums.count
+    positional = (mean_pattern.pow(2).sum(dim=(2, 3)) / (sums.square / sums.count).clamp(min=1e-300)).numpy()
+    peaks = np.concatenate(sums.peaks)  # [n, 2, L, H]
+    gw = lm.data_config.input_size[1] // patch
+    L, H = drop.shape
+    out = []
+    for layer in range(L):
+        for head in range(H):
+            d, e, c, p = (float(numbers[i, layer, head]) for i in range(4))
+            order = np.argsort(-peaks[:, 0, layer, head], kind="stable")[:TOP]
+            top = [{"path": seen.pictures[i].path, "row": int(peaks[i, 1, layer, head]) // gw,
+                    "col": int(peaks[i, 1, layer, head]) % gw, "value": round(float(peaks[i, 0, layer, head]), 6)}
+                   for i in order]
+            out.append({"layer": layer + 1, "head": head + 1, "mean_distance": round(d, 4), "entropy": round(e, 6),
+                        "class_share": round(c, 6), "prefix_share": round(p, 6),
+                        "positional": round(float(positional[layer, head]), 6),
+                        "importance": round(float(drop[layer, head]), 6),
+                        "accuracy_drop": None if np.isnan(acc[layer, head]) else round(float(acc[layer, head]), 6),
+                        "summary": head_summary(d, e, c, p, float(positional[layer, head]), patch), "top": top})
+    return out
+
+
+# ----------------------------------------------------------------------------- concepts
+
+
+@dataclass
+class Concepts:
+    """The NMF of the patch tokens split by sign: codes W [n, patches, K], concepts [K, C], the error."""
+
+    codes: np.ndarray
+    basis: np.ndarray  # [K, C] in token space (signed)
+    error: float  # ||A - W H||_F / ||A||_F over every patch row
+
+
+def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
+    """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
+    token split into its positive and negative parts, so that W H codes the whole signed token:
+    x ~ W (H+ - H-)), fitted on at most :data:`FIT_ROWS` rows spread through the folder, every row
+    then coded. ``basis``: the concepts in token space, H+ - H-; ``error``: ||A - W H|| / ||A||."""
+    from sklearn.decomposition import NMF
+
+    n, P, C = tokens.shape
+    x = tokens.reshape(-1, C).astype(np.float32)
+    A = np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1)
+    if A.shape[0] < k:
+        raise ValueError(f"{A.shape[0]} patch tokens cannot make {k} concepts")
+    fit_rows = A[np.linspace(0, A.shape[0] - 1, min(FIT_ROWS, A.shape[0])).astype(int)]
+    nmf = NMF(n_components=k, init="nndsvda", max_iter=400, random_state=seed)
+    nmf.fit(fit_rows)
+    W = nmf.transform(A)
+    H = nmf.components_
+    error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
+    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error)
+
+
+def remove_concepts(tokens: Tensor, codes: Tensor, basis: Tensor, mask: Tensor, num_prefix: int) -> Tensor:
+    """``tokens`` [B, N, C] less the concepts ``mask`` [B, K] marks: x_p - sum_k mask_k W[:, k] H[k]
+    on the patch tokens (``codes`` [B, patches, K], ``basis`` [K, C])."""
+    part = (codes * mask[:, None, :].to(codes.dtype)) @ basis  # [B, patches, C]
+    out = tokens.clone()
+    out[:, num_prefix:] -= part.to(out.dtype)
+    return out
+
+
+def concept_falls(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, masks: Tensor) -> np.ndarray:
+    """Logits' falls [n, classes] when the concepts each picture's row of ``masks`` [n, K] marks are removed."""
+    model, P = lm.model, lm.model.cfg.num_prefix_tokens
+    grid = tuple(s // model.cfg.patch_size for s in lm.data_config.input_size)
+    basis = torch.from_numpy(concepts.basis).to(lm.device)
+    out, start = [], 0
+    for tok, logits in zip(seen.tokens, seen.logits):
+        b = tok.shape[0]
+        x = torch.from_numpy(tok).to(lm.device)
+        codes = torch.from_numpy(concepts.codes[start : start + b]).to(lm.device)
+        with torch.inference_mode():
+            z = run_from(model, remove_concepts(x, codes, basis, masks[start : start + b].to(lm.device), P), layer, grid)
+        out.append(logits - z.float().cpu().numpy())
+        start += b
+    return np.concatenate(out)
+
+
+def class_importance(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int) -> np.ndarray:
+    """[K, classes]: the mean fall of each class's logit over the class's pictures (target: the
+    label, else the predicted class) when concept k is removed; NaN for classes not in the folder."""
+    n, K = len(seen.targets), concepts.basis.shape[0]
+    targets = np.array(seen.targets)
+    out = np.full((K, len(lm.labels)), np.nan)
+    for k in range(K):
+        mask = torch.zeros(n, K)
+        mask[:, k] = 1
+        falls = concept_falls(lm, seen, concepts, layer, mask)
+        for c in np.unique(targets):
+            out[k, c] = falls[targets == c, c].mean()
+        report(0.75 + (k + 1) / K / 4, "concepts")
+    return out
+
+
+def faithfulness(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, importance: np.ndarray,
+                 seed: int = 0) -> dict[str, Any]:
+    """Removing each picture's class's top :data:`CLASS_TOP` concepts vs as many random ones
+    (:data:`RANDOM_DRAWS` draws a picture): the mean fall of the class's logit, and the share
+    of pictures where the top concepts' fall is the larger."""
+    n, K = len(seen.targets), concepts.basis.shape[0]
+    m = min(CLASS_TOP, K)
+    targets = np.array(seen.targets)
+    top = torch.zeros(n, K)
+    for i, c in enumerate(targets):
+        top[i, np.argsort(-importance[:, c], kind="stable")[:m]] = 1
+    fall_top = concept_falls(lm, seen, concepts, layer, top)[np.arange(n), targets]
+    g = torch.Generator().manual_seed(seed)
+    fall_random = np.zeros(n)
+    for _ in range(RANDOM_DRAWS):
+        rnd = torch.zeros(n, K)
+        rnd.scatter_(1, torch.rand(n, K, generator=g).argsort(dim=1)[:, :m], 1)
+        fall_random += concept_falls(lm, seen, concepts, layer, rnd)[np.arange(n), targets] / RANDOM_DRAWS
+    return {"concepts_removed": m, "random_draws": RANDOM_DRAWS,
+            "top_fall": round(float(fall_top.mean()), 6), "random_fall": round(float(fall_random.mean()), 6),
+            "share_top_larger": round(float((fall_top > fall_random).mean()), 6),
+            "passed": bool(fall_top.mean() > fall_random.mean())}
+
+
+def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folder) -> tuple[list[dict[str, Any]], dict]:
+    """A concept's codes [n, patches] -> its top patches (one per picture, best first) and where
+    the top tenth of them sit: the share on the border ring, off the object (with boxes), and
+    within one patch of their most common patch (its "place")."""
+    patch = lm.model.cfg.patch_size
+    gh, gw = (s // patch for s in lm.data_config.input_size)
+    best = codes.argmax(axis=1)
+    value = codes[np.arange(len(best)), best]
+    order = np.argsort(-value, kind="stable")
+    top = [{"path": seen.pictures[i].path, "row": int(best[i]) // gw, "col": int(best[i]) % gw,
+            "value": round(float(value[i]), 6)} for i in order[:TOP]]
+    ring = max(1, round(gh / 8))
+    many = order[: max(TOP, len(order) // 10)]
+    rows, cols = best[many] // gw, best[many] % gw
+    border = float(np.mean((rows < ring) | (rows >= gh - ring) | (cols < ring) | (cols >= gw - ring)))
+    cells, counts = np.unique(best[many], return_counts=True)
+    mode = int(cells[counts.argmax()])
+    near = (np.abs(rows - mode // gw) <= 1) & (np.abs(cols - mode % gw) <= 1)
+    place = {"border_share": round(border, 6), "one_place_share": round(float(near.mean()), 6),
+             "place": {"row": mode // gw, "col": mode % gw}}
+    boxed = [i for i in many if seen.pictures[i].rel in folder.boxes]
+    if boxed:
+        off = []
+        for i in boxed:
+            from PIL import Image
+
+            with Image.open(seen.pictures[i].path) as im:
+                size = im.size
+            cov = patch_coverage(box_to_input(folder.boxes[seen.pictures[i].rel], size, lm.data_config), (gh, gw), patch)
+            off.append(float(cov.flatten()[best[i]]) < 0.5)
+        place["off_object_share"] = round(float(np.mean(off)), 6)
+    return top, place
+
+
+def suspicious(place: dict[str, Any], grid: tuple[int, int]) -> bool:
+    """A possible Clever-Hans feature: a concept whose top patches sit at one place (at least
+    :data:`FLAG_SHARE` of them within one patch of it) and that place near the picture's edge (in
+    the outer quarter of the grid), or most of them off the object."""
+    gh, gw = grid
+    r, c = place["place"]["row"], place["place"]["col"]
+    qh, qw = max(1, gh // 4), max(1, gw // 4)
+    edge = r < qh or r >= gh - qh or c < qw or c >= gw - qw
+    return place["one_place_share"] >= FLAG_SHARE and (edge or place.get("off_object_share", 0.0) >= FLAG_SHARE)
+
+
+# ----------------------------------------------------------------------------- the whole atlas
+
+
+def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Concepts, importance: np.ndarray,
+                    layer: int) -> list[dict[str, Any]]:
+    """Every concept's record: its top patches, where they sit, its importance for every class in the folder."""
+    classes = sorted(set(seen.targets))
+    grid = (lm.data_config.input_size[0] // lm.model.cfg.patch_size, lm.data_config.input_size[1] // lm.model.cfg.patch_size)
+    ranks = {c: list(np.argsort(-importance[:, c], kind="stable")[:CLASS_TOP]) for c in classes}
+    out = []
+    for k in range(concepts.basis.shape[0]):
+        top, place = where_it_lives(concepts.codes[:, :, k], seen, lm, folder)
+        top_of = [lm.labels[c] for c in classes if k in ranks[c]]
+        out.append({"id": k + 1, "layer": layer, "top": top, **place,
+                    "importance": {lm.labels[c]: round(float(importance[k, c]), 6) for c in classes},
+                    "top_for": top_of, "suspicious": bool(top_of) and suspicious(place, grid)})
+    return out
+
+
+def findings(heads: list[dict[str, Any]], concepts: list[dict[str, Any]], classes: list[str]) -> dict[str, Any]:
+    """What stands out: the most important heads, each class's top concepts, the flagged concepts."""
+    ranked = sorted(heads, key=lambda h: -h["importance"])[:5]
+    per_class = {c: [k["id"] for k in sorted(concepts, key=lambda k: -k["importance"][c])[:CLASS_TOP]] for c in classes}
+    return {"top_heads": [{"layer": h["layer"], "head": h["head"], "importance": h["importance"],
+                           "summary": h["summary"]} for h in ranked],
+            "class_concepts": per_class,
+            "suspicious_concepts": [{"id": k["id"], "top_for": k["top_for"], "border_share": k["border_share"],
+                                     "one_place_share": k["one_place_share"], "place": k["place"],
+                                     "off_object_share": k.get("off_object_share")} for k in concepts if k["suspicious"]]}
+
+
+def default_layer(depth: int) -> int:
+    """A late layer: the last but one block's output (1-based), the last for a one-block model."""
+    return max(1, depth - 1)
+
+
+def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, concepts: int = DEFAULT_CONCEPTS,
+          labels: str = "auto", limit: int | None = None, batch_size: int = 16, progress: bool = True,
+          seed: int = 0) -> dict[str, Any]:
+    """The atlas of the folder ``images`` (see the module docstring): the ``--json`` object.
+    ValueError for a headless model, a layer outside 1..depth, too few concepts or no readable picture."""
+    t0 = time.perf_counter()
+    model, depth = lm.model, len(lm.model.blocks)
+    if model.cfg.num_classes == 0:
+        raise ValueError(f"{lm.name} is headless (no classifier): the atlas needs class logits")
+    layer = default_layer(depth) if layer is None else layer
+    if not 0 <= layer <= depth:
+        raise ValueError(f"--layer must be in 0..{depth} for {lm.name}, not {layer}")
+    if concepts < 2:
+        raise ValueError(f"--concepts must be at least 2, not {concepts}")
+    pictures, mode = list_pictures(images, labels, limit)
+    folder = read_folder(images, mode, lm.data_config)
+    seen = first_pass(lm, pictures, folder, layer, batch_size, progress)
+    if not seen.pictures:
+        raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(seen.errors[:3]))
+    drop, acc = head_importance(lm, seen, batch_size, progress)
+    heads = head_records(lm, seen, drop, acc)
+    tokens = np.concatenate(seen.tokens)
+    found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], concepts, seed)
+    imp = class_importance(lm, seen, found, layer)
+    check = faithfulness(lm, seen, found, layer, imp, seed)
+    concept_list = concept_records(lm, seen, folder, found, imp, layer)
+    classes = [lm.labels[c] for c in sorted(set(seen.targets))]
+    result = {"images": len(seen.pictures), "folder": str(images), "model": lm.name, "labels": mode,
+              "labelled": int(sum(seen.labelled)), "layers": depth, "heads_per_layer": model.blocks[0].attn.num_heads,
+              "grid": [s // model.cfg.patch_size for s in lm.data_config.input_size],
+              "concept_layer": layer, "reconstruction_error": round(found.error, 6),
+              "importance_method": "mean-ablation (heads); removal from the patch tokens (concepts)",
+              "heads": heads, "concepts": concept_list, "faithfulness": check,
+              "findings": findings(heads, concept_list, classes), "errors": seen.errors}
+    if folder.watermark_box is not None:
+        result["shortcut"] = folder.shortcut
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    return result

@@ -1,0 +1,164 @@
+"""The atlas's report: one self-contained HTML page (inline CSS, no script, nothing fetched: its
+Content-Security-Policy allows no network), crops beside it in ``crops/``, and ``atlas.json``.
+
+The page leads with its finding (the most important heads, each class's top concepts, the
+concepts flagged as possible Clever-Hans features), then the faithfulness check, then every
+concept and every head with its top patches: crops of the model-input picture, 3x3 patches
+around the one that counts, that patch outlined.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from ..images import ImageError, load_image
+from ..preprocess import DataConfig, preprocess
+
+CROP = 84  # px, a crop's side
+CONTEXT = 1  # patches of context around the outlined one, each side
+MAX_CLASSES = 40  # classes listed in the finding
+
+
+class Crops:
+    """Writes ``crops/<id>.png`` for (path, row, col) and remembers the model-input pictures it read."""
+
+    def __init__(self, out: Path, dc: DataConfig, patch: int) -> None:
+        self.out, self.dc, self.patch = out, dc, patch
+        self.pictures: dict[str, Image.Image | None] = {}
+        (out / "crops").mkdir(parents=True, exist_ok=True)
+
+    def picture(self, path: str) -> Image.Image | None:
+        if path not in self.pictures:
+            try:
+                self.pictures[path] = preprocess(load_image(path), self.dc)[1]
+            except ImageError:
+                self.pictures[path] = None
+        return self.pictures[path]
+
+    def __call__(self, path: str, row: int, col: int) -> str | None:
+        """The crop's path relative to the page (None when the picture cannot be read)."""
+        name = hashlib.sha1(f"{path}|{row}|{col}".encode()).hexdigest()[:16]
+        rel = f"crops/{name}.png"
+        if (self.out / rel).is_file():
+            return rel
+        img = self.picture(path)
+        if img is None:
+            return None
+        p, c = self.patch, CONTEXT
+        box = ((col - c) * p, (row - c) * p, (col + c + 1) * p, (row + c + 1) * p)
+        crop = img.crop(box).resize((CROP, CROP), Image.Resampling.NEAREST)
+        s = CROP / ((2 * c + 1) * p)
+        ImageDraw.Draw(crop).rectangle((c * p * s, c * p * s, (c + 1) * p * s - 1, (c + 1) * p * s - 1),
+                                       outline=(0, 229, 255), width=2)
+        crop.save(self.out / rel)
+        return rel
+
+
+def gallery(top: list[dict[str, Any]], crops: Crops) -> str:
+    tiles = []
+    for t in top:
+        rel = crops(t["path"], t["row"], t["col"])
+        if rel is not None:
+            name = html.escape(Path(t["path"]).name)
+            tiles.append(f'<img src="{rel}" alt="{name}, row {t["row"]}, column {t["col"]}" '
+                         f'title="{name} · row {t["row"]}, column {t["col"]}">')
+    return f'<div class="crops">{"".join(tiles)}</div>'
+
+
+def finding_html(r: dict[str, Any]) -> str:
+    """The few lines at the top: what stands out."""
+    f, e = r["findings"], html.escape
+    lines = []
+    for k in f["suspicious_concepts"]:
+        where = (f"{k['one_place_share']:.0%} of its top patches at one place (row {k['place']['row']}, column "
+                 f"{k['place']['col']}), {k['border_share']:.0%} on the border")
+        if k.get("off_object_share") is not None:
+            where += f", {k['off_object_share']:.0%} off the object"
+        lines.append(f'<li class="flag"><b>Possible Clever-Hans feature: concept {k["id"]}</b>, among the top concepts of '
+                     f'{e(", ".join(k["top_for"]))}, lives off the object ({where}). '
+                     f'<a href="#concept-{k["id"]}">See it</a>.</li>')
+    heads = "; ".join(f'<a href="#head-{h["layer"]}-{h["head"]}">layer {h["layer"]} head {h["head"]}</a> '
+                      f'({h["importance"]:+.3f}: {e(h["summary"])})' for h in f["top_heads"][:3])
+    lines.append(f"<li>Most important heads (fall of the true-class logit when ablated): {heads}.</li>")
+    classes = list(f["class_concepts"].items())
+    per = "; ".join(f"<b>{e(c)}</b>: {', '.join(str(i) for i in ids)}" for c, ids in classes[:MAX_CLASSES])
+    more = f" (and {len(classes) - MAX_CLASSES} more classes)" if len(classes) > MAX_CLASSES else ""
+    lines.append(f"<li>Each class's top concepts at layer {r['concept_layer']}: {per}{more}.</li>")
+    fa = r["faithfulness"]
+    verdict = "passes" if fa["passed"] else "FAILS"
+    lines.append(f"<li>Faithfulness check {verdict}: removing each class's top {fa['concepts_removed']} concepts lowers its "
+                 f"logit by {fa['top_fall']:.3f} on average, {fa['random_draws']} random draws of as many concepts by "
+                 f"{fa['random_fall']:.3f} (the top ones fall more on {fa['share_top_larger']:.0%} of the pictures). "
+                 f"NMF reconstruction error {r['reconstruction_error']:.3f}.</li>")
+    return "<ul>" + "".join(lines) + "</ul>"
+
+
+def concept_html(c: dict[str, Any], crops: Crops) -> str:
+    imp = sorted(c["importance"].items(), key=lambda kv: -kv[1])[:6]
+    best = ", ".join(f"{html.escape(k)} {v:+.3f}" for k, v in imp)
+    flag = ' <span class="badge">possible Clever-Hans</span>' if c["suspicious"] else ""
+    off = f", {c['off_object_share']:.0%} off the object" if c.get("off_object_share") is not None else ""
+    return (f'<section class="item{" flagged" if c["suspicious"] else ""}" id="concept-{c["id"]}">'
+            f'<h3>Concept {c["id"]}{flag}</h3><p class="small">Most important for: {best}. Top patches: '
+            f'{c["one_place_share"]:.0%} at one place (row {c["place"]["row"]}, column {c["place"]["col"]}), '
+            f'{c["border_share"]:.0%} on the border{off}.</p>'
+            f'{gallery(c["top"], crops)}</section>')
+
+
+def head_html(h: dict[str, Any], crops: Crops) -> str:
+    acc = "" if h["accuracy_drop"] is None else f", accuracy {-h['accuracy_drop']:+.1%}"
+    return (f'<section class="item" id="head-{h["layer"]}-{h["head"]}"><h3>Layer {h["layer"]}, head {h["head"]}: '
+            f'{html.escape(h["summary"])}</h3><p class="small">Ablated: logit {-h["importance"]:+.3f}{acc} · entropy '
+            f'{h["entropy"]:.2f} · on [class] {h["class_share"]:.0%} · on other prefix tokens {h["prefix_share"]:.0%} · '
+            f'positional {h["positional"]:.2f}</p>{gallery(h["top"], crops)}</section>')
+
+
+def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch: int) -> Path:
+    """``report.html``, ``atlas.json`` and ``crops/`` in ``out``; sets ``result["report"]``; returns the page."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    crops = Crops(out, dc, patch)
+    path = out / "report.html"
+    result["report"] = str(path)
+    heads = sorted(result["heads"], key=lambda h: -h["importance"])
+    body = (f'<div id="finding">{finding_html(result)}</div>'
+            f'<h2>Concepts at layer {result["concept_layer"]}</h2><p class="hint">The patch tokens after block '
+            f'{result["concept_layer"]}, split by sign and factorised by NMF into {len(result["concepts"])} concepts; '
+            f'importance: '
+            f'the fall of a class\'s logit when the concept is removed from the tokens. Each crop: the patch where the '
+            f'concept is strongest in one picture (outlined), best first.</p>'
+            + "".join(concept_html(c, crops) for c in result["concepts"])
+            + '<h2>Heads, most important first</h2><p class="hint">Importance: mean-ablation (Michel et al. 2019), the '
+              "head's output replaced by its mean over the folder. Each crop: the patch the head's [class] row (or the mean of "
+              "the patch rows) weights most in one picture.</p>"
+            + "".join(head_html(h, crops) for h in heads))
+    title = html.escape(f"Atlas of {result['model']} over {Path(result['folder']).name} ({result['images']} pictures)")
+    path.write_text(PAGE.replace("%TITLE%", title).replace("%STYLE%", STYLE).replace("%BODY%", body), encoding="utf-8")
+    (out / "atlas.json").write_text(json.dumps(result, indent=1))
+    return path
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src 'self' file: data:; style-src 'unsafe-inline'">
+<title>%TITLE%</title><style>%STYLE%</style></head>
+<body><h1>%TITLE%</h1>%BODY%</body></html>
+"""
+
+STYLE = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222; margin: 0 16px 40px; }
+h1 { font-size: 1.3rem; margin: 14px 0 4px; } h2 { font-size: 1.1rem; margin: 22px 0 4px; }
+h3 { font-size: .98rem; margin: 4px 0; }
+.hint, .small { color: #666; font-size: .88rem; margin: 2px 0 8px; }
+#finding { background: #fff4ce; border-left: 4px solid #e6a700; padding: 4px 12px; }
+#finding .flag { color: #a10000; }
+.item { border-top: 1px solid #ddd; padding: 6px 0; } .item.flagged { background: #fde8e8; }
+.badge { background: #d7191c; color: #fff; border-radius: 3px; padding: 0 5px; font-size: .78rem; }
+.crops { display: flex; flex-wrap: wrap; gap: 6px; } .crops img { width: 84px; height: 84px; image-rendering: pixelated; }
+"""
