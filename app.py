@@ -4,6 +4,7 @@
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
                   [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
+                  [--mcp]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -74,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="disk for slides, decks and animations made for users (default 512; the oldest go)")
     ap.add_argument("--header-seconds", type=float,
                     help="a connection that has not sent its request headers within this long is closed (default 10)")
+    ap.add_argument("--mcp", action="store_true",
+                    help="also serve the app as tools for agents: Gradio's MCP server at /gradio_api/mcp/ "
+                         "(predict, explain, attention, verify; needs gradio[mcp])")
     ap.add_argument("--exposed", action="store_true",
                     help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
     args = ap.parse_args(argv)
@@ -147,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from vit_demo.app.build import AppConfig, build, launch_kwargs
 
-    cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device, limits=lim)
+    cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device, limits=lim,
+                    mcp=args.mcp)
     demo, reg = build(cfg)
     if not args.no_warm_up:  # the first image should not wait for the model to load
         threading.Thread(target=_warm_up, args=(reg,), daemon=True, name="warm-up").start()
