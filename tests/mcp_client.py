@@ -29,9 +29,11 @@ class McpError(RuntimeError):
 
 
 class McpClient:
-    def __init__(self, url: str, timeout: float = 120.0, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, timeout: float = 120.0, headers: dict[str, str] | None = None,
+                 source: str | None = None) -> None:
         self.url = url
-        self.http = httpx.Client(timeout=timeout, headers={
+        transport = httpx.HTTPTransport(local_address=source) if source else None  # another loopback address
+        self.http = httpx.Client(timeout=timeout, transport=transport, headers={
             "accept": "application/json, text/event-stream", "content-type": "application/json",
             "mcp-protocol-version": PROTOCOL, **(headers or {})})
         self.ids = itertools.count(1)

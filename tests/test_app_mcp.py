@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from app_server import ROOT, running_app
 from mcp_client import McpClient, data_url, first_json, images, texts
@@ -34,12 +35,14 @@ def app(deit_tiny_path: Path):
 
 @pytest.fixture(scope="module")
 def exposed(deit_tiny_path: Path):
-    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--exposed", "--no-warm-up"]) as a:
+    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--exposed", "--no-warm-up",
+                      "--upload-budget-mb", "2", "--max-upload-mb", "1"]) as a:
         yield a
 
 
-def mcp(app) -> McpClient:
-    return McpClient(app.url + "gradio_api/mcp/")
+def mcp(app, source: str | None = None) -> McpClient:
+    """A client of ``app``'s MCP server (from the loopback address ``source``: another client)."""
+    return McpClient(app.url + "gradio_api/mcp/", source=source)
 
 
 class Counter(http.server.BaseHTTPRequestHandler):
@@ -164,6 +167,29 @@ def test_exposed_tools_keep_the_limits(exposed) -> None:
     big = c.http.post(c.url, content=json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
         "name": "predict", "arguments": {"image": "data:image/png;base64," + "A" * (48 << 20)}}}))
     assert big.status_code == 413
+
+
+def noise_png(seed: int, side: int = 300) -> bytes:
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_exposed_pictures_charged_to_the_caller(exposed, package_photos: dict[str, Path]) -> None:
+    """Gradio writes an MCP picture to disk before the tool runs: it counts in the caller's upload
+    budget (2 MB here), once; one caller using it up leaves the others their tools. (Before, the
+    pictures were charged nowhere, and the app's own MCP client's uploads, all from 127.0.0.1,
+    to one budget: one caller locked every agent out.)"""
+    attacker, other = mcp(exposed, "127.0.0.2"), mcp(exposed, "127.0.0.3")
+    codes = []
+    for seed in range(10):  # 10 x 0.35 MB of noise as base64
+        r = attacker.post("tools/call", {"name": "predict", "arguments": {"image": data_url(noise_png(seed), "image/png")}})
+        codes.append(r.status_code)
+    assert codes.count(429) >= 4 and codes[:3] == [200] * 3, codes
+    r = other.tool("predict", image=data_url(package_photos["chelsea"]))
+    assert not r.get("isError"), r
+    assert first_json(r)["topk"][0]["index"] == 285
 
 
 def package_photos_bytes() -> bytes:

@@ -149,6 +149,7 @@ def app_kwargs(limits: Any) -> dict[str, Any]:
         return JSONResponse({"detail": "The request does not fit this route (missing or malformed fields)."},
                             status_code=422)
 
-    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget)],
+    mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
+    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body)],
             "exception_handlers": {RequestValidationError: invalid},
             "openapi_url": None}  # FastAPI's own schema (/openapi.json): routes and models the page never uses

@@ -31,6 +31,7 @@ from .common import friendly, open_upload, png
 from .context import Context
 from .fetch import fetch_picture
 from .guard import InputError, whole
+from .middleware import LOOPBACK_SECRET, SECRET_HEADER
 from .sections.inputs import predictions_json
 from .tabs.compare import compare_with_timm
 
@@ -194,9 +195,23 @@ def mcp_lifespan(demo: Any, limits: Any):
                                        if t.removeprefix(server.tool_prefix) in TOOLS}
             server.convert_strings_to_filedata = url_rule(server.convert_strings_to_filedata, fetch)
             server._execute_tool_without_progress = every_output  # Gradio's, fixed
+            server._get_or_create_client = with_secret(server._get_or_create_client)
         yield
 
     return lifespan
+
+
+def with_secret(make_client: Callable) -> Callable:
+    """Gradio's MCP client of this app, its requests marked as the app's own
+    (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`): the gate charges the picture once, to the
+    MCP caller, and the queue sees the caller's address."""
+
+    def make() -> Any:
+        client = make_client()
+        client.headers[SECRET_HEADER] = LOOPBACK_SECRET
+        return client
+
+    return make
 
 
 async def every_output(job: Any) -> list[Any]:
