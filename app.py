@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -27,8 +28,10 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported an
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="The vit_demo app: how a Vision Transformer sees your image.")
-    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this computer only)")
-    ap.add_argument("--port", type=int, default=7860)
+    ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",
+                    help="address to bind (default 127.0.0.1: this computer only; $GRADIO_SERVER_NAME, which a "
+                         "Hugging Face Space sets to 0.0.0.0)")
+    ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT") or 7860))
     ap.add_argument("--model",
                     help="timm architecture name, for --weights files not named after it (and the first pick)")
     ap.add_argument("--weights", action="append", default=[], metavar="FILE",
@@ -80,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "(predict, explain, attention, verify; needs gradio[mcp])")
     ap.add_argument("--exposed", action="store_true",
                     help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
+    if argv is None:  # a host that runs `python app.py` as it is (a Space) gives its flags in $VIT_DEMO_ARGS
+        argv = shlex.split(os.environ.get("VIT_DEMO_ARGS", "")) + sys.argv[1:]
     args = ap.parse_args(argv)
     for flag in NUMBERS:
         if (getattr(args, flag) or 0) < 0:
