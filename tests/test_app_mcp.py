@@ -192,6 +192,25 @@ def test_exposed_pictures_charged_to_the_caller(exposed, package_photos: dict[st
     assert first_json(r)["topk"][0]["index"] == 285
 
 
+def test_exposed_callers_each_have_their_share(exposed) -> None:
+    """One caller's 12 tool calls at once, and another caller's predict still answered. (Failed
+    before: Gradio's own MCP client gives up on an upload or a join to the app after httpx's 5 s,
+    and on a busy machine the other caller got "timed out".)"""
+    import concurrent.futures
+    import time
+
+    def flood(i: int) -> dict:
+        return mcp(exposed, "127.0.0.4").tool("explain", image=data_url(noise_png(i, 64), "image/png"), class_index=i)
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        calls = [pool.submit(flood, i) for i in range(12)]
+        time.sleep(0.5)
+        r = mcp(exposed, "127.0.0.5").tool("predict", image=data_url(noise_png(99, 64), "image/png"))
+        answered = [not f.result().get("isError") for f in calls]
+    assert not r.get("isError"), r
+    assert sum(answered) >= 8, answered
+
+
 def package_photos_bytes() -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (32, 32), (10, 200, 10)).save(buf, "PNG")

@@ -158,12 +158,17 @@ class Gate:
         return await self.app(scope, _replay(body, receive), _capped(send))
 
 
+def from_own_client(headers: Any) -> bool:
+    """Whether a request's headers mark it as this app's own MCP client's (see :func:`for_caller`)."""
+    secret = headers.get(SECRET_HEADER, "") if headers is not None else ""
+    return bool(secret) and hmac.compare_digest(secret, LOOPBACK_SECRET)
+
+
 def for_caller(scope: Scope, headers: dict[str, str]) -> tuple[Scope, bool]:
     """A request of this app's own MCP client (from this computer, with :data:`LOOPBACK_SECRET`)
     as coming from the MCP caller it works for; (scope, whether it is one)."""
-    secret = headers.get(SECRET_HEADER, "")
     client = (scope.get("client") or ("?",))[0]
-    if not secret or client not in ("127.0.0.1", "::1") or not hmac.compare_digest(secret, LOOPBACK_SECRET):
+    if client not in ("127.0.0.1", "::1") or not from_own_client(headers):
         return scope, False
     caller = headers.get(FOR_HEADER, "").strip()
     return ({**scope, "client": (caller, 0)} if caller else scope), True

@@ -39,6 +39,7 @@ TOOLS = ("predict", "explain", "attention", "verify")  # the MCP tools, by funct
 METHODS = ("chefer", "attnlrp", "lrp", "lrp-gated", "grad-rollout", "gradcam", "integrated-gradients")
 URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open to the public): send the "
                "picture itself as a base64 data URL (data:image/jpeg;base64,...).")
+LOOPBACK_TIMEOUT_S = 120.0  # the app's own MCP client: an upload or a join to this app (the queue waits after)
 MAP_SIDE = 448  # px: the longer side of a map sent back
 
 
@@ -204,11 +205,13 @@ def mcp_lifespan(demo: Any, limits: Any):
 def with_secret(make_client: Callable) -> Callable:
     """Gradio's MCP client of this app, its requests marked as the app's own
     (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`): the gate charges the picture once, to the
-    MCP caller, and the queue sees the caller's address."""
+    MCP caller, and the queue sees the caller's address; its uploads and joins wait up to
+    :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls on a busy machine)."""
 
     def make() -> Any:
         client = make_client()
         client.headers[SECRET_HEADER] = LOOPBACK_SECRET
+        client.httpx_kwargs.setdefault("timeout", LOOPBACK_TIMEOUT_S)  # httpx's 5 s: a busy app failed calls
         return client
 
     return make
