@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -203,16 +204,22 @@ def mcp_lifespan(demo: Any, limits: Any):
 
 
 def with_secret(make_client: Callable) -> Callable:
-    """Gradio's MCP client of this app, its requests marked as the app's own
-    (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`): the gate charges the picture once, to the
-    MCP caller, and the queue sees the caller's address; its uploads and joins wait up to
-    :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls on a busy machine)."""
+    """Gradio's MCP client of this app, made once (Gradio made one per call until the first was
+    stored: concurrent first calls each fetched the app's config, and timed out on a busy
+    machine), its requests marked as the app's own (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`:
+    the gate charges the picture once, to the MCP caller, and the queue sees the caller's
+    address), waiting up to :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls
+    on a busy machine)."""
+    lock, made = threading.Lock(), []
 
     def make() -> Any:
-        client = make_client()
-        client.headers[SECRET_HEADER] = LOOPBACK_SECRET
-        client.httpx_kwargs.setdefault("timeout", LOOPBACK_TIMEOUT_S)  # httpx's 5 s: a busy app failed calls
-        return client
+        with lock:
+            if not made:
+                client = make_client()
+                client.headers[SECRET_HEADER] = LOOPBACK_SECRET
+                client.httpx_kwargs.setdefault("timeout", LOOPBACK_TIMEOUT_S)
+                made.append(client)
+            return made[0]
 
     return make
 
