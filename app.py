@@ -4,6 +4,7 @@
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
                   [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
+                  [--mcp]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -26,8 +28,10 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported an
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="The vit_demo app: how a Vision Transformer sees your image.")
-    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this computer only)")
-    ap.add_argument("--port", type=int, default=7860)
+    ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",
+                    help="address to bind (default 127.0.0.1: this computer only; $GRADIO_SERVER_NAME, which a "
+                         "Hugging Face Space sets to 0.0.0.0)")
+    ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT") or 7860))
     ap.add_argument("--model",
                     help="timm architecture name, for --weights files not named after it (and the first pick)")
     ap.add_argument("--weights", action="append", default=[], metavar="FILE",
@@ -74,8 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="disk for slides, decks and animations made for users (default 512; the oldest go)")
     ap.add_argument("--header-seconds", type=float,
                     help="a connection that has not sent its request headers within this long is closed (default 10)")
+    ap.add_argument("--mcp", action="store_true",
+                    help="also serve the app as tools for agents: Gradio's MCP server at /gradio_api/mcp/ "
+                         "(predict, explain, attention, verify; needs gradio[mcp])")
     ap.add_argument("--exposed", action="store_true",
                     help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
+    if argv is None:  # a host that runs `python app.py` as it is (a Space) gives its flags in $VIT_DEMO_ARGS
+        argv = shlex.split(os.environ.get("VIT_DEMO_ARGS", "")) + sys.argv[1:]
     args = ap.parse_args(argv)
     for flag in NUMBERS:
         if (getattr(args, flag) or 0) < 0:
@@ -147,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from vit_demo.app.build import AppConfig, build, launch_kwargs
 
-    cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device, limits=lim)
+    cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device, limits=lim,
+                    mcp=args.mcp)
     demo, reg = build(cfg)
     if not args.no_warm_up:  # the first image should not wait for the model to load
         threading.Thread(target=_warm_up, args=(reg,), daemon=True, name="warm-up").start()

@@ -13,7 +13,9 @@ used by exports, leaks; then the holds (Gradio's file routes, SSRF, the upload c
 loading when exposed, odd API values). Rows of issue 35 (``--only survey unpack connections``):
 identical pictures in the Whole folder tab, crafted zips (overlapping entries, 500,000 entries,
 files of zeros), paths in the survey's report and /config, FastAPI's schema, and 3,000
-connections that never finish their headers. Takes 5-15 minutes on 2 cores (the "before"
+connections that never finish their headers. Rows of issue 33 (``--only mcp``): the MCP
+tools of ``--exposed --mcp`` (URLs, server files, pictures past the upload budget, a flood of
+tool calls against another client's). Takes 5-15 minutes on 2 cores (the "before"
 longer: its slow jobs run to the end).
 """
 
@@ -579,6 +581,86 @@ def slow_connections_flood(app, n: int = 3000, hold_s: float = 60) -> None:
         f"({sum(t != float('inf') for t in times)} of {len(times)} answered); log +{grown / 1e6:.2f} MB")
 
 
+# ----------------------------------------------------------------------------- the MCP tools (issue 33)
+
+
+def mcp_tools(app, tmp: Path) -> None:
+    """``--exposed --mcp``, through a plain JSON-RPC client: a picture as a URL to a server on
+    this computer, server files as pictures, pictures of noise from one address until its budget
+    is used (the app's folder watched), and a flood of tool calls from one address while another
+    calls predict."""
+    import concurrent.futures
+    import http.server
+    import io
+
+    from mcp_client import McpClient, data_url, parse, texts
+
+    hits = []
+
+    class Counting(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_a) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = app.url + "gradio_api/mcp/"
+    c = McpClient(url)
+    tools = [t["name"] for t in c.call("tools/list")["tools"]]
+    answers = [c.tool(t, image=f"http://127.0.0.1:{server.server_address[1]}/{t}.png") for t in tools]
+    server.shutdown()
+    row("a picture given to each MCP tool as an http URL to a server on 127.0.0.1",
+        f"{sum(bool(a.get('isError')) for a in answers)} of {len(answers)} refused as MCP errors",
+        f"the server saw {len(hits)} requests; \"{texts(answers[0])[0][:60]}...\"")
+    paths = ["/etc/passwd", str(ROOT / "weights" / "deit_tiny_patch16_224.safetensors"), "../../../etc/hostname"]
+    answers = [c.tool(t, image=p) for t in tools for p in paths]
+    row("server files named as the picture of every MCP tool", f"{sum(bool(a.get('isError')) for a in answers)} "
+        f"of {len(answers)} refused", f"longest answer {max(len(json.dumps(a)) for a in answers)} bytes")
+    import psutil
+
+    folder = next(Path(f.path).parent for f in psutil.Process(app.proc.pid).open_files() if f.path.endswith("/.lock"))
+    attacker, other = McpClient(url, source="127.0.0.2"), McpClient(url, source="127.0.0.3")
+    before, codes, t0 = folder_bytes(folder), [], time.perf_counter()
+    for seed in range(30):
+        buf = io.BytesIO()
+        Image.fromarray(np.random.default_rng(seed).integers(0, 255, (420, 420, 3), dtype=np.uint8)).save(buf, "PNG")
+        r = attacker.post("tools/call", {"name": "predict", "arguments": {"image": data_url(buf.getvalue(), "image/png")}})
+        codes.append("429" if r.status_code == 429 else "error" if parse(r).get("result", {}).get("isError") else "ok")
+    grown = folder_bytes(folder) - before
+    chelsea = data_url(photo(tmp).read_bytes(), "image/png")  # (coffee)
+    still = other.tool("predict", image=chelsea)
+    row(f"30 MCP predict calls with {len(buf.getvalue()) / MB:.2f} MiB pictures of noise from one address "
+        f"({time.perf_counter() - t0:.0f} s)", f"{codes.count('ok')} answered, {codes.count('error')} tool errors, "
+        f"{codes.count('429')} refused (HTTP 429; --upload-budget-mb 10); another address's predict: "
+        f"{'refused' if still.get('isError') else 'answered'}", f"the app's folder +{grown / MB:.0f} MB")
+    def call(i: int) -> str:
+        try:
+            r = McpClient(url, source="127.0.0.4").tool("explain", image=chelsea, method="chefer", class_index=i)
+        except Exception:  # noqa: BLE001 - an HTTP refusal
+            return "refused"
+        return "refused" if r.get("isError") else "ok"
+
+    times = []
+    with concurrent.futures.ThreadPoolExecutor(30) as pool:
+        flood = [pool.submit(call, i) for i in range(30)]
+        time.sleep(1)
+        for i in range(10):
+            buf = io.BytesIO()
+            Image.fromarray(np.random.default_rng(100 + i).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buf, "PNG")
+            t1 = time.perf_counter()
+            ok = not other.tool("predict", image=data_url(buf.getvalue(), "image/png")).get("isError")
+            times.append(time.perf_counter() - t1 if ok else float("inf"))
+        outcome = [f.result() for f in flood]
+    p95 = statistics.quantiles(times, n=20, method="inclusive")[18]
+    row("30 MCP explain calls at once (each another class) from one address", f"{outcome.count('ok')} answered, "
+        f"{outcome.count('refused')} refused", f"meanwhile another address's MCP predict: p50 "
+        f"{statistics.median(times):.2f} s, p95 {p95:.2f} s ({sum(t != float('inf') for t in times)} of 10)")
+
+
 # ----------------------------------------------------------------------------- running them
 
 
@@ -629,6 +711,9 @@ def run(root: Path, only: set[str] | None) -> None:
                 with_app(["--exposed", "--job-seconds", "15"], lambda app, attack=attack: attack(app, tmp))
         if want("connections"):
             with_app(["--exposed"], slow_connections_flood)
+        if want("mcp"):
+            with_app(["--exposed", "--mcp", "--upload-budget-mb", "10", "--max-upload-mb", "5"],
+                     lambda app: mcp_tools(app, tmp))
 
 
 def main() -> None:
@@ -636,7 +721,7 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app to attack (default: this one)")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
-                                              "timelimit temp survey unpack connections")
+                                              "timelimit temp survey unpack connections mcp")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()

@@ -9,7 +9,7 @@ import threading
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from . import flow
+from . import flow, tools
 from .context import AppConfig, Context, Section
 from .examples import all_examples
 from .guard import FileGuard, JoinGuard
@@ -73,6 +73,8 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
         flow.wire(ctx)
         for part in (picker, display, *ctx.sections):
             part.wire(ctx)
+        if cfg.mcp:
+            tools.wire(ctx)
 
     # Every queued event, API calls included, waits in one queue of at most max_queue requests;
     # api_open=False closes the REST routes (/gradio_api/run/NAME) that would skip it. The door
@@ -82,6 +84,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files), lim.exposed)
     limit_slow_jobs(demo, lim.job_seconds, reg.slow_job_room)
     demo.limits = lim  # launch_kwargs(demo): the upload cap, the gate
+    demo.mcp_lifespan = tools.mcp_lifespan(demo, lim) if cfg.mcp else None  # launch_kwargs(demo): the MCP server
     demo.example_paths = [str(e.path) for e in ctx.examples]  # launch(allowed_paths=...) serves exactly these files
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)
     return demo, reg

@@ -34,6 +34,7 @@ class AppConfig:
     examples: list[str] = field(default_factory=list)
     device: str = "cpu"
     limits: Limits = field(default_factory=Limits)  # memory budgets, uploads, queue (exposed or not)
+    mcp: bool = False  # the MCP tools (vit_demo.app.tools) and Gradio's MCP server
 
     @property
     def exposed(self) -> bool:

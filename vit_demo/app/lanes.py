@@ -33,7 +33,7 @@ from typing import Any
 
 from ..progress import time_limit
 from .guard import JoinGuard
-from .middleware import UploadBudget
+from .middleware import UploadBudget, from_own_client
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
 NEW_SESSIONS = 60  # new sessions one address may open per 10 minutes, when exposed (a tab is one)
@@ -93,6 +93,9 @@ class Door:
                 return why, "error"
         session = getattr(body, "session_hash", None)
         host = getattr(getattr(request, "client", None), "host", None)
+        if self.exposed and from_own_client(getattr(request, "headers", None)):
+            session = None  # Gradio's MCP client: one session for every caller; the caller's address counts
+
         if self.exposed and session and host and not self.known(session) and not self.new_sessions.take(host, 1):
             return TOO_MANY_SESSIONS, "queue_full"
         if getattr(fn, "concurrency_id", None) == SLOW:

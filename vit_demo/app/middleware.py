@@ -14,7 +14,13 @@ Before any route of Gradio's runs, :class:`Gate`:
   component servers, streaming input);
 - caps every error response at :data:`MAX_ERROR` bytes, so that no error (the framework's own
   validation errors repeat the whole request) sends back more than a few dozen characters of
-  what came in.
+  what came in;
+- (``--mcp``) takes an MCP request's body (a picture as a base64 data URL) up to ``mcp_body``
+  bytes and charges it to the client's upload budget, as an upload: Gradio writes the picture
+  to disk before the tool runs. Gradio's MCP server then calls the app through its own client
+  from this computer: those requests carry :data:`LOOPBACK_SECRET` (and the address of the MCP
+  caller, :data:`FOR_HEADER`, which the gate sets on every MCP request and nobody else can),
+  so their upload is not charged twice and the queue sees the caller's address, not 127.0.0.1.
 
 The client's address is the connection's, or the one a ``--trusted-proxy`` forwarded (uvicorn
 applies ``X-Forwarded-For`` only from the addresses in ``FORWARDED_ALLOW_IPS``: app.py sets it).
@@ -23,7 +29,9 @@ No Gradio here.
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 import threading
 import time
 from collections import defaultdict, deque
@@ -40,6 +48,9 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CLOSED_ROUTES = ("/gradio_api/process_recording", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit",
                  "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/")
 UPLOAD_ROUTE = "/gradio_api/upload"
+MCP_ROUTE = "/gradio_api/mcp"
+LOOPBACK_SECRET = secrets.token_urlsafe(32)  # this process's own MCP client says so with it
+SECRET_HEADER, FOR_HEADER = "x-vit-demo-loopback", "x-vit-demo-for"
 
 
 def host_name(header: str) -> str:
@@ -91,10 +102,11 @@ class Gate:
     to (None: any, an exposed app); ``budget``: the upload budget (None: no budget)."""
 
     def __init__(self, app: Any, allowed_hosts: Iterable[str] | None = None, max_body: int = MAX_BODY,
-                 budget: UploadBudget | None = None, closed: Iterable[str] = CLOSED_ROUTES) -> None:
+                 budget: UploadBudget | None = None, closed: Iterable[str] = CLOSED_ROUTES,
+                 mcp_body: int = MAX_BODY) -> None:
         self.app = app
         self.allowed = None if allowed_hosts is None else {host_name(h) for h in allowed_hosts}
-        self.max_body, self.budget, self.closed = max_body, budget, tuple(closed)
+        self.max_body, self.budget, self.closed, self.mcp_body = max_body, budget, tuple(closed), mcp_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -109,8 +121,11 @@ class Gate:
             return await _plain(send, 404, "Not found.")
         length = headers.get("content-length")
         declared = int(length) if length and length.isdigit() else None
+        scope, loopback = for_caller(scope, headers)
+        if path == MCP_ROUTE or path.startswith(MCP_ROUTE + "/"):
+            return await self.mcp(scope, receive, send, declared)
         if path.rstrip("/") == UPLOAD_ROUTE:
-            if self.budget is not None:
+            if self.budget is not None and not loopback:
                 if declared is None:
                     return await _plain(send, 411, "An upload must say its length.")
                 client = (scope.get("client") or ("?",))[0]
@@ -124,6 +139,39 @@ class Gate:
         if more:
             return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).")
         return await self.app(scope, _replay(body, receive), _capped(send))
+
+
+    async def mcp(self, scope: Scope, receive: Receive, send: Send, declared: int | None) -> None:
+        """An MCP request: its body within ``mcp_body`` and the client's upload budget, the
+        caller's address written into its headers for the app's own MCP client to pass on."""
+        if declared is not None and declared > self.mcp_body:
+            return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).")
+        body, more = await _read_up_to(receive, self.mcp_body)
+        if more:
+            return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).")
+        client = (scope.get("client") or ("?",))[0]
+        if self.budget is not None and body and not self.budget.take(client, len(body)):
+            return await _plain(send, 429, "Upload budget used up: this client has sent its share of pictures "
+                                           "for now. Try again in a few minutes.")
+        kept = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in (SECRET_HEADER.encode(), FOR_HEADER.encode())]
+        scope = {**scope, "headers": [*kept, (FOR_HEADER.encode(), client.encode("latin1", "replace"))]}
+        return await self.app(scope, _replay(body, receive), _capped(send))
+
+
+def from_own_client(headers: Any) -> bool:
+    """Whether a request's headers mark it as this app's own MCP client's (see :func:`for_caller`)."""
+    secret = headers.get(SECRET_HEADER, "") if headers is not None else ""
+    return bool(secret) and hmac.compare_digest(secret, LOOPBACK_SECRET)
+
+
+def for_caller(scope: Scope, headers: dict[str, str]) -> tuple[Scope, bool]:
+    """A request of this app's own MCP client (from this computer, with :data:`LOOPBACK_SECRET`)
+    as coming from the MCP caller it works for; (scope, whether it is one)."""
+    client = (scope.get("client") or ("?",))[0]
+    if client not in ("127.0.0.1", "::1") or not from_own_client(headers):
+        return scope, False
+    caller = headers.get(FOR_HEADER, "").strip()
+    return ({**scope, "client": (caller, 0)} if caller else scope), True
 
 
 async def _read_up_to(receive: Receive, limit: int) -> tuple[bytes, bool]:

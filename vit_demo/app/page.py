@@ -119,8 +119,13 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     from .limits import Limits
 
     limits = getattr(demo, "limits", None) or Limits()
+    lifespan = getattr(demo, "mcp_lifespan", None)  # --mcp: vit_demo.app.tools.mcp_lifespan
+    mcp = lifespan is not None
+    kwargs = app_kwargs(limits)
+    if mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
+        kwargs["lifespan"] = lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
-                run_history=False, mcp_server=False, ssr_mode=False, show_error=False, app_kwargs=app_kwargs(limits),
+                run_history=False, mcp_server=mcp, ssr_mode=False, show_error=False, app_kwargs=kwargs,
                 state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
 
 
@@ -144,6 +149,7 @@ def app_kwargs(limits: Any) -> dict[str, Any]:
         return JSONResponse({"detail": "The request does not fit this route (missing or malformed fields)."},
                             status_code=422)
 
-    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget)],
+    mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
+    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body)],
             "exception_handlers": {RequestValidationError: invalid},
             "openapi_url": None}  # FastAPI's own schema (/openapi.json): routes and models the page never uses

@@ -1,0 +1,239 @@
+"""``python app.py --mcp``: the app as MCP tools, driven by a plain JSON-RPC client over HTTP
+(no Gradio code, no MCP library) against the real app: the tools are listed and described,
+predict names the CLI's top-1, explain and attention send maps back as PNG images, verify gives
+timm's verdict; on an exposed app a picture given as a URL is refused and never fetched, and the
+limits of the open demo hold for the tools. Without ``--mcp`` there is no MCP server at all."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from app_server import ROOT, running_app
+from mcp_client import McpClient, data_url, first_json, images, texts
+from PIL import Image
+
+pytest.importorskip("mcp")  # gradio[mcp]
+
+from vit_demo.app.fetch import FetchRefused, fetch_picture  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def app(deit_tiny_path: Path):
+    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--no-warm-up"]) as a:
+        yield a
+
+
+@pytest.fixture(scope="module")
+def exposed(deit_tiny_path: Path):
+    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--exposed", "--no-warm-up",
+                      "--upload-budget-mb", "2", "--max-upload-mb", "1"]) as a:
+        yield a
+
+
+def mcp(app, source: str | None = None) -> McpClient:
+    """A client of ``app``'s MCP server (from the loopback address ``source``: another client)."""
+    return McpClient(app.url + "gradio_api/mcp/", source=source)
+
+
+class Counter(http.server.BaseHTTPRequestHandler):
+    """A web server on this computer that counts what it is asked (it serves a small PNG)."""
+
+    hits = 0
+    body = b""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).hits += 1
+        self.send_response(200)
+        self.send_header("content-type", "image/png")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *_args) -> None:
+        pass
+
+
+@pytest.fixture
+def counter() -> Iterator[tuple[str, type[Counter]]]:
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(buf, "PNG")
+    handler = type("Counting", (Counter,), {"hits": 0, "body": buf.getvalue()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/cat.png", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tools_listed_and_described(app) -> None:
+    c = mcp(app)
+    info = c.initialize()
+    assert "tools" in info["capabilities"]
+    tools = {t["name"]: t for t in c.call("tools/list")["tools"]}
+    assert set(tools) == {"predict", "explain", "attention", "verify"}  # the page's own events are not tools
+    for name, t in tools.items():
+        assert len(t["description"]) > 150, name
+        props = t["inputSchema"]["properties"]
+        assert "image" in props and props["image"]["type"] == "string", name
+        for p, schema in props.items():
+            assert len(schema.get("description", "")) > 20, (name, p)
+    assert tools["predict"]["inputSchema"]["properties"]["k"]["type"] == "integer"
+    assert "chefer" in tools["explain"]["inputSchema"]["properties"]["method"]["enum"]
+    assert tools["attention"]["inputSchema"]["properties"]["rollout"]["type"] == "boolean"
+    r = c.tool("analyze", image=data_url(b"x"))  # a page event by its name: not callable either
+    assert r["isError"] and "Unknown tool" in texts(r)[0]
+
+
+def test_predict_matches_cli(app, deit_tiny_path: Path, package_photos: dict[str, Path]) -> None:
+    photo = package_photos["chelsea"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "vit_demo", "predict", str(photo), "--weights", str(deit_tiny_path),
+                        "--topk", "3", "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    cli = json.loads(r.stdout)[0]["topk"]
+    out = mcp(app).tool("predict", image=data_url(photo, "image/png" if photo.suffix == ".png" else "image/jpeg"), k=3)
+    assert not out.get("isError"), out
+    got = first_json(out)
+    assert [t["index"] for t in got["topk"]] == [t["index"] for t in cli]
+    assert got["topk"][0]["label"] == cli[0]["label"]
+    assert abs(got["topk"][0]["prob"] - cli[0]["prob"]) < 1e-4
+
+
+def test_maps_come_back_as_png(app, package_photos: dict[str, Path]) -> None:
+    c, pic = mcp(app), data_url(package_photos["chelsea"])
+    r = c.tool("explain", image=pic, method="attnlrp", class_index=281)
+    assert not r.get("isError"), r
+    (png,) = images(r)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and max(Image.open(io.BytesIO(png)).size) == 448
+    assert first_json(r)["class_index"] == 281 and first_json(r)["method"] == "attnlrp"
+    r = c.tool("attention", image=pic, layer=12, head=3)
+    assert len(images(r)) == 1 and first_json(r)["map"] == "layer 12 of 12, head 3 of 3"
+    r = c.tool("attention", image=pic, layer=13)
+    assert r["isError"] and "layer must be a whole number from 0 to 12" in texts(r)[0]
+    r = c.tool("explain", image=pic, method="rise")  # the slow methods are the page's, not a tool's
+    assert r["isError"] and "chefer" in texts(r)[0]  # (the MCP layer checks the enum first)
+
+
+def test_verify_against_timm(app, package_photos: dict[str, Path]) -> None:
+    r = mcp(app).tool("verify", image=data_url(package_photos["chelsea"]))
+    v = first_json(r)
+    assert v["identical"] and v["topk_agree"] and v["max_abs_logit_diff"] <= 1e-4
+    assert len(v["layer_attn_max_diff"]) == 12 and v["scratch_topk"] == v["timm_topk"]
+
+
+def test_local_app_fetches_no_private_address(app, counter) -> None:
+    url, handler = counter
+    r = mcp(app).tool("predict", image=url)
+    assert r["isError"] and "public web addresses" in texts(r)[0]
+    assert handler.hits == 0
+
+
+def test_exposed_refuses_urls_and_fetches_nothing(exposed, counter, package_photos: dict[str, Path]) -> None:
+    url, handler = counter
+    c = mcp(exposed)
+    for tool in ("predict", "explain", "attention", "verify"):
+        r = c.tool(tool, image=url)
+        assert r["isError"] and "not fetched by this app" in texts(r)[0], (tool, r)
+    r = c.tool("predict", image="HTTPS://127.0.0.1:1/x.png")
+    assert r["isError"]
+    assert handler.hits == 0
+    r = c.tool("predict", image=data_url(package_photos["chelsea"]))  # the picture itself: fine
+    assert not r.get("isError") and first_json(r)["topk"][0]["index"] == 285
+
+
+def test_exposed_tools_keep_the_limits(exposed) -> None:
+    """Server files, odd values and oversized bodies are refused for the tools as for the page."""
+    c = mcp(exposed)
+    for path in ("/etc/passwd", "../../etc/passwd", str(ROOT / "weights" / "deit_tiny_patch16_224.safetensors")):
+        r = c.tool("predict", image=path)
+        assert r["isError"], path
+        assert "passwd" not in json.dumps(r).replace(path, "")  # nothing of the file comes back
+    r = c.tool("predict", image=data_url(b"not a picture at all" * 10))
+    assert r["isError"] and len(texts(r)[0]) < 300
+    r = c.tool("predict", image=data_url(package_photos_bytes()), model="x" * 5000)
+    assert r["isError"]
+    big = c.http.post(c.url, content=json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "predict", "arguments": {"image": "data:image/png;base64," + "A" * (48 << 20)}}}))
+    assert big.status_code == 413
+
+
+def noise_png(seed: int, side: int = 300) -> bytes:
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_exposed_pictures_charged_to_the_caller(exposed, package_photos: dict[str, Path]) -> None:
+    """Gradio writes an MCP picture to disk before the tool runs: it counts in the caller's upload
+    budget (2 MB here), once; one caller using it up leaves the others their tools. (Before, the
+    pictures were charged nowhere, and the app's own MCP client's uploads, all from 127.0.0.1,
+    to one budget: one caller locked every agent out.)"""
+    attacker, other = mcp(exposed, "127.0.0.2"), mcp(exposed, "127.0.0.3")
+    codes = []
+    for seed in range(10):  # 10 x 0.35 MB of noise as base64
+        r = attacker.post("tools/call", {"name": "predict", "arguments": {"image": data_url(noise_png(seed), "image/png")}})
+        codes.append(r.status_code)
+    assert codes.count(429) >= 4 and codes[:3] == [200] * 3, codes
+    r = other.tool("predict", image=data_url(package_photos["chelsea"]))
+    assert not r.get("isError"), r
+    assert first_json(r)["topk"][0]["index"] == 285
+
+
+def test_exposed_callers_each_have_their_share(exposed) -> None:
+    """One caller's 12 tool calls at once, and another caller's predict still answered. (Failed
+    before: Gradio's own MCP client gives up on an upload or a join to the app after httpx's 5 s,
+    and on a busy machine the other caller got "timed out".)"""
+    import concurrent.futures
+    import time
+
+    def flood(i: int) -> dict:
+        return mcp(exposed, "127.0.0.4").tool("explain", image=data_url(noise_png(i, 64), "image/png"), class_index=i)
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        calls = [pool.submit(flood, i) for i in range(12)]
+        time.sleep(0.5)
+        r = mcp(exposed, "127.0.0.5").tool("predict", image=data_url(noise_png(99, 64), "image/png"))
+        answered = [not f.result().get("isError") for f in calls]
+    assert not r.get("isError"), r
+    assert sum(answered) >= 8, answered
+
+
+def package_photos_bytes() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 32), (10, 200, 10)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_fetch_picture_bounds(counter) -> None:
+    url, handler = counter
+    local = lambda _host: "127.0.0.1"  # the test server: on this computer
+    assert fetch_picture(url, max_bytes=1 << 20, resolve=local).startswith("data:image/png;base64,")
+    with pytest.raises(FetchRefused, match="larger than"):
+        fetch_picture(url, max_bytes=10, resolve=local)
+    with pytest.raises(FetchRefused, match="public web addresses"):
+        fetch_picture(url, max_bytes=1 << 20)
+    with pytest.raises(FetchRefused, match="only http and https"):
+        fetch_picture("file:///etc/passwd", max_bytes=1 << 20)
+    assert handler.hits == 2
+
+
+def test_no_mcp_without_the_flag() -> None:
+    """The page without --mcp: no tool events, Gradio's MCP server off."""
+    from vit_demo.app.build import AppConfig, build, launch_kwargs
+
+    demo, _reg = build(AppConfig())
+    assert not any((fn.api_name or "").startswith("tool_") for fn in demo.fns.values())
+    assert launch_kwargs(demo)["mcp_server"] is False

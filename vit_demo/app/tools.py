@@ -1,0 +1,256 @@
+"""The app as tools for agents (``app.py --mcp``): Gradio's MCP server at ``/gradio_api/mcp/``.
+
+Each tool is an event of its own on hidden components, added only with ``--mcp``: ``predict``
+(top-k), ``explain`` (a class-specific map as a PNG), ``attention`` (a layer and head's map, or
+the rollout) and ``verify`` (timm's model on the same picture). Gradio makes a tool of every
+named event and reads the tool's description and its parameters' from the function's
+docstring; :func:`mcp_lifespan` keeps the tool list to these four (the page's own events, which
+read a session's state, are not tools) and decides what a picture given as a URL may do.
+
+They are queued events like the page's: an MCP call reaches the app through Gradio's own client
+over HTTP, so it passes the gate, the door of the queue (its values and files checked, the
+caps per client), the model lane and the upload limits like any other request. A picture
+comes as a base64 data URL (an http(s) URL on a local app only, fetched within the upload limit
+from a public host: never on an exposed app, where a URL is refused before anything is fetched).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import gradio as gr
+
+from .. import viz
+from ..methods.attention import cls_attention
+from ..methods.rollout import rollout as rollout_map
+from .common import friendly, open_upload, png
+from .context import Context
+from .fetch import fetch_picture
+from .guard import InputError, whole
+from .middleware import LOOPBACK_SECRET, SECRET_HEADER
+from .sections.inputs import predictions_json
+from .tabs.compare import compare_with_timm
+
+TOOLS = ("predict", "explain", "attention", "verify")  # the MCP tools, by function name
+METHODS = ("chefer", "attnlrp", "lrp", "lrp-gated", "grad-rollout", "gradcam", "integrated-gradients")
+URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open to the public): send the "
+               "picture itself as a base64 data URL (data:image/jpeg;base64,...).")
+LOOPBACK_TIMEOUT_S = 120.0  # the app's own MCP client: an upload or a join to this app (the queue waits after)
+MAP_SIDE = 448  # px: the longer side of a map sent back
+
+
+def _analysis(ctx: Context, image: Any, model: str | None):
+    key = model or ctx.default_key
+    ctx.reg.spec(key)  # an unknown model is refused before the picture is read
+    up = open_upload(image, ctx.files, ctx.cfg.limits)
+    return up, ctx.reg.get(key), ctx.reg.analyze(key, up.picture)
+
+
+def _classifier(a: Any) -> None:
+    if not a.logits.numel():
+        raise InputError(f"{a.model_name} has no classifier: it has no predictions or class maps.")
+
+
+def make_tools(ctx: Context) -> dict[str, Callable]:
+    """The four tool functions for this app (their names and docstrings are the MCP tools').
+    Long because each tool's docstring is its MCP description, a paragraph and a line a parameter."""
+
+    @friendly
+    def predict(image: Any, k: float = 5, model: str = "") -> dict:
+        """What the Vision Transformer sees in a picture: its top-k ImageNet classes with their probabilities,
+        as the command line's `predict --json` gives them. The picture is resized and center-cropped to the
+        model's input (224 x 224 px for the default DeiT-Tiny); the answer names the model and any notes about
+        the picture (an animated GIF's first frame, for instance).
+
+        Args:
+            image: the picture, as a base64 data URL (data:image/jpeg;base64,...); JPEG, PNG, WebP, GIF or BMP.
+            k: how many classes to list, 1 to 10 (default 5).
+            model: the model to use, as the app's model menu names it; empty for the app's default model.
+        """
+        k = whole(5 if k is None else k, "k", 1, 10)
+        up, _lm, a = _analysis(ctx, image, model)
+        _classifier(a)
+        return {"image": up.name, "model": a.model_name, "topk": predictions_json(a, min(k, a.logits.numel())),
+                "notes": up.notes}
+
+    @friendly
+    def explain(image: Any, method: str = "chefer", class_index: float = -1, model: str = "") -> tuple[str, dict]:
+        """Where in the picture the evidence for one class lies: a class-specific relevance map drawn over the
+        picture, returned as a PNG image, and which class and method it shows. Bright means the patch raised
+        that class's score. The methods: chefer (Chefer et al. 2021, gradient-weighted attention relevance,
+        the default), attnlrp and lrp and lrp-gated (layer-wise relevance propagation), grad-rollout, gradcam,
+        integrated-gradients.
+
+        Args:
+            image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
+            method: one of chefer, attnlrp, lrp, lrp-gated, grad-rollout, gradcam, integrated-gradients.
+            class_index: the ImageNet class index to explain (0 to 999 for ImageNet models); -1 for the model's top-1 class.
+            model: the model to use, as the app's model menu names it; empty for the app's default model.
+        """
+        if method not in METHODS:
+            raise InputError(f"method must be one of {', '.join(METHODS)}.")
+        up, lm, a = _analysis(ctx, image, model)
+        _classifier(a)
+        n = a.logits.numel()
+        cls = a.top1 if class_index is None or float(class_index) == -1 else whole(class_index, "class_index", 0, n - 1)
+        from ..analysis import class_maps
+
+        heat = class_maps(a, lm, cls, names=[method])[method]
+        picture = viz.overlay_image(a.picture, heat, size=MAP_SIDE)
+        return png(picture), {"image": up.name, "model": a.model_name, "method": method, "class_index": cls,
+                              "class": a.labels[cls] if cls < len(a.labels) else str(cls),
+                              "prob": round(float(a.probs[cls]), 4)}
+
+    @friendly
+    def attention(image: Any, layer: float = 0, head: float = 0, rollout: bool = False, model: str = "") -> tuple[str, dict]:
+        """Where the [class] token looks: the attention of the [class] token to every patch of the picture at
+        one layer and one head (or the mean of the heads), or attention rollout (the attention carried through
+        all layers, Abnar & Zuidema 2020), drawn over the picture and returned as a PNG image. Attention is
+        not an explanation of a class: use explain for that.
+
+        Args:
+            image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
+            layer: the layer, counted from 1 (1 to 12 for DeiT-Tiny); 0 for the last layer. Ignored with rollout.
+            head: the head, counted from 1 (1 to 3 for DeiT-Tiny); 0 for the mean of the layer's heads.
+            rollout: true for attention rollout through all the layers instead of one layer's map.
+            model: the model to use, as the app's model menu names it; empty for the app's default model.
+        """
+        up, _lm, a = _analysis(ctx, image, model)
+        L = whole(0 if layer is None else layer, "layer", 0, a.depth) or a.depth
+        h = whole(0 if head is None else head, "head", 0, a.num_heads)
+        if rollout:
+            heat, what = rollout_map(a.attentions, a.layout)[0], "rollout through all layers"
+        else:
+            heat = cls_attention(a.attentions, a.layout, L - 1, None if h == 0 else h - 1)[0]
+            what = f"layer {L} of {a.depth}, " + (f"head {h} of {a.num_heads}" if h else "mean of the heads")
+        picture = viz.overlay_image(a.picture, heat.numpy(), size=MAP_SIDE)
+        return png(picture), {"image": up.name, "model": a.model_name, "map": what}
+
+    @friendly
+    def verify(image: Any, model: str = "") -> dict:
+        """Check the from-scratch Vision Transformer against timm's own implementation running the same
+        weights on this picture: the verdict in one sentence, the largest difference of the logits and of
+        every layer's attention, whether the top-5 classes agree, and both models' top-5. Builds timm's model
+        the first time (a few seconds).
+
+        Args:
+            image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
+            model: the model to use, as the app's model menu names it; empty for the app's default model.
+        """
+        key = model or ctx.default_key
+        _up, lm, a = _analysis(ctx, image, model)
+        _classifier(a)
+        c = compare_with_timm(a, lm, ctx.reg.timm_twin(key), 5)
+        keys = ("verdict", "identical", "max_abs_logit_diff", "topk_agree", "layer_attn_max_diff", "scratch_topk",
+                "timm_topk", "scratch_probs", "timm_probs")
+        return {"model": a.model_name, **{k: _plain(c[k]) for k in keys if k in c}}
+
+    return {"predict": predict, "explain": explain, "attention": attention, "verify": verify}
+
+
+def _plain(v: Any) -> Any:
+    """A comparison's value as JSON (numbers, lists of numbers)."""
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def wire(ctx: Context) -> None:
+    """The tools' events, on hidden components (call inside the page's Blocks, with ``--mcp``)."""
+    fns = make_tools(ctx)
+    with gr.Group(visible=False):
+        image = gr.Image(type="filepath", label="image")
+        k, cls, layer, head = (gr.Number(v, precision=0, label=n) for v, n in
+                               ((5, "k"), (-1, "class_index"), (0, "layer"), (0, "head")))
+        model = gr.Textbox("", label="model")
+        method = gr.Dropdown(list(METHODS), value="chefer", label="method")
+        rollout = gr.Checkbox(False, label="rollout")
+        out_json, out_map = gr.JSON(), gr.Image(type="filepath", format="png")
+        button = gr.Button()
+    events = {"predict": ([image, k, model], [out_json]), "explain": ([image, method, cls, model], [out_map, out_json]),
+              "attention": ([image, layer, head, rollout, model], [out_map, out_json]),
+              "verify": ([image, model], [out_json])}
+    for name, (inputs, outputs) in events.items():
+        button.click(fns[name], inputs, outputs, api_name=f"tool_{name}", preprocess=False, **ctx.heavy)
+
+
+def mcp_lifespan(demo: Any, limits: Any):
+    """A FastAPI lifespan that, once Gradio has made its MCP server, keeps its tools to
+    :data:`TOOLS` and puts the URL rule (:func:`url_rule`) in front of its conversion of pictures:
+    exposed, a picture given as an http(s) URL is refused (an MCP error) before anything is
+    fetched; local, it is fetched from a public host within the upload limit
+    (:func:`vit_demo.app.fetch.fetch_picture`)."""
+    fetch = None if limits.exposed else functools.partial(fetch_picture, max_bytes=limits.max_upload_bytes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        server = getattr(demo, "mcp_server_obj", None)
+        if server is not None:
+            server.tool_to_endpoint = {t: e for t, e in server.tool_to_endpoint.items()
+                                       if t.removeprefix(server.tool_prefix) in TOOLS}
+            server.convert_strings_to_filedata = url_rule(server.convert_strings_to_filedata, fetch)
+            server._execute_tool_without_progress = every_output  # Gradio's, fixed
+            server._get_or_create_client = with_secret(server._get_or_create_client)
+        yield
+
+    return lifespan
+
+
+def with_secret(make_client: Callable) -> Callable:
+    """Gradio's MCP client of this app, made once (Gradio made one per call until the first was
+    stored: concurrent first calls each fetched the app's config, and timed out on a busy
+    machine), its requests marked as the app's own (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`:
+    the gate charges the picture once, to the MCP caller, and the queue sees the caller's
+    address), waiting up to :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls
+    on a busy machine)."""
+    lock, made = threading.Lock(), []
+
+    def make() -> Any:
+        with lock:
+            if not made:
+                client = make_client()
+                client.headers[SECRET_HEADER] = LOOPBACK_SECRET
+                client.httpx_kwargs.setdefault("timeout", LOOPBACK_TIMEOUT_S)
+                made.append(client)
+            return made[0]
+
+    return make
+
+
+async def every_output(job: Any) -> list[Any]:
+    """A finished job's outputs, one per output component (Gradio 6.31 passes a tool's several
+    outputs on as one text: the map of explain and attention would not come back as an image),
+    the JSON ones as JSON text (not Python's repr)."""
+    from anyio.to_thread import run_sync
+
+    result = await run_sync(job.result)
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    return [json.dumps(o) if isinstance(o, dict) and "meta" not in o else o for o in outputs]
+
+
+def url_rule(convert: Callable, fetch: Callable[[str], str] | None) -> Callable:
+    """``convert`` (Gradio's strings -> file payloads) with every http(s) picture refused (no
+    ``fetch``: an exposed app) or replaced by ``fetch(url)``'s data URL first."""
+
+    def swap(node: Any, path: list, positions: list) -> Any:
+        if isinstance(node, dict):
+            return {k: swap(v, [*path, k], positions) for k, v in node.items()}
+        if isinstance(node, list):
+            return [swap(v, [*path, i], positions) for i, v in enumerate(node)]
+        if isinstance(node, str) and path in positions and node[:8].lower().startswith(("http://", "https://")):
+            if fetch is None:
+                raise ValueError(URL_REFUSED)
+            return fetch(node)
+        return node
+
+    def checked(value: Any, positions: list) -> Any:
+        return convert(swap(value, [], positions), positions)
+
+    return checked
