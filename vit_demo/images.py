@@ -13,7 +13,6 @@ import re
 import warnings
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -188,19 +187,19 @@ def safe_parts(name: str) -> list[str]:
     return [re.sub(r"[^A-Za-z0-9._ -]", "_", q).strip(" ").lstrip(".")[:120] or "_" for q in parts[-2:]]
 
 
-@dataclass
 class Allowance:
     """What unpacking may still use, over every zip of one upload: members looked at (kept or
     not), bytes decompressed (kept or not: a member over its size cap was still read), bytes
     written to disk (a disk budget), and ``check``, called between chunks (a time limit that
-    raises). Each zip's central directory is sized before it is parsed (:func:`index_size`)."""
+    raises). Each zip's central directory is sized before it is parsed (:func:`index_size`).
+    (A plain class, not a dataclass: this module is also loaded on its own, outside the package,
+    by the hostile-image probe, and a dataclass needs its module registered.)"""
 
-    entries: int = 20_000
-    read: int = 1 << 30
-    written: int = 512 << 20
-    check: Callable[[], None] | None = None
-    stopped: bool = False  # the check raised: unpacking ends there
-    full: bool = False  # the disk budget is used up: nothing more is written
+    def __init__(self, entries: int = 20_000, read: int = 1 << 30, written: int = 512 << 20,
+                 check: Callable[[], None] | None = None) -> None:
+        self.entries, self.read, self.written, self.check = entries, read, written, check
+        self.stopped = False  # the check raised: unpacking ends there
+        self.full = False  # the disk budget is used up: nothing more is written
 
     def take_read(self, n: int) -> None:
         """Charge ``n`` bytes read; ValueError once the upload has read its share."""
