@@ -233,6 +233,8 @@ def test_causal_lrp_matches_naive_and_batches(small_pair):
     got = causal_lrp(model, x, t, s)
     assert got.shape == (4, *grid) and 0.0 <= float(got.min()) <= float(got.max()) <= 1.0
     seed_map = methods.get("lrp-gated")(model, x[:1], t[:1])[0].detach()
-    torch.testing.assert_close(got[0].double(), naive_causal(model, x[0], 1, seed_map, s), atol=1e-5, rtol=0)
+    # float32 against the float64 reference, on a head scaled 300x: 1.7e-5 on 1 of 256 patches for the
+    # DINOv2-with-registers model on this machine's CPU kernels (the code of 06a898f included), so 3e-5
+    torch.testing.assert_close(got[0].double(), naive_causal(model, x[0], 1, seed_map, s), atol=3e-5, rtol=0)
     for b in range(4):
         torch.testing.assert_close(causal_lrp(model, x[b : b + 1], t[b : b + 1], s), got[b : b + 1], atol=1e-6, rtol=1e-4)
