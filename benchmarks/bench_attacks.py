@@ -43,6 +43,8 @@ from app_server import start_app  # noqa: E402
 from attacks import Raw, file_payload, rss_mb  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from vit_demo.app.workspace import folder_bytes  # noqa: E402
+
 MB = 1 << 20
 ROWS: list[dict] = []
 
@@ -407,15 +409,6 @@ def app_folder(stored: str) -> Path:
     return p
 
 
-def folder_bytes(folder: Path) -> int:
-    total = 0
-    for dirpath, _, names in os.walk(folder):
-        for n in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, n)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def watched(pid: int, folder: Path, work: Callable):
