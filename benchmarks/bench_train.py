@@ -270,7 +270,7 @@ def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None,
     sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
     import torch
     from safetensors import safe_open
-    from suite_baselines import loss_gap, sklearn_baselines, split_of, train_cnn
+    from suite_baselines import loss_gap, split_of, svm_baseline, train_cnn
     from suite_data import MAKERS
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -286,10 +286,11 @@ def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None,
         row = {"set": name, "pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
                "ViT best": r["best_val_accuracy"], "ViT last": r["val_accuracy"], "epochs": r["epochs"], "wall s": r["wall_s"],
                "CPU s": r["cpu_s"], "load": "-".join(str(v) for v in r["load_avg_1min"]),
-               "baseline_accuracy": r["baseline_accuracy"], "fit": r["fit"], "train-val loss": loss_gap(history)}
-        sk = sklearn_baselines(d)
+               "fit": r["fit"], "train-val loss": loss_gap(history)}
+        sk = svm_baseline(d)
         cnn = train_cnn(d, dc, params, epochs=cnn_epochs)
-        row.update({"logreg": sk["logreg"], "RBF-SVM": sk["svm"], "CNN best": cnn["cnn_best"], "CNN s": cnn["cnn_s"],
+        row.update({"logreg": round(r["baseline_accuracy"], 4), "RBF-SVM": sk["svm"], "CNN best": cnn["cnn_best"],
+                    "CNN s": cnn["cnn_s"],
                     "cnn_params": cnn["cnn_params"], "vit_params": params})
         rows[name] = row
         print(json.dumps(row), flush=True)

@@ -1,7 +1,8 @@
 """What the recipe suite (``bench_train.py suite``) measures the ViT against, on the very split
 ``train`` uses (the same seed and validation share, read by the project's own loader):
 
-- logistic regression and an RBF support-vector machine on the raw pixels (scikit-learn);
+- an RBF support-vector machine on the raw pixels (scikit-learn; logistic regression is the
+  ``baseline_accuracy`` that ``train`` reports at its end, on the same split);
 - a small CNN of about the ViT's parameter count: four conv-BN-ReLU stages and a linear head,
   trained on the same pictures with the project's own batch augmentation, AdamW and a one-cycle
   schedule. A comparison for the benchmark only: the product stays a ViT.
@@ -13,7 +14,6 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -32,23 +32,18 @@ def split_of(data: Path, val_split: float = 0.2, seed: int = 0) -> tuple[TrainDa
     return load_folder(index, dc, val_split, seed, size, progress=False, warn=lambda m: None), dc
 
 
-def sklearn_baselines(d: TrainData) -> dict[str, float]:
-    """Logistic regression and an RBF-SVM (C=10, scale gamma) on standardised raw pixels."""
-    from sklearn.linear_model import LogisticRegression
+def svm_baseline(d: TrainData) -> dict[str, float]:
+    """An RBF-SVM (C=10, scale gamma) on standardised raw pixels (logistic regression is the
+    ``baseline_accuracy`` the train command itself reports on the same split)."""
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
     from sklearn.svm import SVC
 
     side = min(32, d.val_x.shape[-1])
-    xt, xv = pixel_features(d.train_x, side), pixel_features(d.val_x, side)
-    yt, yv = d.train_y.numpy(), d.val_y.numpy()
-    out = {}
-    for name, clf in (("logreg", LogisticRegression(C=0.1, max_iter=300)), ("svm", SVC(C=10.0, gamma="scale"))):
-        t0 = time.perf_counter()
-        model = make_pipeline(StandardScaler(), clf).fit(xt, yt)
-        out[name] = round(float((model.predict(xv) == yv).mean()), 4)
-        out[name + "_s"] = round(time.perf_counter() - t0, 1)
-    return out
+    t0 = time.perf_counter()
+    model = make_pipeline(StandardScaler(), SVC(C=10.0, gamma="scale")).fit(pixel_features(d.train_x, side), d.train_y.numpy())
+    acc = float((model.predict(pixel_features(d.val_x, side)) == d.val_y.numpy()).mean())
+    return {"svm": round(acc, 4), "svm_s": round(time.perf_counter() - t0, 1)}
 
 
 def small_cnn(num_classes: int, width: int) -> nn.Sequential:
@@ -102,6 +97,3 @@ def loss_gap(history: list[dict]) -> float:
     """Training minus validation loss at the last epoch (positive: the training loss is higher)."""
     last = history[-1]
     return round(last["train_loss"] - last["val_loss"], 4) if not math.isnan(last["val_loss"]) else float("nan")
-
-
-__all__ = ["split_of", "sklearn_baselines", "train_cnn", "loss_gap", "np"]
