@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                     mcp=args.mcp)
     demo, reg = build(cfg)
     if not args.no_warm_up:  # the first image should not wait for the model to load
-        threading.Thread(target=_warm_up, args=(reg,), daemon=True, name="warm-up").start()
+        threading.Thread(target=_warm_up, args=(reg, demo), daemon=True, name="warm-up").start()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs(demo))
     return 0
 
@@ -201,13 +201,18 @@ def guard_server(lim, share: bool = False) -> None:
     quiet_repeats()
 
 
-def _warm_up(reg) -> None:
+def _warm_up(reg, demo) -> None:
     t0 = time.perf_counter()
     try:
         reg.warm_up()
         print(f"warm-up: {reg.default_key()} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     except Exception as e:  # a broken default checkpoint: the UI says so when it is used
         print(f"note: could not warm up the default model: {e}", file=sys.stderr)
+        return
+    try:  # then the sections' own (the Atlas tab's atlas of the examples, when it is not kept on disk yet)
+        demo.warm_up_sections()
+    except Exception as e:  # noqa: BLE001 - the tab says what is missing when it is opened
+        print(f"note: a section's warm-up failed: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from .sections.display import DisplayControls
 from .sections.inputs import InputSection
 from .sections.models import ModelPicker
 from .session import SessionBudget
+from .tabs.atlas import AtlasTab
 from .tabs.attention import AttentionTab
 from .tabs.compare import CompareTab
 from .tabs.diagnostics import DiagnosticsTab
@@ -30,7 +31,7 @@ from .tabs.relevance import RelevanceTab
 from .workspace import workspace
 
 TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab,
-                                   FolderTab)
+                                   FolderTab, AtlasTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
 __all__ = ["AppConfig", "build", "launch_kwargs"]
@@ -86,6 +87,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     demo.limits = lim  # launch_kwargs(demo): the upload cap, the gate
     demo.mcp_lifespan = tools.mcp_lifespan(demo, lim) if cfg.mcp else None  # launch_kwargs(demo): the MCP server
     demo.example_paths = [str(e.path) for e in ctx.examples]  # launch(allowed_paths=...) serves exactly these files
+    demo.warm_up_sections = lambda: [s.warm_up(ctx) for s in ctx.sections]  # app.py's warm-up thread, after the model
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)
     return demo, reg
 

@@ -107,6 +107,9 @@ class Section:
         """Redraw for a new query patch (a click on a picture of the input)."""
         return {}
 
+    def warm_up(self, ctx: Context) -> None:
+        """Slow work done once, in the background, when the app starts (app.py's warm-up), e.g. a cache."""
+
 
 @dataclass
 class Context:

@@ -4,6 +4,7 @@ with a progress bar on stderr ("slide 3 of 9")."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ def register(sub: Any) -> None:
     p.add_argument("--shared-scale", action="store_true",
                    help="several images: the comparison slide's maps on ONE colour scale (default: each its own, "
                         "so one hot spot does not darken the others)")
+    p.add_argument("--atlas", metavar="JSON",
+                   help="the atlas.json of this model (from the atlas command): adds a slide of its most important heads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--random-orders", type=int, default=len(RANDOM_SEEDS),
                    help=f"random patch orders averaged for the faithfulness baseline (default {len(RANDOM_SEEDS)})")
@@ -55,19 +58,33 @@ def run(args: argparse.Namespace) -> int:
         target = parse_class(args.target, lm.labels)
     if lm.model.cfg.num_classes == 0:
         raise UserError(f"{lm.name} is headless: a deck needs a classifier (predictions, relevance)")
+    atlas = read_atlas(args.atlas, lm) if args.atlas else None
     images = [load_image(p) for p in paths]
     names = [display_name(p.stem) for p in paths]
     with tqdm(total=1000, desc="deck", unit="", bar_format="{desc}: {percentage:3.0f}% |{bar}| {postfix}",
               disable=args.no_progress, leave=False) as bar, reporting(progress_bar(bar)):
         with part(0.0, 0.9, ""):
             slides = build_slides(lm, images, names, target, args.weights, args.width, args.cmap,
-                                  tuple(range(args.random_orders)), shared_scale=args.shared_scale)
+                                  tuple(range(args.random_orders)), shared_scale=args.shared_scale, atlas=atlas)
         for i, path in enumerate(outs):
             with part(0.9 + 0.1 * i / len(outs), 0.9 + 0.1 * (i + 1) / len(outs), f"writing {path.name}"):
                 write(slides, path, path.suffix.lstrip("."))
     for path in outs:
         print(f"wrote {path} ({len(slides)} slides)")
     return 0
+
+
+def read_atlas(path: str, lm: Any) -> dict[str, Any]:
+    """An atlas.json (the atlas command's ``--out``), checked to be of a model with ``lm``'s heads."""
+    try:
+        atlas = json.loads(Path(path).read_text(encoding="utf-8"))
+        heads = {(h["layer"], h["head"]) for h in atlas["heads"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--atlas {path}: not an atlas.json of the atlas command ({e})") from None
+    depth, per = lm.model.cfg.depth, lm.model.blocks[0].attn.num_heads
+    if heads != {(layer, head) for layer in range(1, depth + 1) for head in range(1, per + 1)}:
+        raise UserError(f"--atlas {path}: its heads are not those of {lm.name} ({depth} layers x {per} heads)")
+    return atlas
 
 
 def progress_bar(bar: tqdm):

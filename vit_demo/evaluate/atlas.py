@@ -306,6 +306,7 @@ class Concepts:
     codes: np.ndarray
     basis: np.ndarray  # [K, C] in token space (signed)
     error: float  # ||A - W H||_F / ||A||_F over every patch row
+    components: np.ndarray | None = None  # [K, 2C]: the NMF's H, to code other tokens (the app's clicked patch)
 
 
 def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
@@ -326,7 +327,8 @@ def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
     W = nmf.transform(A)
     H = nmf.components_
     error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
-    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error)
+    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error,
+                    H.astype(np.float32))
 
 
 def remove_concepts(tokens: Tensor, codes: Tensor, basis: Tensor, mask: Tensor, num_prefix: int) -> Tensor:
@@ -478,9 +480,11 @@ def default_layer(depth: int) -> int:
 
 def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, concepts: int = DEFAULT_CONCEPTS,
           labels: str = "auto", limit: int | None = None, batch_size: int = 16, progress: bool = True,
-          seed: int = 0) -> dict[str, Any]:
+          seed: int = 0, fitted: dict[str, Any] | None = None) -> dict[str, Any]:
     """The atlas of the folder ``images`` (see the module docstring): the ``--json`` object.
-    ValueError for a headless model, a layer outside 1..depth, too few concepts or no readable picture."""
+    ``fitted``: a dict that receives the fitted :class:`Concepts` under ``"concepts"`` (the app
+    codes new pictures with it). ValueError for a headless model, a layer outside 1..depth, too
+    few concepts or no readable picture."""
     t0 = time.perf_counter()
     model, depth = lm.model, len(lm.model.blocks)
     if model.cfg.num_classes == 0:
@@ -499,6 +503,8 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
     heads = head_records(lm, seen, drop, acc)
     tokens = np.concatenate(seen.tokens)
     found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], concepts, seed)
+    if fitted is not None:
+        fitted["concepts"] = found
     imp = class_importance(lm, seen, found, layer)
     check = faithfulness(lm, seen, found, layer, imp, seed)
     concept_list = concept_records(lm, seen, folder, found, imp, layer)

@@ -9,7 +9,8 @@ One idea a slide, in the order a talk takes, for every image:
                                                (deletion / insertion curves, plain words);
 
 then, once per deck: a comparison of the images (several images only; each map on its own
-scale unless ``shared_scale``), the check against timm (verdict and numbers) and a closing slide
+scale unless ``shared_scale``), the atlas of the model's most important heads (when an atlas,
+:mod:`vit_demo.evaluate.atlas`, is given), the check against timm (verdict and numbers) and a closing slide
 on the model (config, parameters, the weights by file name: no folder of this computer appears
 in a slide or a note). Every slide has a title, a full-resolution rendered figure and speaker
 notes of two to four sentences that name the paper the figure comes from.
@@ -29,14 +30,17 @@ once (:func:`vit_demo.viz.render_png`), and the PDF embeds the pictures at 150 d
 
 from __future__ import annotations
 
+import tempfile
+import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from .. import methods, viz
 from ..analysis import Analysis, analyze, class_maps
@@ -49,6 +53,7 @@ from ..progress import part
 from ..viz.charts import faithfulness_figure, model_card_figure, shorten, timm_check_figure
 from ..viz.export import render_png
 from ..viz.panels import MAX_PANELS, Panel, images_figure
+from .atlas_report import Crops
 from .slides import Slide
 
 PER_IMAGE = 7  # slides in each image's section
@@ -56,7 +61,8 @@ SCORED = ("attention", "rollout", "grad-rollout", "chefer", "lrp", "lrp-gated") 
 SHOWN = ("chefer", "lrp-gated")  # the relevance slide's maps
 # the expected cost of each slide, for the progress bar: one image's seven, then comparison, timm, model
 IMAGE_COSTS = (1, 2, 2, 3, 2, 3, 9)
-COMPARISON_COST, TIMM_COST, MODEL_COST = 2, 3, 1
+COMPARISON_COST, TIMM_COST, MODEL_COST, ATLAS_COST = 2, 3, 1, 1
+ATLAS_HEADS, ATLAS_CROPS = 4, 6  # the atlas slide: the most important heads, each with its best patches
 
 PAPERS = {
     "vit": "Dosovitskiy et al., 'An Image is Worth 16x16 Words' (ICLR 2021)",
@@ -66,6 +72,7 @@ PAPERS = {
     "chefer2": "Chefer, Gur & Wolf, 'Generic Attention-model Explainability' (ICCV 2021)",
     "lrp": "Ali et al., 'XAI for Transformers: Better Explanations through Conservative Propagation' (ICML 2022)",
     "rise": "Petsiuk et al., 'RISE' (BMVC 2018)",
+    "michel": "Michel, Levy & Neubig, 'Are Sixteen Heads Really Better than One?' (NeurIPS 2019)",
 }
 
 
@@ -300,6 +307,58 @@ def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: in
     )
 
 
+def atlas_rows_picture(rows: Sequence[tuple[str, str, list[Image.Image]]], width_px: int) -> Image.Image:
+    """One row per head: its name and sentence on the left, its best patches (crops) on the right."""
+    tile = max(24, int(width_px * 0.58) // ATLAS_CROPS - width_px // 160)
+    gap, row_h = width_px // 160, tile + width_px // 60
+    img = Image.new("RGB", (width_px, row_h * len(rows)), "white")
+    draw = ImageDraw.Draw(img)
+    big, small = viz.text_font(max(10, width_px // 70), bold=True), viz.text_font(max(9, width_px // 95))
+    for i, (name, sentence, crops) in enumerate(rows):
+        y = i * row_h
+        draw.text((0, y + tile // 5), name, fill="#222222", font=big)
+        for j, line in enumerate(shorten_lines(sentence, 42, 3)):
+            draw.text((0, y + tile // 5 + width_px // 50 + j * width_px // 80), line, fill="#555555", font=small)
+        x = width_px - ATLAS_CROPS * (tile + gap)
+        for c in crops[:ATLAS_CROPS]:
+            img.paste(c.convert("RGB").resize((tile, tile), Image.Resampling.NEAREST), (x, y))
+            x += tile + gap
+    return img
+
+
+def shorten_lines(text: str, width: int, lines: int) -> list[str]:
+    """``text`` in at most ``lines`` lines of about ``width`` characters (the last one cut with "…")."""
+    out = textwrap.wrap(text, width)
+    return out[: lines - 1] + [shorten(" ".join(out[lines - 1 :]), width)] if len(out) > lines else out
+
+
+def atlas_slide(lm, atlas: dict[str, Any], width_px: int) -> Slide:
+    """The atlas's most important heads (:func:`vit_demo.evaluate.atlas.atlas`'s result for ``lm``):
+    each one's sentence, the fall of the true class's logit when it is removed, its best patches
+    over the folder as crops with the patch outlined (pictures that cannot be read are left out)."""
+    heads = sorted(atlas["heads"], key=lambda h: -h["importance"])[:ATLAS_HEADS]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        crops = Crops(Path(tmp), lm.data_config, lm.model.cfg.patch_size)
+        for h in heads:
+            rels = [crops(t["path"], t["row"], t["col"]) for t in h["top"][:ATLAS_CROPS]]
+            pics = [Image.open(Path(tmp) / r).convert("RGB") for r in rels if r is not None]
+            rows.append((f"Layer {h['layer']}, head {h['head']}  ·  logit {-h['importance']:+.2f}", h["summary"], pics))
+    n, depth = atlas["images"], atlas.get("layers", lm.model.cfg.depth)
+    said = "; ".join(f"layer {h['layer']} head {h['head']} {h['summary']}" for h in heads[:2])
+    return Slide(
+        "The heads that matter most",
+        [atlas_rows_picture(rows, width_px)],
+        f"Over {n} pictures, each of the {len(atlas['heads'])} heads of {lm.name} was removed in turn (its output replaced "
+        f"by its mean over the pictures, as in {PAPERS['michel']}), and the true class's logit fell most for these "
+        f"{len(heads)}. Beside each, the patches its [class] row weights most, one per picture, outlined: {said}. "
+        "Most heads can go with little loss; a few carry the decision.",
+        "The model", f"The {len(heads)} of {len(atlas['heads'])} heads ({depth} layers) whose removal costs the most, "
+                     f"over {n} pictures; beside each, where it looks",
+        {"heads": [(h["layer"], h["head"]) for h in heads]},
+    )
+
+
 def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: str | None, width_px: int,
                reference: Any = None) -> Slide:
     """The check against timm (``reference``: timm's model on the same weights, built here when None)."""
@@ -357,17 +416,18 @@ def _weights_file(lm, weights: str | None) -> str | None:
     return lm.source[5:] if lm.source.startswith("file ") else None
 
 
-def slide_costs(images: int) -> list[int]:
+def slide_costs(images: int, atlas: bool = False) -> list[int]:
     """Each slide's expected share of the work, in deck order (for the progress bar)."""
-    return [*IMAGE_COSTS * images, *([COMPARISON_COST] if images > 1 else []), TIMM_COST, MODEL_COST]
+    return [*IMAGE_COSTS * images, *([COMPARISON_COST] if images > 1 else []), *([ATLAS_COST] if atlas else []),
+            TIMM_COST, MODEL_COST]
 
 
 class SlideProgress:
     """The deck's progress bar: slide k's part of it is in proportion to its expected cost, and
     labelled "slide k of n"; the work inside a slide (forward passes) moves within its part."""
 
-    def __init__(self, images: int) -> None:
-        costs = slide_costs(images)
+    def __init__(self, images: int, atlas: bool = False) -> None:
+        costs = slide_costs(images, atlas)
         self.n, self.k = len(costs), 0
         self.bounds = np.concatenate([[0.0], np.cumsum(costs) / sum(costs)])
 
@@ -382,17 +442,19 @@ class SlideProgress:
 def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target: int | None = None,
                  weights: str | None = None, width_px: int = 2400, cmap: str = "inferno",
                  seeds: Sequence[int] = RANDOM_SEEDS, shared_scale: bool = False, reference: Any = None,
-                 analyses: Sequence[Analysis | None] | None = None) -> list[Slide]:
+                 analyses: Sequence[Analysis | None] | None = None, atlas: dict[str, Any] | None = None
+                 ) -> list[Slide]:
     """Every slide of the deck, in talk order (see the module docstring), reporting "slide k of
     n" to :func:`vit_demo.progress.reporting`. ``width_px``: width of the rendered figures;
     ``seeds``: one random patch order per seed for the faithfulness baseline; ``shared_scale``:
     the comparison slide's maps on one colour scale; ``reference``: timm's model on the same
     weights, if the caller has it (else it is built from ``weights``); ``analyses``: each image's
-    analysis by ``lm``, where the caller has it."""
+    analysis by ``lm``, where the caller has it; ``atlas``: an atlas of ``lm``
+    (:func:`vit_demo.evaluate.atlas.atlas`), for the slide of its most important heads."""
     if not images:
         raise ValueError("a deck needs at least one image")
     viz.check_cmap(cmap)
-    bar = SlideProgress(len(images))
+    bar = SlideProgress(len(images), atlas is not None)
     slides: list[Slide] = []
     for img, name, a in zip(images, names, analyses or [None] * len(images)):
         todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds, a)
@@ -403,6 +465,9 @@ def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target
     if len(images) > 1:
         with bar.slide():
             slides.append(comparison_slide(panels, list(names), width_px, cmap, shared_scale))
+    if atlas is not None:
+        with bar.slide():
+            slides.append(atlas_slide(lm, atlas, width_px))
     xs = [s.meta.pop("x") for s in slides if "x" in s.meta]  # each image's model input
     with bar.slide():
         slides.append(timm_slide(lm, xs, names, _weights_file(lm, weights), width_px, reference))
@@ -411,7 +476,7 @@ def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target
     return slides
 
 
-def slide_count(images: int) -> int:
+def slide_count(images: int, atlas: bool = False) -> int:
     """Slides in a deck of ``images`` images: seven per image, a comparison when there are
-    several, the timm check and the closing slide."""
-    return PER_IMAGE * images + (1 if images > 1 else 0) + 2
+    several, the atlas's heads when an atlas is given, the timm check and the closing slide."""
+    return PER_IMAGE * images + (1 if images > 1 else 0) + (1 if atlas else 0) + 2

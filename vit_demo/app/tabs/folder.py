@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import secrets
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,35 @@ def gather_uploads(files: list[Any], dest: Path, max_files: int, max_bytes: int,
     return pics, notes
 
 
+def picture_limit(ctx: Context) -> int:
+    """Pictures one folder job may take: :data:`MAX_PICTURES`, :data:`MAX_PICTURES_EXPOSED` when exposed."""
+    return MAX_PICTURES_EXPOSED if ctx.cfg.exposed else MAX_PICTURES
+
+
+@contextmanager
+def received(ctx: Context, files: list[Any]) -> Iterator[tuple[Path, Path, list[str]]]:
+    """The uploaded pictures (and zips) of one folder job, within the survey's limits
+    (:func:`picture_limit`, :func:`allowance`, the upload cap), in a new export folder whose name
+    no one can guess: ``(folder, its pictures, notes on what was skipped)``. The job runs inside;
+    if it fails, its files go at once. The survey and the atlas both take their pictures here."""
+    limit = picture_limit(ctx)
+    allow = allowance(limit)
+    base = export_dir()
+    out = base / secrets.token_hex(16)
+    try:
+        pics, notes = gather_uploads(files, out, limit, ctx.cfg.limits.max_upload_bytes, allow)
+        yield out, pics, notes
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+
+
+def unreadable(e: ValueError, pics: Path, notes: list[str]) -> ImageError:
+    """A job's "nothing readable" error, said without the server's folder."""
+    why = str(e).replace(f"{pics}/", "").replace(str(pics), "the upload")
+    return ImageError(why + (f" ({notes[-1]})" if notes else ""))
+
+
 def arrange(result: dict[str, Any], show: str, sort: str, cluster: Any) -> list[dict[str, Any]]:
     """The records the gallery shows, filtered and sorted as the menus say."""
     keep = {"all": lambda r: True, "wrong": lambda r: r["correct"] is False, "right": lambda r: r["correct"] is True,
@@ -140,7 +171,7 @@ class FolderTab(Section):
     name, title = "folder", "Whole folder"
 
     def layout(self, ctx: Context) -> None:
-        limit = MAX_PICTURES_EXPOSED if ctx.cfg.exposed else MAX_PICTURES
+        limit = picture_limit(ctx)
         gr.Markdown(f"Many pictures at once (up to {limit}; a zip's sub-folders are taken as the classes): each picture's "
                     "prediction and map, a gallery to sort and filter, and the maps **clustered per predicted class** "
                     "(SpRAy): a class the model decides in two ways, e.g. by the object and by a watermark, shows two "
@@ -175,25 +206,16 @@ class FolderTab(Section):
         return [(str(out / "report" / r["overlay"]), caption(r)) for r in rs], [r["index"] for r in rs]
 
     def run_survey(self, ctx: Context, files: Any, method: str, sess: Any, progress: Any) -> dict:
-        limit = MAX_PICTURES_EXPOSED if ctx.cfg.exposed else MAX_PICTURES
-        allow = allowance(limit)
-        base = export_dir()
-        out = base / secrets.token_hex(16)  # the survey's files: a name no one can guess
-        try:
-            pics, notes = gather_uploads(files, out, limit, ctx.cfg.limits.max_upload_bytes, allow)
+        with received(ctx, files) as (out, pics, notes):
             lm = ctx.model(ctx.session(sess))
             with reporting(lambda share, text: progress(share, desc=f"survey: {text}")):
                 try:
                     result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False)
                 except ValueError as e:  # nothing readable: said without the server's folder
-                    why = str(e).replace(f"{pics}/", "").replace(str(pics), "the upload")
-                    raise ImageError(why + (f" ({notes[-1]})" if notes else "")) from e
+                    raise unreadable(e, pics, notes) from e
             relative_paths(result)  # the report and its JSON name no server path
             notes = [*result["notes"], *notes, *result["errors"]]
             write_report(result, out / "report")
-        except BaseException:
-            shutil.rmtree(base, ignore_errors=True)  # a failed survey's files go at once
-            raise
         emb = png(embedding_image(result, out / "report", thumb=56))
         report = report_zip(out)
         within_budget()
