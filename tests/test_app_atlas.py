@@ -6,6 +6,7 @@ that names no server path, and the slide of the most important heads in a deck."
 from __future__ import annotations
 
 import json
+import threading
 import zipfile
 from pathlib import Path
 
@@ -113,6 +114,28 @@ def test_clicked_patch_coded_as_the_atlas_codes_it(world) -> None:
     codes = code_tokens(t, found.components)
     ref = found.codes[0]
     assert np.abs(codes - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
+
+
+def test_other_sessions_forward_passes_untouched_while_an_atlas_is_built(world, tmp_path: Path) -> None:
+    """The atlas ablates heads with hooks: on the app's shared model they would change every
+    other session's predictions meanwhile (and mix their tokens into the atlas)."""
+    _, pictures, ckpt = world
+    _, ctx = make_tab(pictures, ckpt)
+    lm = ctx.reg.get(ctx.default_key)
+    x = preprocess(load_image(pictures[0]), lm.data_config)[0][None]
+    with torch.inference_mode():
+        ref = lm.model(x).logits
+    (tmp_path / "pics").mkdir()
+    for i, p in enumerate(pictures):
+        (tmp_path / "pics" / f"{i}_{p.name}").write_bytes(p.read_bytes())
+    job = threading.Thread(target=tab_module.build_atlas, args=(lm, tmp_path / "pics", tmp_path, "k", ""))
+    job.start()
+    worst = 0.0
+    with torch.inference_mode():
+        while job.is_alive():
+            worst = max(worst, float((lm.model(x).logits - ref).abs().max()))
+    job.join()
+    assert worst == 0.0 and (tmp_path / "report" / "report.html").is_file()
 
 
 def test_views_and_a_clicked_patch(world) -> None:

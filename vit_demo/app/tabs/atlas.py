@@ -15,6 +15,8 @@ slide (:func:`vit_demo.present.deck.atlas_slide`), PowerPoint and PDF.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -123,9 +125,12 @@ def finish(lm: LoadedModel, result: dict[str, Any], components: np.ndarray, out:
 
 
 def build_atlas(lm: LoadedModel, pictures: Path, out: Path, key: str, source: str) -> Atlas:
-    """The atlas of the folder ``pictures`` (its default layer and number of concepts)."""
+    """The atlas of the folder ``pictures`` (its default layer and number of concepts), made with
+    a copy of the model: the atlas hooks into the blocks (it replaces heads' outputs to ablate
+    them), and the app's model runs every other session's forward passes meanwhile."""
     fitted: dict[str, Any] = {}
-    result = atlas_code.atlas(lm, pictures, progress=False, fitted=fitted)
+    own = dataclasses.replace(lm, model=copy.deepcopy(lm.model))
+    result = atlas_code.atlas(own, pictures, progress=False, fitted=fitted)
     return finish(lm, result, fitted["concepts"].components, out, key, source)
 
 
