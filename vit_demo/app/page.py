@@ -36,6 +36,8 @@ CSS = """
 .job-fill {position: absolute; top: 0; bottom: 0; left: 0; background: var(--primary-200, #c7d2fe); transition: width 0.25s;}
 .job-text {position: relative; padding: 0 0.7em; line-height: 1.9em; font-size: 0.92em; color: var(--body-text-color);
            font-variant-numeric: tabular-nums; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; display: block;}
+/* a gallery of small tiles (elem_classes="tiles"): its columns shrink to fit a phone (Gradio's are at least 100 px) */
+.tiles .grid-container {grid-template-columns: repeat(var(--grid-cols), minmax(0, 1fr)) !important;}
 /* toasts at the bottom: at the top they covered the model's description */
 .toast-wrap {top: auto !important; bottom: var(--size-4) !important;}
 

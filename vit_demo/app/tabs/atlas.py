@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import threading
@@ -280,7 +281,8 @@ def tiles(at: Atlas, top: list[dict[str, Any]]) -> list[tuple[str, str]]:
     for t in top:
         img = at.crop(t)
         if img is not None:
-            out.append((png(img), f"{Path(t['path']).name} · row {t['row']}, column {t['col']}"))
+            name = re.sub(r"^\d+_", "", Path(t["path"]).name)  # without the number a copied picture was given
+            out.append((png(img), f"{name} ({t['row']}, {t['col']})"))
     return out
 
 
@@ -378,14 +380,14 @@ class AtlasTab(Section):
                     self.head = gr.Dropdown([], label="Head", elem_id="atlas-head", min_width=150)
                 self.head_md = gr.Markdown(elem_id="atlas-head-text", elem_classes="caption")
                 self.head_gallery = gr.Gallery(label="Where this head looks: its best patch in each picture", columns=4,
-                                               height="auto", allow_preview=False, object_fit="contain",
-                                               elem_id="atlas-head-gallery", buttons=[])
+                                               rows=2, height=300, allow_preview=False, object_fit="contain",
+                                               elem_id="atlas-head-gallery", buttons=[], elem_classes="tiles")
             with gr.Column(min_width=300):
                 self.concept = gr.Dropdown([], label="Concept", elem_id="atlas-concept")
                 self.concept_md = gr.Markdown(elem_id="atlas-concept-text", elem_classes="caption")
                 self.concept_gallery = gr.Gallery(label="Where this concept is strongest: one patch per picture",
-                                                  columns=4, height="auto", allow_preview=False, object_fit="contain",
-                                                  elem_id="atlas-concept-gallery", buttons=[])
+                                                  columns=4, rows=2, height=300, allow_preview=False, object_fit="contain",
+                                                  elem_id="atlas-concept-gallery", buttons=[], elem_classes="tiles")
         with gr.Row(equal_height=False):
             self.picture = gr.Image(label="Your picture: the concept above over it (click a patch)", interactive=False,
                                     format="png", height=VIEW_SIZE, elem_id="atlas-picture", buttons=[])
