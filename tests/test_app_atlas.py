@@ -188,3 +188,22 @@ def test_atlas_slide_in_a_deck(world, tmp_path: Path) -> None:
 
     shapes = Presentation(str(path)).slides[0].shapes
     assert sum(s.shape_type == 13 for s in shapes) == 1  # one picture
+
+
+def test_deck_atlas_option_checks_its_model(world, tmp_path: Path) -> None:
+    from vit_demo.cli.common import UserError
+    from vit_demo.cli.deck import read_atlas
+
+    _, pictures, ckpt = world
+    tab, ctx = make_tab(pictures, ckpt)
+    at = tab.examples.compute(ctx.default_key)
+    lm = ctx.reg.get(ctx.default_key)
+    path = tmp_path / "atlas.json"
+    path.write_text(json.dumps(at.result))
+    assert read_atlas(str(path), lm)["images"] == 6
+    path.write_text(json.dumps({**at.result, "heads": at.result["heads"][:-1]}))  # another model's heads
+    with pytest.raises(UserError, match="not those of tiny"):
+        read_atlas(str(path), lm)
+    path.write_text("{")
+    with pytest.raises(UserError, match="not an atlas.json"):
+        read_atlas(str(path), lm)

@@ -145,7 +145,7 @@ def test_tour(page, app, package_photos: dict[str, Path], tmp_path: Path) -> Non
     # patches, and a clicked patch of the photo told as the concepts it is made of
     open_atlas(pg)
     old = img_src(pg, "#atlas-picture")
-    click_picture(pg, "#atlas-picture img", 0.5, 0.5 * 448 / (448 + 46))  # the picture's middle, above its colour bar
+    click_picture(pg, "#atlas-picture img", 240 / 448, 240 / (448 + 46))  # patch (7, 7)'s middle: 32 px a patch
     pg.wait_for_selector("#atlas-patch:has-text('Patch row 7, column 7')")
     assert "is made of: concept" in pg.inner_text("#atlas-patch") or "none of the atlas" in pg.inner_text("#atlas-patch")
     wait_src_change(pg, "#atlas-picture", old)  # the clicked patch outlined

@@ -313,12 +313,12 @@ def atlas_rows_picture(rows: Sequence[tuple[str, str, list[Image.Image]]], width
     gap, row_h = width_px // 160, tile + width_px // 60
     img = Image.new("RGB", (width_px, row_h * len(rows)), "white")
     draw = ImageDraw.Draw(img)
-    big, small = viz.text_font(max(10, width_px // 70), bold=True), viz.text_font(max(9, width_px // 95))
+    big, small = viz.text_font(max(10, width_px // 60), bold=True), viz.text_font(max(9, width_px // 75))
     for i, (name, sentence, crops) in enumerate(rows):
         y = i * row_h
-        draw.text((0, y + tile // 5), name, fill="#222222", font=big)
-        for j, line in enumerate(shorten_lines(sentence, 42, 3)):
-            draw.text((0, y + tile // 5 + width_px // 50 + j * width_px // 80), line, fill="#555555", font=small)
+        draw.text((0, y + tile // 8), name, fill="#222222", font=big)
+        for j, line in enumerate(shorten_lines(sentence, 40, 3)):
+            draw.text((0, y + tile // 8 + width_px // 45 + j * width_px // 62), line, fill="#555555", font=small)
         x = width_px - ATLAS_CROPS * (tile + gap)
         for c in crops[:ATLAS_CROPS]:
             img.paste(c.convert("RGB").resize((tile, tile), Image.Resampling.NEAREST), (x, y))
