@@ -12,7 +12,9 @@
    moved by noise (so LayerScale, tables and biases matter), ported and run side by side with
    timm on random inputs at the model's size and, where timm resizes (``dynamic_img_size``), at
    a non-square one: max |logit difference|, top-1 agreement, max attention difference.
-   Architectures without a small variant are sampled with fewer blocks (marked).
+   Architectures without a small variant are sampled with fewer blocks (marked). A sample whose
+   attention maps would pass ``PARITY_MEMORY`` is refused before it runs, and a sample that fails
+   is a row of the report that says why: one sample never ends the run.
 
 Writes the full report as Markdown (``--out``) and prints the summary.
 """
