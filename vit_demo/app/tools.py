@@ -9,13 +9,17 @@ read a session's state, are not tools) and decides what a picture given as a URL
 
 They are queued events like the page's: an MCP call reaches the app through Gradio's own client
 over HTTP, so it passes the gate, the door of the queue (its values and files checked, the
-caps per client), the model lane and the upload limits like any other request. A picture
-comes as a base64 data URL (an http(s) URL on a local app only, fetched within the upload limit
-from a public host: never on an exposed app, where a URL is refused before anything is fetched).
+caps per client), the model lane and the upload limits like any other request, and its work runs
+under the slow lane's time limit. Exposed, one caller (address) has at most
+:data:`CALLS_PER_CALLER` calls in progress, the next refused at once (:class:`CallerCap`): the
+tools' "one slow job per client". A picture comes as a base64 data URL (an http(s) URL on a
+local app only, fetched within the upload limit from a public host: never on an exposed app,
+where a URL is refused before anything is fetched).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -31,8 +35,9 @@ from ..methods.rollout import rollout as rollout_map
 from .common import friendly, open_upload, png
 from .context import Context
 from .fetch import fetch_picture
-from .guard import InputError, whole
-from .middleware import LOOPBACK_SECRET, SECRET_HEADER
+from .guard import InputError, clip, whole
+from .lanes import time_limited
+from .middleware import FOR_HEADER, LOOPBACK_SECRET, SECRET_HEADER
 from .sections.inputs import predictions_json
 from .tabs.compare import compare_with_timm
 
@@ -42,6 +47,10 @@ URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open 
                "picture itself as a base64 data URL (data:image/jpeg;base64,...).")
 LOOPBACK_TIMEOUT_S = 120.0  # the app's own MCP client: an upload or a join to this app (the queue waits after)
 MAP_SIDE = 448  # px: the longer side of a map sent back
+CALLS_PER_CALLER = 2  # tool calls one address may have in progress, when exposed (as its slow jobs)
+BUSY = ("This caller already has {n} tool calls in progress: wait for one to finish, then call again "
+        "(this app is open to the public and answers each caller a few calls at a time).")
+ECHO_MAX = 200  # characters of an MCP error about a value (Gradio's repeat the whole value)
 
 
 def _analysis(ctx: Context, image: Any, model: str | None):
@@ -177,8 +186,10 @@ def wire(ctx: Context) -> None:
     events = {"predict": ([image, k, model], [out_json]), "explain": ([image, method, cls, model], [out_map, out_json]),
               "attention": ([image, layer, head, rollout, model], [out_map, out_json]),
               "verify": ([image, model], [out_json])}
+    seconds = ctx.cfg.limits.job_seconds  # the slow lane's time limit (explain's integrated gradients checks it)
     for name, (inputs, outputs) in events.items():
-        button.click(fns[name], inputs, outputs, api_name=f"tool_{name}", preprocess=False, **ctx.heavy)
+        button.click(time_limited(fns[name], seconds), inputs, outputs, api_name=f"tool_{name}", preprocess=False,
+                     **ctx.heavy)
 
 
 def mcp_lifespan(demo: Any, limits: Any):
@@ -188,6 +199,7 @@ def mcp_lifespan(demo: Any, limits: Any):
     fetched; local, it is fetched from a public host within the upload limit
     (:func:`vit_demo.app.fetch.fetch_picture`)."""
     fetch = None if limits.exposed else functools.partial(fetch_picture, max_bytes=limits.max_upload_bytes)
+    cap = CallerCap(CALLS_PER_CALLER) if limits.exposed else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -197,19 +209,19 @@ def mcp_lifespan(demo: Any, limits: Any):
                                        if t.removeprefix(server.tool_prefix) in TOOLS}
             server.convert_strings_to_filedata = url_rule(server.convert_strings_to_filedata, fetch)
             server._execute_tool_without_progress = every_output  # Gradio's, fixed
-            server._get_or_create_client = with_secret(server._get_or_create_client)
+            server._get_or_create_client = with_secret(server._get_or_create_client, cap)
         yield
 
     return lifespan
 
 
-def with_secret(make_client: Callable) -> Callable:
+def with_secret(make_client: Callable, cap: CallerCap | None = None) -> Callable:
     """Gradio's MCP client of this app, made once (Gradio made one per call until the first was
     stored: concurrent first calls each fetched the app's config, and timed out on a busy
     machine), its requests marked as the app's own (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`:
     the gate charges the picture once, to the MCP caller, and the queue sees the caller's
     address), waiting up to :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls
-    on a busy machine)."""
+    on a busy machine), its calls within ``cap`` when given."""
     lock, made = threading.Lock(), []
 
     def make() -> Any:
@@ -218,19 +230,61 @@ def with_secret(make_client: Callable) -> Callable:
                 client = make_client()
                 client.headers[SECRET_HEADER] = LOOPBACK_SECRET
                 client.httpx_kwargs.setdefault("timeout", LOOPBACK_TIMEOUT_S)
+                if cap is not None:
+                    client.submit = cap.wrap(client.submit)
                 made.append(client)
             return made[0]
 
     return make
 
 
+class CallerCap:
+    """At most ``n`` tool calls in progress per MCP caller (the address the gate wrote into the
+    call's headers, :data:`vit_demo.app.middleware.FOR_HEADER`), counted from Gradio's submit to
+    the end of the call's job: a call past it is refused at once (an MCP error, :data:`BUSY`),
+    before it takes one of the threads of Gradio's MCP client (40, shared by every caller) or a
+    place in the queue. Without it, one address held 16 places of the queue (its share), and
+    another caller's calls waited behind them."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.lock = n, threading.Lock()
+        self.busy: dict[str, int] = {}  # caller -> its calls in progress
+
+    def release(self, caller: str) -> None:
+        with self.lock:
+            left = self.busy.get(caller, 1) - 1
+            if left > 0:
+                self.busy[caller] = left
+            else:
+                self.busy.pop(caller, None)
+
+    def wrap(self, submit: Callable) -> Callable:
+        """``submit`` (the client's) within the cap."""
+
+        def capped(*args: Any, headers: dict | None = None, **kwargs: Any) -> Any:
+            caller = (headers or {}).get(FOR_HEADER, "")
+            with self.lock:
+                if self.busy.get(caller, 0) >= self.n:
+                    raise ValueError(BUSY.format(n=self.n))
+                self.busy[caller] = self.busy.get(caller, 0) + 1
+            try:
+                job = submit(*args, headers=headers, **kwargs)
+            except BaseException:
+                self.release(caller)
+                raise
+            job.future.add_done_callback(lambda _done: self.release(caller))
+            return job
+
+        return capped
+
+
 async def every_output(job: Any) -> list[Any]:
     """A finished job's outputs, one per output component (Gradio 6.31 passes a tool's several
     outputs on as one text: the map of explain and attention would not come back as an image),
-    the JSON ones as JSON text (not Python's repr)."""
-    from anyio.to_thread import run_sync
-
-    result = await run_sync(job.result)
+    the JSON ones as JSON text (not Python's repr). Awaited without a thread: Gradio waited for
+    every call in a thread of the pool that also runs the app's handlers (anyio's 40), so that
+    calls waiting in the queue took the threads their own work needed."""
+    result = await asyncio.wrap_future(job.future)
     outputs = list(result) if isinstance(result, tuple) else [result]
     return [json.dumps(o) if isinstance(o, dict) and "meta" not in o else o for o in outputs]
 
@@ -251,6 +305,9 @@ def url_rule(convert: Callable, fetch: Callable[[str], str] | None) -> Callable:
         return node
 
     def checked(value: Any, positions: list) -> Any:
-        return convert(swap(value, [], positions), positions)
+        try:
+            return convert(swap(value, [], positions), positions)
+        except ValueError as e:  # Gradio's message repeats the whole value (a path, megabytes of base64)
+            raise ValueError(clip(e, ECHO_MAX)) from None
 
     return checked
