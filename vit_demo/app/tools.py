@@ -11,10 +11,11 @@ They are queued events like the page's: an MCP call reaches the app through Grad
 over HTTP, so it passes the gate, the door of the queue (its values and files checked, the
 caps per client), the model lane and the upload limits like any other request, and its work runs
 under the slow lane's time limit. Exposed, one caller (address) has at most
-:data:`CALLS_PER_CALLER` calls in progress, the next refused at once (:class:`CallerCap`): the
-tools' "one slow job per client". A picture comes as a base64 data URL (an http(s) URL on a
-local app only, fetched within the upload limit from a public host: never on an exposed app,
-where a URL is refused before anything is fetched).
+:func:`calls_per_caller` calls in progress (one with the default two jobs at a time in the
+lane: one caller never holds the whole lane), the next refused at once
+(:class:`vit_demo.app.middleware.CallerCap`): the tools' "one slow job per client". A picture
+comes as a base64 data URL (an http(s) URL on a local app only, fetched within the upload limit
+from a public host: never on an exposed app, where a URL is refused before anything is fetched).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .context import Context
 from .fetch import fetch_picture
 from .guard import InputError, clip, whole
 from .lanes import time_limited
-from .middleware import FOR_HEADER, LOOPBACK_SECRET, SECRET_HEADER
+from .middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .sections.inputs import predictions_json
 from .tabs.compare import compare_with_timm
 
@@ -47,9 +48,6 @@ URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open 
                "picture itself as a base64 data URL (data:image/jpeg;base64,...).")
 LOOPBACK_TIMEOUT_S = 120.0  # the app's own MCP client: an upload or a join to this app (the queue waits after)
 MAP_SIDE = 448  # px: the longer side of a map sent back
-CALLS_PER_CALLER = 2  # tool calls one address may have in progress, when exposed (as its slow jobs)
-BUSY = ("This caller already has {n} tool calls in progress: wait for one to finish, then call again "
-        "(this app is open to the public and answers each caller a few calls at a time).")
 ECHO_MAX = 200  # characters of an MCP error about a value (Gradio's repeat the whole value)
 
 
@@ -197,9 +195,11 @@ def mcp_lifespan(demo: Any, limits: Any):
     :data:`TOOLS` and puts the URL rule (:func:`url_rule`) in front of its conversion of pictures:
     exposed, a picture given as an http(s) URL is refused (an MCP error) before anything is
     fetched; local, it is fetched from a public host within the upload limit
-    (:func:`vit_demo.app.fetch.fetch_picture`)."""
+    (:func:`vit_demo.app.fetch.fetch_picture`). Exposed, each caller's calls are counted
+    (:class:`vit_demo.app.middleware.CallerCap`, ``demo.mcp_calls``, which the gate reads too)."""
     fetch = None if limits.exposed else functools.partial(fetch_picture, max_bytes=limits.max_upload_bytes)
-    cap = CallerCap(CALLS_PER_CALLER) if limits.exposed else None
+    cap = CallerCap(calls_per_caller(limits.concurrency)) if limits.exposed else None
+    demo.mcp_calls = cap  # launch_kwargs(demo): the gate refuses a busy caller's requests before reading them
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -213,6 +213,14 @@ def mcp_lifespan(demo: Any, limits: Any):
         yield
 
     return lifespan
+
+
+def calls_per_caller(concurrency: int) -> int:
+    """Tool calls one caller (address) may have in progress on an exposed app: fewer than the
+    jobs the model lane runs at once (``--concurrency``), so that another caller always finds one
+    free; one at least. (With 2 of 2, a caller that called again and again kept both running,
+    and every other caller waited for one of them to end: p50 2.6 s for a predict.)"""
+    return max(1, concurrency - 1)
 
 
 def with_secret(make_client: Callable, cap: CallerCap | None = None) -> Callable:
@@ -236,46 +244,6 @@ def with_secret(make_client: Callable, cap: CallerCap | None = None) -> Callable
             return made[0]
 
     return make
-
-
-class CallerCap:
-    """At most ``n`` tool calls in progress per MCP caller (the address the gate wrote into the
-    call's headers, :data:`vit_demo.app.middleware.FOR_HEADER`), counted from Gradio's submit to
-    the end of the call's job: a call past it is refused at once (an MCP error, :data:`BUSY`),
-    before it takes one of the threads of Gradio's MCP client (40, shared by every caller) or a
-    place in the queue. Without it, one address held 16 places of the queue (its share), and
-    another caller's calls waited behind them."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.lock = n, threading.Lock()
-        self.busy: dict[str, int] = {}  # caller -> its calls in progress
-
-    def release(self, caller: str) -> None:
-        with self.lock:
-            left = self.busy.get(caller, 1) - 1
-            if left > 0:
-                self.busy[caller] = left
-            else:
-                self.busy.pop(caller, None)
-
-    def wrap(self, submit: Callable) -> Callable:
-        """``submit`` (the client's) within the cap."""
-
-        def capped(*args: Any, headers: dict | None = None, **kwargs: Any) -> Any:
-            caller = (headers or {}).get(FOR_HEADER, "")
-            with self.lock:
-                if self.busy.get(caller, 0) >= self.n:
-                    raise ValueError(BUSY.format(n=self.n))
-                self.busy[caller] = self.busy.get(caller, 0) + 1
-            try:
-                job = submit(*args, headers=headers, **kwargs)
-            except BaseException:
-                self.release(caller)
-                raise
-            job.future.add_done_callback(lambda _done: self.release(caller))
-            return job
-
-        return capped
 
 
 async def every_output(job: Any) -> list[Any]:
