@@ -56,8 +56,8 @@ MCP_ROUTE = "/gradio_api/mcp"
 LOOPBACK_SECRET = secrets.token_urlsafe(32)  # this process's own MCP client says so with it
 SECRET_HEADER, FOR_HEADER = "x-vit-demo-loopback", "x-vit-demo-for"
 BUSY_WAIT_S = 1.0  # how long a busy caller's refused request is held before its answer (no CPU meanwhile)
-CALLS_BUSY = ("This caller already has {n} tool calls in progress: wait for one to finish, then call again "
-              "(this app is open to the public and answers each caller a few calls at a time).")
+CALLS_BUSY = ("This caller already has its tool calls in progress ({n} at a time on this app): wait for one to "
+              "finish, then call again (the app is open to the public and shares its work among its callers).")
 
 
 def host_name(header: str) -> str:
