@@ -39,16 +39,13 @@ class Outcome:
 
 
 class Raw:
-    """One client (one session unless told otherwise) of the app at ``url``, from the loopback
-    address ``source`` when given (127.0.0.x: another client of an exposed app)."""
+    """One client (one session unless told otherwise) of the app at ``url``."""
 
-    def __init__(self, url: str, headers: dict[str, str] | None = None, timeout: float = 120,
-                 source: str | None = None) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None, timeout: float = 120) -> None:
         import httpx
 
         self.url = url if url.endswith("/") else url + "/"
-        transport = httpx.HTTPTransport(local_address=source) if source else None  # another loopback address
-        self.http = httpx.Client(timeout=timeout, headers=headers or {}, transport=transport)
+        self.http = httpx.Client(timeout=timeout, headers=headers or {})
         self.session = uuid.uuid4().hex
         self._config: dict | None = None
 
