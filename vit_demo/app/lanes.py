@@ -12,9 +12,9 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
    first has finished; exposed, an address may hold two, for two browser tabs);
 4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
    flood is told "queue is full" while other clients still get in;
-5. once a request has joined, lets the clients of its lane take turns (:meth:`Door.take_turns`):
-   Gradio's queue is first come, first served, and one address's share of it (16 places) made
-   another client wait behind all of them.
+5. (exposed) once a request has joined, lets the clients of its lane take turns
+   (:meth:`Door.take_turns`): Gradio's queue is first come, first served, and one address's
+   share of it (16 places) made another client wait behind all of them.
 
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
 explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
@@ -90,12 +90,12 @@ class Door:
         return client_key(getattr(event, "session_hash", None), _host(event), self.exposed)
 
     def take_turns(self, lane: str | None) -> None:
-        """The waiting requests of ``lane`` in turns: every client's n-th request (its running
+        """The waiting requests of ``lane`` in turns (exposed): every client's n-th request (its running
         jobs in the lane counted first) before any client's (n+1)-th, in the order they came
         otherwise, so a client's own requests keep their order. Called as a request joins, from
         the event loop, between two of its steps: the queue's worker sees the list before or after."""
         waiting = getattr(self.queue.event_queue_per_concurrency_id.get(lane), "queue", None)
-        if not waiting or len(waiting) < 2:
+        if not self.exposed or not waiting or len(waiting) < 2:  # (a local app: every client is this computer)
             return
         seen = collections.Counter(self.client(e) for e in _running(self.queue, lane))
         turns = []
