@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from app_server import start_app  # noqa: E402
-from attacks import Raw, file_payload, rss_mb  # noqa: E402
+from attacks import Raw, app_folder, file_payload, rss_mb  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from vit_demo.app.workspace import folder_bytes  # noqa: E402
@@ -402,15 +402,6 @@ def cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
-def app_folder(stored: str) -> Path:
-    p = Path(stored)
-    while not p.name.startswith("vit_demo_"):
-        p = p.parent
-    return p
-
-
-
-
 def watched(pid: int, folder: Path, work: Callable):
     """``work()`` while the app's RSS and ``folder``'s size are sampled: (its result, RSS peak
     MiB, folder peak bytes)."""
@@ -582,7 +573,6 @@ def mcp_tools(app, tmp: Path) -> None:
     this computer, server files as pictures, pictures of noise from one address until its budget
     is used (the app's folder watched), and a flood of tool calls from one address while another
     calls predict."""
-    import concurrent.futures
     import http.server
     import io
 
@@ -630,9 +620,20 @@ def mcp_tools(app, tmp: Path) -> None:
         f"({time.perf_counter() - t0:.0f} s)", f"{codes.count('ok')} answered, {codes.count('error')} tool errors, "
         f"{codes.count('429')} refused (HTTP 429; --upload-budget-mb 10); another address's predict: "
         f"{'refused' if still.get('isError') else 'answered'}", f"the app's folder +{grown / MB:.0f} MB")
+    mcp_burst(url, other, chelsea)
+    mcp_flood(url, other)
+
+
+def mcp_burst(url: str, other, picture: str) -> None:
+    """30 explain calls at once from one address (each another class), another address calling
+    predict meanwhile."""
+    import concurrent.futures
+
+    from mcp_client import McpClient
+
     def call(i: int) -> str:
         try:
-            r = McpClient(url, source="127.0.0.4").tool("explain", image=chelsea, method="chefer", class_index=i)
+            r = McpClient(url, source="127.0.0.4").tool("explain", image=picture, method="chefer", class_index=i)
         except Exception:  # noqa: BLE001 - an HTTP refusal
             return "refused"
         return "refused" if r.get("isError") else "ok"
@@ -642,16 +643,61 @@ def mcp_tools(app, tmp: Path) -> None:
         flood = [pool.submit(call, i) for i in range(30)]
         time.sleep(1)
         for i in range(10):
-            buf = io.BytesIO()
-            Image.fromarray(np.random.default_rng(100 + i).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buf, "PNG")
             t1 = time.perf_counter()
-            ok = not other.tool("predict", image=data_url(buf.getvalue(), "image/png")).get("isError")
+            ok = not other.tool("predict", image=small_png(100 + i)).get("isError")
             times.append(time.perf_counter() - t1 if ok else float("inf"))
         outcome = [f.result() for f in flood]
     p95 = statistics.quantiles(times, n=20, method="inclusive")[18]
     row("30 MCP explain calls at once (each another class) from one address", f"{outcome.count('ok')} answered, "
         f"{outcome.count('refused')} refused", f"meanwhile another address's MCP predict: p50 "
         f"{statistics.median(times):.2f} s, p95 {p95:.2f} s ({sum(t != float('inf') for t in times)} of 10)")
+
+
+def small_png(seed: int, side: int = 64) -> str:
+    """A data URL of a small PNG of noise (a flood's pictures: the caller's upload budget lasts)."""
+    import io
+
+    from mcp_client import data_url
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (side, side, 3), dtype=np.uint8)).save(buf, "PNG")
+    return data_url(buf.getvalue(), "image/png")
+
+
+def mcp_flood(url: str, other, threads: int = 30, calls: int = 10) -> None:
+    """``threads`` callers from one address each calling explain again and again (small pictures,
+    every call another class) while another address calls predict ``calls`` times."""
+    import concurrent.futures
+
+    from mcp_client import McpClient
+
+    stop, outcome = threading.Event(), []
+
+    def flood(i: int) -> None:
+        client = McpClient(url, source="127.0.0.4")
+        while not stop.is_set():
+            try:
+                r = client.tool("explain", image=small_png(i), method="chefer", class_index=i % 1000)
+                outcome.append("refused" if r.get("isError") else "ok")
+            except Exception:  # noqa: BLE001 - an HTTP refusal
+                outcome.append("refused")
+            i += threads
+
+    times = []
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        busy = [pool.submit(flood, i) for i in range(threads)]
+        time.sleep(2)
+        for i in range(calls):
+            t1 = time.perf_counter()
+            ok = not other.tool("predict", image=small_png(100 + i)).get("isError")
+            times.append(time.perf_counter() - t1 if ok else float("inf"))
+        stop.set()
+        for f in busy:
+            f.result()
+    p95 = statistics.quantiles(times, n=20, method="inclusive")[18]
+    row(f"{threads} MCP callers on one address calling explain again and again (small pictures)",
+        f"{outcome.count('ok')} answered, {outcome.count('refused')} refused", f"meanwhile another address's MCP predict: p50 "
+        f"{statistics.median(times):.2f} s, p95 {p95:.2f} s ({sum(t != float('inf') for t in times)} of {calls})")
 
 
 # ----------------------------------------------------------------------------- running them

@@ -10,7 +10,8 @@ against the running app, in both modes: local (the default, 127.0.0.1) and ``--e
   a DNS-rebinding page (``Host: evil.example``) gets nothing, not even a checkpoint loaded by path.
 - ``X-Forwarded-For`` is believed only from ``--trusted-proxy`` (tests/test_app_lanes.py has
   the trusted case).
-One server per mode for the module.
+One server per mode (tests/conftest.py's ``local_app`` and ``exposed_app``, shared with
+tests/test_app_mcp.py).
 """
 
 from __future__ import annotations
@@ -19,23 +20,9 @@ import os
 from pathlib import Path
 
 import pytest
-from app_server import running_app
 from attacks import Raw, file_payload, values_for
 
 httpx = pytest.importorskip("httpx")
-
-
-@pytest.fixture(scope="module")
-def local_app(deit_tiny_path: Path):
-    with running_app(["--weights", str(deit_tiny_path), "--allowed-host", "demo.lan"]) as app:
-        yield app
-
-
-@pytest.fixture(scope="module")
-def exposed_app(deit_tiny_path: Path):
-    with running_app(["--weights", str(deit_tiny_path), "--exposed", "--max-queue", "8", "--upload-budget-mb", "3",
-                      "--max-upload-mb", "1"]) as app:
-        yield app
 
 
 def _attempts(raw: Raw, server_image: Path, weights: Path, tmp: Path) -> dict[str, object]:
@@ -166,7 +153,7 @@ def test_local_app_answers_its_own_names(local_app) -> None:
 
 def test_forwarded_for_is_not_believed_without_trusted_proxy(exposed_app, tmp_path) -> None:
     """Uploads from one address, each with its own X-Forwarded-For: without --trusted-proxy they
-    all count against 127.0.0.1's upload budget (--upload-budget-mb 3), so it runs out (with the
+    all count against 127.0.0.1's upload budget (--upload-budget-mb 2), so it runs out (with the
     proxy trusted, each header is its own client: tests/test_app_lanes.py)."""
     import numpy as np
     from PIL import Image

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 from app_server import running_app
-from attacks import Raw, file_payload, values_for
+from attacks import Raw, app_folder, file_payload, values_for
 from PIL import Image
 from test_survey import overlapping_zip, zeros_zip
+
+from vit_demo.app.workspace import folder_bytes
 
 pytest.importorskip("httpx")
 
@@ -44,23 +46,6 @@ def survey_call(raw: Raw, stored: list[str], timeout: float = 300):
     data = values_for(raw, "on_run", 0, None)
     data[0] = [file_payload(p) for p in stored]
     return raw.call("on_run", data, timeout=timeout)
-
-
-def app_folder(stored: str) -> Path:
-    p = Path(stored)
-    while not p.name.startswith("vit_demo_"):
-        p = p.parent
-    return p
-
-
-def bytes_under(folder: Path) -> int:
-    total = 0
-    for f in folder.rglob("*"):
-        try:
-            total += f.stat().st_size if f.is_file() else 0
-        except OSError:
-            pass
-    return total
 
 
 def test_identical_pictures_survey_and_the_server_lives(app, tmp_path: Path) -> None:
@@ -86,12 +71,12 @@ def test_unpacked_pictures_stay_within_the_disk_budget(app, tmp_path: Path) -> N
     stored = [raw.upload(zeros_zip(tmp_path / f"z{i}.zip", 20, 3 * MiB // 2)) for i in range(3)]
     folder = app_folder(stored[0])
     exports = folder / "gradio" / "exports"
-    start, peak, done = bytes_under(exports), [0], threading.Event()
+    start, peak, done = folder_bytes(exports), [0], threading.Event()
     kept = set(exports.rglob("pictures"))  # earlier surveys' pictures (a click on a tile opens one)
 
     def watch() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], bytes_under(exports))
+            peak[0] = max(peak[0], folder_bytes(exports))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -102,11 +87,11 @@ def test_unpacked_pictures_stay_within_the_disk_budget(app, tmp_path: Path) -> N
         done.set()
         watcher.join(5)
     print(f"exports folder: {start / MiB:.1f} MiB before, peak {peak[0] / MiB:.1f} MiB, "
-          f"{bytes_under(exports) / MiB:.1f} MiB after; {out.message}")
+          f"{folder_bytes(exports) / MiB:.1f} MiB after; {out.message}")
     assert out.refused and app.alive()
     assert "would fill more disk" in out.message, out.message
     assert peak[0] <= BUDGET_MB * MiB + 3 * MiB // 2, peak[0] / MiB
-    assert set(exports.rglob("pictures")) == kept and bytes_under(exports) <= start  # the failed survey's files went
+    assert set(exports.rglob("pictures")) == kept and folder_bytes(exports) <= start  # the failed survey's files went
 
 
 def test_unpacking_stops_at_the_job_time_limit(app, tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     limits = getattr(demo, "limits", None) or Limits()
     lifespan = getattr(demo, "mcp_lifespan", None)  # --mcp: vit_demo.app.tools.mcp_lifespan
     mcp = lifespan is not None
-    kwargs = app_kwargs(limits)
+    kwargs = app_kwargs(limits, getattr(demo, "mcp_calls", None))
     if mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
         kwargs["lifespan"] = lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
@@ -132,7 +132,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps: 220 KB each here (its default, 10000, is 2 GB)
 
 
-def app_kwargs(limits: Any) -> dict[str, Any]:
+def app_kwargs(limits: Any, mcp_calls: Any = None) -> dict[str, Any]:
     """Gradio's FastAPI app: the gate as its middleware, request errors that repeat nothing, and no
     FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays)."""
     from fastapi.exceptions import RequestValidationError
@@ -150,6 +150,7 @@ def app_kwargs(limits: Any) -> dict[str, Any]:
                             status_code=422)
 
     mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
-    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body)],
+    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
+                                      calls=mcp_calls)],
             "exception_handlers": {RequestValidationError: invalid},
             "openapi_url": None}  # FastAPI's own schema (/openapi.json): routes and models the page never uses
