@@ -14,7 +14,7 @@ from .context import AppConfig, Context, Section
 from .examples import all_examples
 from .guard import FileGuard, JoinGuard
 from .lanes import MODEL, SLOW, guard_queue, limit_slow_jobs
-from .page import INTRO, launch_kwargs, wire_presentation_mode
+from .page import INTRO, launch_kwargs, major_version_only, wire_presentation_mode
 from .registry import ModelRegistry
 from .sections.display import DisplayControls
 from .sections.inputs import InputSection
@@ -86,6 +86,8 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
     demo.limits = lim  # launch_kwargs(demo): the upload cap, the gate
     demo.mcp_lifespan = tools.mcp_lifespan(demo, lim) if cfg.mcp else None  # launch_kwargs(demo): the MCP server
     demo.example_paths = [str(e.path) for e in ctx.examples]  # launch(allowed_paths=...) serves exactly these files
+    if lim.exposed:
+        major_version_only(demo)
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)
     return demo, reg
 

@@ -129,16 +129,35 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
                 state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
 
 
+def major_version_only(demo: gr.Blocks) -> None:
+    """The configuration of ``demo`` (``/config``, the page's ``window.gradio_config``) gives
+    Gradio's major version only ("6", not "6.31.0"). The field cannot go: gradio_client reads it
+    (without it, it takes the app for Gradio 2 and posts the whole configuration to a Hugging Face
+    service to learn the API), and the page names its CSS scope after it (without it, none of
+    the page's own CSS applies)."""
+    full = demo.get_config_file
+
+    def config_file() -> dict[str, Any]:
+        config = full()
+        config["version"] = str(config.get("version", gr.__version__)).split(".")[0]
+        return config
+
+    demo.get_config_file = config_file  # type: ignore[method-assign]
+
+
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps: 220 KB each here (its default, 10000, is 2 GB)
 
 
 def app_kwargs(limits: Any) -> dict[str, Any]:
-    """Gradio's FastAPI app: the gate as its middleware, request errors that repeat nothing, and no
-    FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays)."""
+    """Gradio's FastAPI app: the gate as its middleware (exposed, with the path mask inside it),
+    request errors that repeat nothing, and no FastAPI schema (Gradio already leaves out /docs
+    and /redoc; its own /gradio_api/info stays)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+    from gradio.utils import get_upload_folder
     from starlette.middleware import Middleware
 
+    from .masking import PathMask
     from .middleware import Gate, UploadBudget
 
     budget = None
@@ -150,6 +169,9 @@ def app_kwargs(limits: Any) -> dict[str, Any]:
                             status_code=422)
 
     mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
-    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body)],
+    middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body)]
+    if limits.exposed:  # inside the gate: no server path in what the app sends (vit_demo.app.masking)
+        middleware.append(Middleware(PathMask, folder=get_upload_folder()))
+    return {"middleware": middleware,
             "exception_handlers": {RequestValidationError: invalid},
             "openapi_url": None}  # FastAPI's own schema (/openapi.json): routes and models the page never uses
