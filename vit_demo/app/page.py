@@ -129,22 +129,6 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
                 state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
 
 
-def major_version_only(demo: gr.Blocks) -> None:
-    """The configuration of ``demo`` (``/config``, the page's ``window.gradio_config``) gives
-    Gradio's major version only ("6", not "6.31.0"). The field cannot go: gradio_client reads it
-    (without it, it takes the app for Gradio 2 and posts the whole configuration to a Hugging Face
-    service to learn the API), and the page names its CSS scope after it (without it, none of
-    the page's own CSS applies)."""
-    full = demo.get_config_file
-
-    def config_file() -> dict[str, Any]:
-        config = full()
-        config["version"] = str(config.get("version", gr.__version__)).split(".")[0]
-        return config
-
-    demo.get_config_file = config_file  # type: ignore[method-assign]
-
-
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps: 220 KB each here (its default, 10000, is 2 GB)
 
 
