@@ -129,7 +129,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
                 state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
 
 
-SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps: 220 KB each here (its default, 10000, is 2 GB)
+SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
 def app_kwargs(limits: Any) -> dict[str, Any]:
