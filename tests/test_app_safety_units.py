@@ -221,7 +221,7 @@ def test_gradio_sessions_keep_no_copy_of_the_page(monkeypatch) -> None:
 
     monkeypatch.setattr(sh, "SessionState", sh.SessionState)  # Gradio's own again after this test
     with gr.Blocks(analytics_enabled=False) as demo:
-        for i in range(40):
+        for i in range(20):
             gr.Textbox("a value " * 40, label=f"box {i}")
         state = gr.State(None)
 
@@ -229,8 +229,8 @@ def test_gradio_sessions_keep_no_copy_of_the_page(monkeypatch) -> None:
         holder = sh.StateHolder()
         holder.set_blocks(demo)
         tracemalloc.start()
-        sessions = [holder[f"{tag}{i}"] for i in range(20)]
-        size = tracemalloc.get_traced_memory()[0] / 20
+        sessions = [holder[f"{tag}{i}"] for i in range(10)]
+        size = tracemalloc.get_traced_memory()[0] / 10
         tracemalloc.stop()
         return size, sessions
 
