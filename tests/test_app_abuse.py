@@ -190,9 +190,9 @@ def test_app_folder_removed_on_exit_and_after_a_kill(deit_tiny_path: Path, packa
 
 
 def test_one_address_cannot_open_endless_sessions(app) -> None:
-    """Every new session costs Gradio memory and CPU (0.3 s at load 12, building a copy of the
-    page that vit_demo.app.lean then drops): one address opens at most 60 new ones per 10
-    minutes. (Near the end of the module: it uses up the address's share.)"""
+    """Every new session costs Gradio memory and CPU (its state; the copy of the page it built,
+    23 ms, vit_demo.app.lean leaves out): one address opens at most 60 new ones per 10 minutes.
+    (Near the end of the module: it uses up the address's share.)"""
     from vit_demo.app.lanes import TOO_MANY_SESSIONS
 
     raw = Raw(app.url)
