@@ -170,14 +170,6 @@ def values_for(raw: Raw, name: str, file_pos: int, payload: Any) -> list:
     return out
 
 
-def app_folder(stored: str) -> Path:
-    """The app's own temp folder (``vit_demo_<random>``) that holds a file it stored."""
-    p = Path(stored)
-    while not p.name.startswith("vit_demo_"):
-        p = p.parent
-    return p
-
-
 def rss_mb(pid: int) -> float:
     """Resident memory of a process, MiB."""
     import psutil

@@ -11,7 +11,8 @@ Before any route of Gradio's runs, :class:`Gate`:
 - keeps each client's uploads within a budget over a sliding window (:class:`UploadBudget`,
   when the app is exposed): an upload that would pass it is refused (429) before it is read;
 - closes the routes of Gradio's that this app never uses (screen recordings, the code editor,
-  component servers, streaming input);
+  component servers, streaming input, deep links: a session's components written to a file
+  for anyone who names the session);
 - caps every error response at :data:`MAX_ERROR` bytes, so that no error (the framework's own
   validation errors repeat the whole request) sends back more than a few dozen characters of
   what came in;
@@ -50,7 +51,8 @@ MAX_BODY = 1 << 20  # bytes of a request body (not an upload)
 MAX_ERROR = 300  # bytes of an error response's body
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CLOSED_ROUTES = ("/gradio_api/process_recording", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit",
-                 "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/")
+                 "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/",
+                 "/gradio_api/deep_link")
 UPLOAD_ROUTE = "/gradio_api/upload"
 MCP_ROUTE = "/gradio_api/mcp"
 LOOPBACK_SECRET = secrets.token_urlsafe(32)  # this process's own MCP client says so with it

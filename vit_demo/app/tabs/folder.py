@@ -6,6 +6,7 @@ report to download. A click on a tile opens that picture in the other tabs."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 from ... import methods
+from ...evaluate.child import ChildDied
 from ...evaluate.survey import DEFAULT_METHOD, relative_paths, survey
 from ...images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, safe_parts
 from ...present.survey_report import Thumbnails, embedding_image, write_report
@@ -34,6 +36,7 @@ SORTS = [("file order", "file"), ("least confident first", "conf-asc"), ("most c
          ("most off-object first", "off-desc"), ("most spread map first", "ent-desc"),
          ("most concentrated map first", "ent-asc")]
 OPEN_IN = RelevanceTab.name  # the tab a clicked tile opens
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- files and views
@@ -183,11 +186,15 @@ class FolderTab(Section):
             pics, notes = gather_uploads(files, out, limit, ctx.cfg.limits.max_upload_bytes, allow)
             lm = ctx.model(ctx.session(sess))
             with reporting(lambda share, text: progress(share, desc=f"survey: {text}")):
-                try:
-                    result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False)
+                try:  # scikit-learn's part in a child process: a crash there fails this survey only
+                    result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False,
+                                    isolated=True)
                 except ValueError as e:  # nothing readable: said without the server's folder
                     why = str(e).replace(f"{pics}/", "").replace(str(pics), "the upload")
                     raise ImageError(why + (f" ({notes[-1]})" if notes else "")) from e
+                except ChildDied as e:
+                    log.error("survey of %d files: %s", len(files), e)
+                    raise gr.Error(str(e), print_exception=False) from e
             relative_paths(result)  # the report and its JSON name no server path
             notes = [*result["notes"], *notes, *result["errors"]]
             write_report(result, out / "report")
