@@ -15,7 +15,9 @@ identical pictures in the Whole folder tab, crafted zips (overlapping entries, 5
 files of zeros), paths in the survey's report and /config, FastAPI's schema, and 3,000
 connections that never finish their headers. Rows of issue 33 (``--only mcp``): the MCP
 tools of ``--exposed --mcp`` (URLs, server files, pictures past the upload budget, a flood of
-tool calls against another client's). Takes 5-15 minutes on 2 cores (the "before"
+tool calls against another client's). Rows of issue 35's second part (``--only paths sessions``):
+the app's folder and Gradio's version in what an exposed app sends, a native crash in the
+survey's clustering, 200 fresh sessions' memory. Takes 5-15 minutes on 2 cores (the "before"
 longer: its slow jobs run to the end).
 """
 
@@ -402,15 +404,6 @@ def cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
-def app_folder(stored: str) -> Path:
-    p = Path(stored)
-    while not p.name.startswith("vit_demo_"):
-        p = p.parent
-    return p
-
-
-
-
 def watched(pid: int, folder: Path, work: Callable):
     """``work()`` while the app's RSS and ``folder``'s size are sampled: (its result, RSS peak
     MiB, folder peak bytes)."""
@@ -489,7 +482,7 @@ def many_entries(app, tmp: Path) -> None:
     raw = Raw(app.url)
     stored = raw.upload(archive)
     rss0, cpu0 = rss_mb(app.proc.pid), cpu_s(app.proc.pid)
-    out, rss, _ = watched(app.proc.pid, app_folder(stored), lambda: survey(raw, [stored] * 16))
+    out, rss, _ = watched(app.proc.pid, app.folder(), lambda: survey(raw, [stored] * 16))
     row(f"a {archive.stat().st_size / 1e6:.1f} MB zip of 500,000 entries, named 16 times",
         "refused" if out.refused else "surveyed", f"{out.seconds:.1f} s, {cpu_s(app.proc.pid) - cpu0:.1f} CPU-s, "
         f"RSS peak +{rss - rss0:.0f} MiB: {out.message[:60]}")
@@ -500,7 +493,7 @@ def zero_files(app, tmp: Path) -> None:
 
     raw = Raw(app.url)
     stored = [raw.upload(zeros_zip(tmp / f"zeros{i}.zip", 20, 25 * MB)) for i in range(5)]
-    folder = app_folder(stored[0])
+    folder = app.folder()
     before = folder_bytes(folder)
     out, _, disk = watched(app.proc.pid, folder, lambda: survey(raw, stored))
     time.sleep(1)
@@ -511,7 +504,6 @@ def zero_files(app, tmp: Path) -> None:
 
 
 def survey_paths(app, tmp: Path) -> None:
-    import re
     import zipfile
 
     import skimage
@@ -523,21 +515,100 @@ def survey_paths(app, tmp: Path) -> None:
         z.write(data / "chelsea.png", "set/cat/chelsea.png")
     raw = Raw(app.url)
     stored = raw.upload(archive)
-    folder = str(app_folder(stored))
+    folder = str(app.folder())
     out = survey(raw, [stored])
     if out.success:
-        with zipfile.ZipFile(out.output["data"][5]["path"]) as z:
+        with zipfile.ZipFile(app.local(out.output["data"][5]["path"])) as z:
             n = sum(z.read(f).decode().count(folder) for f in z.namelist() if f.endswith((".html", ".json")))
         row("absolute server paths in the survey's report.html and survey.json", "leaked" if n else "none",
             f"{n} occurrences of the app's folder")
     schema = raw.http.get(app.url + "openapi.json")
     row("FastAPI's /openapi.json (and /docs, /redoc)", f"HTTP {schema.status_code}", f"{len(schema.content):,} bytes; "
         f"/docs {raw.http.get(app.url + 'docs').status_code}, /redoc {raw.http.get(app.url + 'redoc').status_code}")
-    cfg = json.dumps(raw.config())
-    paths = re.findall(r'"(/[^"]+\.(?:png|jpg))"', cfg)
-    row("absolute paths of files in /config (the example photos)", f"{len(paths)}, "
-        f"{sum(not p.startswith(folder) for p in paths)} outside the app's own temp folder",
-        f"Gradio's version in /config: {raw.config().get('version', 'none')}")
+
+
+def served_paths(app, tmp: Path) -> None:
+    """The app's folder in what the app sends: /config, the page, an upload's answer, an example
+    picked and an analysis' pictures (the queue's event stream); and Gradio's version."""
+    folder = app.folder().name
+    raw = Raw(app.url)
+    stored = raw.upload(photo(tmp))
+    picked = raw.call("on_example", [], event_data={"index": 0, "value": None})
+    texts = {"/config": raw.http.get(app.url + "config").text, "the page": raw.http.get(app.url).text,
+             "an upload's answer": stored, "an example picked": json.dumps(picked.output),
+             "an analysis": json.dumps(analyze(raw, stored).output)}
+    counts = {k: v.count(folder) for k, v in texts.items()}
+    works = picked.success and raw.call("predict", [file_payload(picked.output["data"][0]["path"]), None, 3]).success
+    row("the app's folder (absolute paths) in what the exposed app sends", f"{sum(counts.values())} occurrences",
+        ", ".join(f"{k} {n}" for k, n in counts.items()) + f"; an example picked and predicted: {'yes' if works else 'no'}")
+    row("Gradio's version in /config and the page", raw.config().get("version", "none"), "")
+
+
+def crashed_clustering(app, tmp: Path) -> None:
+    """A SIGSEGV sent to the survey's clustering child as soon as it starts (a native crash
+    there); another client predicts afterwards."""
+    import psutil
+
+    raw = Raw(app.url)
+    stored = [raw.upload(noise_png(tmp / f"n{i}.png", 48, 48, seed=i)) for i in range(4)]
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def crash() -> None:
+        while not stop.is_set() and not killed:
+            for child in psutil.Process(app.proc.pid).children():
+                try:
+                    if "spawn_main" in " ".join(child.cmdline()):
+                        os.kill(child.pid, signal.SIGSEGV)
+                        killed.append(child.pid)
+                except (psutil.Error, OSError):
+                    continue
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=crash, daemon=True)
+    watcher.start()
+    out = survey(raw, stored)
+    stop.set()
+    watcher.join(5)
+    other = Raw(app.url)
+    answer = other.call("predict", [file_payload(other.upload(photo(tmp))), None, 3]) if app.alive() else None
+    row("a native crash (SIGSEGV) in the survey's clustering", "no child process: a crash there ends the server"
+        if not killed else ("the survey failed, the server lives" if app.alive() else "the server died"),
+        f"{out.message[:90] or ('surveyed' if out.success else '')}; another client's /predict: "
+        f"{'answered' if answer is not None and answer.success else 'failed'}")
+
+
+def fresh_sessions(app, tmp: Path, n: int = 200) -> None:
+    """``n`` fresh sessions (each from its own forwarded address), each analysing a new 800 x 600
+    picture, 4 at a time: the app's RSS at the start, its peak, and 90 s after the last."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pid = app.proc.pid
+
+    def one(i: int) -> bool:
+        raw = Raw(app.url, headers={"X-Forwarded-For": f"10.{i // 250}.{i % 250}.9"})
+        p = tmp / f"s{i}.png"
+        base = np.random.default_rng(i).integers(0, 256, (60, 80, 3), dtype=np.uint8)
+        Image.fromarray(base).resize((800, 600), Image.Resampling.BILINEAR).save(p)
+        try:
+            return analyze(raw, raw.upload(p)).success
+        finally:
+            p.unlink()
+            raw.close()
+
+    Raw(app.url).config()
+    time.sleep(5)
+    start, peak, t0 = rss_mb(pid), 0.0, time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        ok = 0
+        for done in pool.map(one, range(n)):
+            ok += done
+            peak = max(peak, rss_mb(pid))
+    took = time.perf_counter() - t0
+    time.sleep(90)  # (the session sweeper runs every minute)
+    end = rss_mb(pid)
+    row(f"{n} fresh sessions, each analysing a new 800 x 600 picture (4 at a time)", f"{ok} analysed in {took:.0f} s",
+        f"RSS {start:.0f} -> peak {peak:.0f} -> {end:.0f} MiB 90 s after (+{end - start:.0f})")
 
 
 def slow_connections_flood(app, n: int = 3000, hold_s: float = 60) -> None:
@@ -582,7 +653,6 @@ def mcp_tools(app, tmp: Path) -> None:
     this computer, server files as pictures, pictures of noise from one address until its budget
     is used (the app's folder watched), and a flood of tool calls from one address while another
     calls predict."""
-    import concurrent.futures
     import http.server
     import io
 
@@ -630,9 +700,20 @@ def mcp_tools(app, tmp: Path) -> None:
         f"({time.perf_counter() - t0:.0f} s)", f"{codes.count('ok')} answered, {codes.count('error')} tool errors, "
         f"{codes.count('429')} refused (HTTP 429; --upload-budget-mb 10); another address's predict: "
         f"{'refused' if still.get('isError') else 'answered'}", f"the app's folder +{grown / MB:.0f} MB")
+    mcp_burst(url, other, chelsea)
+    mcp_flood(url, other)
+
+
+def mcp_burst(url: str, other, picture: str) -> None:
+    """30 explain calls at once from one address (each another class), another address calling
+    predict meanwhile."""
+    import concurrent.futures
+
+    from mcp_client import McpClient
+
     def call(i: int) -> str:
         try:
-            r = McpClient(url, source="127.0.0.4").tool("explain", image=chelsea, method="chefer", class_index=i)
+            r = McpClient(url, source="127.0.0.4").tool("explain", image=picture, method="chefer", class_index=i)
         except Exception:  # noqa: BLE001 - an HTTP refusal
             return "refused"
         return "refused" if r.get("isError") else "ok"
@@ -642,16 +723,61 @@ def mcp_tools(app, tmp: Path) -> None:
         flood = [pool.submit(call, i) for i in range(30)]
         time.sleep(1)
         for i in range(10):
-            buf = io.BytesIO()
-            Image.fromarray(np.random.default_rng(100 + i).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buf, "PNG")
             t1 = time.perf_counter()
-            ok = not other.tool("predict", image=data_url(buf.getvalue(), "image/png")).get("isError")
+            ok = not other.tool("predict", image=small_png(100 + i)).get("isError")
             times.append(time.perf_counter() - t1 if ok else float("inf"))
         outcome = [f.result() for f in flood]
     p95 = statistics.quantiles(times, n=20, method="inclusive")[18]
     row("30 MCP explain calls at once (each another class) from one address", f"{outcome.count('ok')} answered, "
         f"{outcome.count('refused')} refused", f"meanwhile another address's MCP predict: p50 "
         f"{statistics.median(times):.2f} s, p95 {p95:.2f} s ({sum(t != float('inf') for t in times)} of 10)")
+
+
+def small_png(seed: int, side: int = 64) -> str:
+    """A data URL of a small PNG of noise (a flood's pictures: the caller's upload budget lasts)."""
+    import io
+
+    from mcp_client import data_url
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (side, side, 3), dtype=np.uint8)).save(buf, "PNG")
+    return data_url(buf.getvalue(), "image/png")
+
+
+def mcp_flood(url: str, other, threads: int = 30, calls: int = 10) -> None:
+    """``threads`` callers from one address each calling explain again and again (small pictures,
+    every call another class) while another address calls predict ``calls`` times."""
+    import concurrent.futures
+
+    from mcp_client import McpClient
+
+    stop, outcome = threading.Event(), []
+
+    def flood(i: int) -> None:
+        client = McpClient(url, source="127.0.0.4")
+        while not stop.is_set():
+            try:
+                r = client.tool("explain", image=small_png(i), method="chefer", class_index=i % 1000)
+                outcome.append("refused" if r.get("isError") else "ok")
+            except Exception:  # noqa: BLE001 - an HTTP refusal
+                outcome.append("refused")
+            i += threads
+
+    times = []
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        busy = [pool.submit(flood, i) for i in range(threads)]
+        time.sleep(2)
+        for i in range(calls):
+            t1 = time.perf_counter()
+            ok = not other.tool("predict", image=small_png(100 + i)).get("isError")
+            times.append(time.perf_counter() - t1 if ok else float("inf"))
+        stop.set()
+        for f in busy:
+            f.result()
+    p95 = statistics.quantiles(times, n=20, method="inclusive")[18]
+    row(f"{threads} MCP callers on one address calling explain again and again (small pictures)",
+        f"{outcome.count('ok')} answered, {outcome.count('refused')} refused", f"meanwhile another address's MCP predict: p50 "
+        f"{statistics.median(times):.2f} s, p95 {p95:.2f} s ({sum(t != float('inf') for t in times)} of {calls})")
 
 
 # ----------------------------------------------------------------------------- running them
@@ -699,6 +825,10 @@ def run(root: Path, only: set[str] | None) -> None:
         if want("survey"):
             with_app(["--exposed", "--no-warm-up"], lambda app: identical_pictures(app, tmp))
             with_app(["--exposed"], lambda app: survey_paths(app, tmp))
+        if want("paths"):
+            with_app(["--exposed"], lambda app: (served_paths(app, tmp), crashed_clustering(app, tmp)))
+        if want("sessions"):
+            with_app(["--exposed", "--trusted-proxy", "127.0.0.1"], lambda app: fresh_sessions(app, tmp))
         if want("unpack"):
             for attack in (overlapping_entries, many_entries, zero_files):
                 with_app(["--exposed", "--job-seconds", "15"], lambda app, attack=attack: attack(app, tmp))
@@ -714,7 +844,7 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app to attack (default: this one)")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
-                                              "timelimit temp survey unpack connections mcp")
+                                              "timelimit temp survey unpack connections mcp paths sessions")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()

@@ -12,7 +12,9 @@
    moved by noise (so LayerScale, tables and biases matter), ported and run side by side with
    timm on random inputs at the model's size and, where timm resizes (``dynamic_img_size``), at
    a non-square one: max |logit difference|, top-1 agreement, max attention difference.
-   Architectures without a small variant are sampled with fewer blocks (marked).
+   Architectures without a small variant are sampled with fewer blocks (marked). A sample whose
+   attention maps would pass ``PARITY_MEMORY`` is refused before it runs, and a sample that fails
+   is a row of the report that says why: one sample never ends the run.
 
 Writes the full report as Markdown (``--out``) and prints the summary.
 """
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 MODULES = ("vision_transformer", "eva", "beit", "deit", "vision_transformer_relpos", "vision_transformer_sam",
            "naflexvit")
 TOL = 1e-4
+PARITY_MEMORY = 4 << 30  # bytes: a sample whose attention maps need more is refused before it runs
 
 # (timm name, constructor keywords, family): a small model of each family, or a reduced one
 SAMPLE = [
@@ -78,7 +81,9 @@ SAMPLE = [
     ("naflexvit_base_patch16_gap", {"depth": 4}, "NaFlex ViT"),
     ("naflexvit_base_patch16_parfac_gap", {"depth": 4}, "NaFlex ViT (factorized positions)"),
     ("naflexvit_base_patch16_siglip", {"depth": 4}, "SigLIP 2 NaFlex"),
-    ("naflexvit_base_patch16_radio_v3", {"depth": 4}, "C-RADIOv3 (NaFlex)"),
+    # C-RADIO's position table is 128x128 patches (2048 px): at that size one block's captured attention
+    # alone takes 25 GB (the full run died there); sampled at its data config's 512 px with a 32x32 table
+    ("naflexvit_base_patch16_radio_v3", {"depth": 4, "pos_embed_grid_size": (32, 32)}, "C-RADIOv3 (NaFlex)"),
 ]
 
 
@@ -179,14 +184,37 @@ def resizes(name: str, kwargs: dict) -> bool:
     return True
 
 
+def attention_bytes(name: str, kwargs: dict, batch: int = 2) -> int:
+    """Bytes of the attention maps one parity run holds (every block's, ours and timm's, float32)
+    at the model's own size: the sample's memory, known before anything is allocated."""
+    cfg = from_timm_cfg(name, kwargs)
+    gh, gw = cfg.grid_size
+    n = gh * gw + cfg.num_prefix_tokens
+    return 2 * cfg.depth * batch * cfg.num_heads * n * n * 4
+
+
+def parity_sample(name: str, kwargs: dict) -> list[dict]:
+    """The sample's runs (its size, and a non-square one where timm resizes); ValueError, in
+    words, for a sample whose attention maps would not fit in ``PARITY_MEMORY``."""
+    need = attention_bytes(name, kwargs)
+    if need > PARITY_MEMORY:
+        raise ValueError(f"its attention maps alone would take {need / 2**30:.0f} GiB (the cap is "
+                         f"{PARITY_MEMORY / 2**30:.0f} GiB): sample it at a smaller size")
+    return [parity_one(name, kwargs, False)] + ([parity_one(name, kwargs, True)] if resizes(name, kwargs) else [])
+
+
 def parity() -> list[dict]:
+    """Every sample; one that fails is a row that says why (the run goes on to the report)."""
     rows = []
     for name, kwargs, family in SAMPLE:
         t0 = time.perf_counter()
-        runs = [parity_one(name, kwargs, False)] + ([parity_one(name, kwargs, True)] if resizes(name, kwargs) else [])
+        try:
+            runs, error = parity_sample(name, kwargs), None
+        except Exception as e:  # a failing sample is reported, not the end of a 20-minute run
+            runs, error = [], f"{type(e).__name__}: {e}".splitlines()[0][:200]
         rows.append({"name": name, "family": family, "reduced": ", ".join(f"{k}={v}" for k, v in kwargs.items()),
-                     "runs": runs, "seconds": time.perf_counter() - t0})
-        diffs = " / ".join(f"{r['logit']:.1e}" for r in runs)
+                     "runs": runs, "error": error, "seconds": time.perf_counter() - t0})
+        diffs = " / ".join(f"{r['logit']:.1e}" for r in runs) or error
         print(f"  {name}: {diffs}", file=sys.stderr, flush=True)
     return rows
 
@@ -233,13 +261,18 @@ def report(cov: list[dict], par: list[dict] | None, seconds: float) -> str:
                   "", "| family | timm model | reduced to | input | max \\|logit diff\\| | max \\|attention diff\\| "
                   "| same top-1 | logit scale |", "|---|---|---|---|---|---|---|---|"]
         for row in par:
+            if row.get("error"):
+                lines.append(f"| {row['family']} | `{row['name']}` | {row['reduced'] or 'full size'} | - | **not run**: "
+                             f"{row['error']} | - | - | - |")
             for run in row["runs"]:
                 ok_run = run["logit"] <= TOL and run["top1"]
                 lines.append(f"| {row['family']} | `{row['name']}` | {row['reduced'] or 'full size'} | {run['size']} | "
                              f"{run['logit']:.1e}{'' if ok_run else ' **FAIL**'} | {run['attn']:.1e} | "
                              f"{'yes' if run['top1'] else '**no**'} | {run['scale']:.2f} |")
         passed = sum(run["logit"] <= TOL and run["top1"] for row in par for run in row["runs"])
-        lines += ["", f"{passed} of {sum(len(row['runs']) for row in par)} comparisons pass."]
+        failed = sum(bool(row.get("error")) for row in par)
+        lines += ["", f"{passed} of {sum(len(row['runs']) for row in par)} comparisons pass"
+                  + (f"; {failed} sample{'s' if failed > 1 else ''} could not run (above)." if failed else ".")]
     return "\n".join(lines) + "\n"
 
 

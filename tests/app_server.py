@@ -47,6 +47,23 @@ class AppServer:
         except OSError:
             return ""
 
+    def folder(self) -> Path:
+        """The app's own folder (``vit_demo_<random>/`` in the temp folder): the one whose lock it holds."""
+        import psutil
+
+        for f in psutil.Process(self.proc.pid).open_files():
+            p = Path(f.path)
+            if p.name == ".lock" and p.parent.name.startswith("vit_demo_"):
+                return p.parent
+        raise RuntimeError("the app holds no folder of its own")
+
+    def local(self, name: str) -> Path:
+        """The file on this computer that a name the app gave stands for: an exposed app names
+        its files ``files/...`` (vit_demo.app.masking), a local one by their paths."""
+        from vit_demo.app.masking import TOKEN
+
+        return self.folder() / "gradio" / name[len(TOKEN):] if name.startswith(TOKEN) else Path(name)
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 

@@ -132,3 +132,31 @@ def app(deit_tiny_path: Path):
 
     with running_app(["--weights", str(deit_tiny_path)]) as a:
         yield a
+
+
+# ----------------------------------------------------------------------------- the app attacked over HTTP
+
+# One server per mode for the whole run, shared by tests/test_app_guard.py and tests/test_app_mcp.py
+# (each started its own: two starts saved). Both serve the MCP tools. A test that spends an
+# address's share (its upload budget, its places in the queue) calls from a loopback address of
+# its own (127.0.0.x), so that the others still find theirs.
+EXPOSED_FLAGS = ("--exposed", "--max-queue", "8", "--upload-budget-mb", "2", "--max-upload-mb", "1")
+
+
+@pytest.fixture(scope="session")
+def local_app(deit_tiny_path: Path):
+    """The app as a person runs it on this computer (``--mcp``), answering to demo.lan too."""
+    from app_server import running_app
+
+    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--no-warm-up", "--allowed-host", "demo.lan"]) as a:
+        yield a
+
+
+@pytest.fixture(scope="session")
+def exposed_app(deit_tiny_path: Path):
+    """The app with the limits of an open demo (``--exposed --mcp``) and small budgets: 8 places in
+    the queue (4 per address), 2 MB of uploads per address and 10 minutes, pictures of 1 MB."""
+    from app_server import running_app
+
+    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--no-warm-up", *EXPOSED_FLAGS]) as a:
+        yield a

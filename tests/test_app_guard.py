@@ -10,7 +10,8 @@ against the running app, in both modes: local (the default, 127.0.0.1) and ``--e
   a DNS-rebinding page (``Host: evil.example``) gets nothing, not even a checkpoint loaded by path.
 - ``X-Forwarded-For`` is believed only from ``--trusted-proxy`` (tests/test_app_lanes.py has
   the trusted case).
-One server per mode for the module.
+One server per mode (tests/conftest.py's ``local_app`` and ``exposed_app``, shared with
+tests/test_app_mcp.py).
 """
 
 from __future__ import annotations
@@ -19,29 +20,15 @@ import os
 from pathlib import Path
 
 import pytest
-from app_server import running_app
 from attacks import Raw, file_payload, values_for
 
 httpx = pytest.importorskip("httpx")
 
 
-@pytest.fixture(scope="module")
-def local_app(deit_tiny_path: Path):
-    with running_app(["--weights", str(deit_tiny_path), "--allowed-host", "demo.lan"]) as app:
-        yield app
-
-
-@pytest.fixture(scope="module")
-def exposed_app(deit_tiny_path: Path):
-    with running_app(["--weights", str(deit_tiny_path), "--exposed", "--max-queue", "8", "--upload-budget-mb", "3",
-                      "--max-upload-mb", "1"]) as app:
-        yield app
-
-
-def _attempts(raw: Raw, server_image: Path, weights: Path, tmp: Path) -> dict[str, object]:
+def _attempts(app, raw: Raw, server_image: Path, weights: Path, tmp: Path) -> dict[str, object]:
     """name -> the path an attacker puts in a file payload (or the bare value)."""
     stored = raw.upload(server_image, "mine.png")  # where this server keeps uploads
-    folder = os.path.dirname(stored)
+    folder = str(app.local(stored).parent)
     planted = os.path.join(folder, "planted.png")
     if not os.path.lexists(planted):
         os.symlink(server_image, planted)  # as if a symlink had got into the upload folder
@@ -53,17 +40,18 @@ def _attempts(raw: Raw, server_image: Path, weights: Path, tmp: Path) -> dict[st
         "missing file": str(tmp / "no-such-file.png"),
         "a folder": str(tmp),
         "climbs out of the upload folder": climb,
+        "climbs out from the name the app gave": os.path.dirname(stored) + "/.." * 12 + str(server_image),
         "symlink in the upload folder": planted,
         "URL": raw.url + "config",
         "file URL": f"file://{server_image}",
     }
 
 
-def _refusals(raw: Raw, server_image: Path, weights: Path, tmp: Path) -> tuple[dict, list[str]]:
+def _refusals(app, raw: Raw, server_image: Path, weights: Path, tmp: Path) -> tuple[dict, list[str]]:
     """Every file input of every event x every attempt, with and without meta."""
     messages: dict[str, str] = {}
     served: list[str] = []
-    attempts = _attempts(raw, server_image, weights, tmp)
+    attempts = _attempts(app, raw, server_image, weights, tmp)
     for event, positions in raw.file_inputs().items():
         for pos in positions:
             for what, path in attempts.items():
@@ -97,7 +85,7 @@ def test_no_server_file_through_any_file_input(mode, local_app, exposed_app, pac
         assert any(name.startswith("on_checkpoint") for name in inputs), inputs  # the checkpoint upload, too
     secret = tmp_path / "secret.png"  # an image on the server that is not one of the app's examples
     secret.write_bytes(package_photos["chelsea"].read_bytes())
-    messages, served = _refusals(raw, secret, deit_tiny_path, tmp_path)
+    messages, served = _refusals(app, raw, secret, deit_tiny_path, tmp_path)
     assert not served, "\n".join(served[:10])
     distinct = set(messages.values())
     assert distinct == {REFUSED}, {m[:150]: [c for c, v in messages.items() if v == m][:3] for m in distinct}
@@ -166,7 +154,7 @@ def test_local_app_answers_its_own_names(local_app) -> None:
 
 def test_forwarded_for_is_not_believed_without_trusted_proxy(exposed_app, tmp_path) -> None:
     """Uploads from one address, each with its own X-Forwarded-For: without --trusted-proxy they
-    all count against 127.0.0.1's upload budget (--upload-budget-mb 3), so it runs out (with the
+    all count against 127.0.0.1's upload budget (--upload-budget-mb 2), so it runs out (with the
     proxy trusted, each header is its own client: tests/test_app_lanes.py)."""
     import numpy as np
     from PIL import Image

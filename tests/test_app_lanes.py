@@ -138,3 +138,36 @@ def test_forwarded_for_is_believed_from_the_trusted_proxy(app, tmp_path: Path) -
     with open(noise, "rb") as f:
         again = raw.http.post(raw.url + "gradio_api/upload", files=[("files", ("n.png", f))])
     assert again.status_code == 429
+
+
+def test_clients_take_turns_in_a_lane(app, tmp_path: Path) -> None:
+    """One address's six analyses in the model lane (two running, four waiting), then another
+    client's prediction: it is the next to start once a running one ends, not the last. (Failed
+    before: the queue was first come, first served, and it ran after the four waiting ones.)"""
+    attacker = Raw(app.url, headers={"X-Forwarded-For": "10.0.3.66"})
+    victim = Raw(app.url, headers={"X-Forwarded-For": "10.0.3.7"})
+    photos = _photos(tmp_path, 7, seed=33)
+    stored, mine = [attacker.upload(p) for p in photos[:6]], victim.upload(photos[6])
+    ended: dict[str, float] = {}
+
+    def wait(raw: Raw, session: str, event: str) -> None:
+        raw.results({event}, session, timeout=300)
+        ended[session] = time.monotonic()
+
+    readers = []
+    for i, path in enumerate(stored):
+        data = _defaults(attacker, "analyze")
+        data[0] = file_payload(path)
+        status, event = attacker.join("analyze", data, session=f"turn{i}")
+        assert status == 200, event
+        readers.append(threading.Thread(target=wait, args=(attacker, f"turn{i}", event)))
+        readers[-1].start()
+    status, event = victim.join("predict", [file_payload(mine), None, 3], session="victim")
+    assert status == 200, event
+    readers.append(threading.Thread(target=wait, args=(victim, "victim", event)))
+    readers[-1].start()
+    for t in readers:
+        t.join(300)
+    assert len(ended) == 7, ended
+    first = sum(t < ended["victim"] for s, t in ended.items() if s != "victim")
+    assert first <= 2, f"{first} of the other address's analyses ended before this client's prediction"

@@ -18,26 +18,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from app_server import ROOT, running_app
-from mcp_client import McpClient, data_url, first_json, images, texts
+from app_server import ROOT
+from mcp_client import McpClient, data_url, first_json, images, parse, texts
 from PIL import Image
 
 pytest.importorskip("mcp")  # gradio[mcp]
 
 from vit_demo.app.fetch import FetchRefused, fetch_picture  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def app(deit_tiny_path: Path):
-    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--no-warm-up"]) as a:
-        yield a
+TOOLS = ("predict", "explain", "attention", "verify")
 
 
 @pytest.fixture(scope="module")
-def exposed(deit_tiny_path: Path):
-    with running_app(["--weights", str(deit_tiny_path), "--mcp", "--exposed", "--no-warm-up",
-                      "--upload-budget-mb", "2", "--max-upload-mb", "1"]) as a:
-        yield a
+def app(local_app):
+    """The local app of tests/conftest.py (served with ``--mcp``)."""
+    return local_app
+
+
+@pytest.fixture(scope="module")
+def exposed(exposed_app):
+    """The exposed app of tests/conftest.py (``--exposed --mcp``, 2 MB of uploads per address):
+    each test calls it from a loopback address of its own."""
+    return exposed_app
 
 
 def mcp(app, source: str | None = None) -> McpClient:
@@ -142,8 +144,8 @@ def test_local_app_fetches_no_private_address(app, counter) -> None:
 
 def test_exposed_refuses_urls_and_fetches_nothing(exposed, counter, package_photos: dict[str, Path]) -> None:
     url, handler = counter
-    c = mcp(exposed)
-    for tool in ("predict", "explain", "attention", "verify"):
+    c = mcp(exposed, "127.0.0.6")
+    for tool in TOOLS:
         r = c.tool(tool, image=url)
         assert r["isError"] and "not fetched by this app" in texts(r)[0], (tool, r)
     r = c.tool("predict", image="HTTPS://127.0.0.1:1/x.png")
@@ -154,16 +156,21 @@ def test_exposed_refuses_urls_and_fetches_nothing(exposed, counter, package_phot
 
 
 def test_exposed_tools_keep_the_limits(exposed) -> None:
-    """Server files, odd values and oversized bodies are refused for the tools as for the page."""
-    c = mcp(exposed)
-    for path in ("/etc/passwd", "../../etc/passwd", str(ROOT / "weights" / "deit_tiny_patch16_224.safetensors")):
-        r = c.tool("predict", image=path)
-        assert r["isError"], path
-        assert "passwd" not in json.dumps(r).replace(path, "")  # nothing of the file comes back
-    r = c.tool("predict", image=data_url(b"not a picture at all" * 10))
-    assert r["isError"] and len(texts(r)[0]) < 300
-    r = c.tool("predict", image=data_url(package_photos_bytes()), model="x" * 5000)
-    assert r["isError"]
+    """Every tool: server files as its picture, a picture that is not one, an over-long value and
+    an oversized body are refused as for the page, in a few words that repeat nothing of them."""
+    c = mcp(exposed, "127.0.0.7")
+    paths = ("/etc/passwd", "../../etc/passwd", str(ROOT / "weights" / "deit_tiny_patch16_224.safetensors"))
+    for tool in TOOLS:
+        for path in paths:
+            r = c.tool(tool, image=path)
+            assert r["isError"], (tool, path)
+            assert "passwd" not in json.dumps(r).replace(path, "")  # nothing of the file comes back
+        r = c.tool(tool, image=data_url(b"not a picture at all" * 10))
+        assert r["isError"] and len(texts(r)[0]) < 300, (tool, r)
+        r = c.tool(tool, image=data_url(package_photos_bytes()), model="x" * 5000)  # the door: over 1,024 characters
+        assert r["isError"] and len(json.dumps(r)) < 500, (tool, r)
+        r = c.tool(tool, image="/" + "A" * 100_000)  # Gradio's own message repeated the whole value
+        assert r["isError"] and len(json.dumps(r)) < 500, (tool, len(json.dumps(r)))
     big = c.http.post(c.url, content=json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
         "name": "predict", "arguments": {"image": "data:image/png;base64," + "A" * (48 << 20)}}}))
     assert big.status_code == 413
@@ -178,37 +185,51 @@ def noise_png(seed: int, side: int = 300) -> bytes:
 
 def test_exposed_pictures_charged_to_the_caller(exposed, package_photos: dict[str, Path]) -> None:
     """Gradio writes an MCP picture to disk before the tool runs: it counts in the caller's upload
-    budget (2 MB here), once; one caller using it up leaves the others their tools. (Before, the
-    pictures were charged nowhere, and the app's own MCP client's uploads, all from 127.0.0.1,
-    to one budget: one caller locked every agent out.)"""
+    budget (2 MB here), once, for every tool; one caller using it up leaves the others their
+    tools. (Before, the pictures were charged nowhere, and the app's own MCP client's uploads, all
+    from 127.0.0.1, to one budget: one caller locked every agent out.)"""
     attacker, other = mcp(exposed, "127.0.0.2"), mcp(exposed, "127.0.0.3")
     codes = []
     for seed in range(10):  # 10 x 0.35 MB of noise as base64
         r = attacker.post("tools/call", {"name": "predict", "arguments": {"image": data_url(noise_png(seed), "image/png")}})
         codes.append(r.status_code)
     assert codes.count(429) >= 4 and codes[:3] == [200] * 3, codes
+    for tool in TOOLS:  # every tool's picture is charged to the same budget
+        r = attacker.post("tools/call", {"name": tool, "arguments": {"image": data_url(noise_png(50), "image/png")}})
+        assert r.status_code == 429, (tool, r.status_code)
     r = other.tool("predict", image=data_url(package_photos["chelsea"]))
     assert not r.get("isError"), r
     assert first_json(r)["topk"][0]["index"] == 285
 
 
-def test_exposed_callers_each_have_their_share(exposed) -> None:
-    """One caller's 12 tool calls at once, and another caller's predict still answered. (Failed
-    before: Gradio's own MCP client gives up on an upload or a join to the app after httpx's 5 s,
-    and on a busy machine the other caller got "timed out".)"""
+def test_exposed_one_caller_a_few_calls_at_a_time(exposed) -> None:
+    """The tools' "one slow job per client": 4 calls of each tool at once from one address, and one
+    is in progress (fewer than the lane's 2 jobs at a time); the others are refused in plain
+    words (by the gate, unread, or before they take a thread or a place in the queue), while
+    another caller's predict is answered. (Failed before: one address held its whole share of
+    the queue, 4 here and 16 by default, and another caller's call waited behind all of them:
+    p95 9.8 s in the attack benchmark.)"""
     import concurrent.futures
-    import time
 
-    def flood(i: int) -> dict:
-        return mcp(exposed, "127.0.0.4").tool("explain", image=data_url(noise_png(i, 64), "image/png"), class_index=i)
+    args = {"predict": {}, "explain": {"method": "chefer"}, "attention": {"rollout": True}, "verify": {}}
 
-    with concurrent.futures.ThreadPoolExecutor(12) as pool:
-        calls = [pool.submit(flood, i) for i in range(12)]
-        time.sleep(0.5)
-        r = mcp(exposed, "127.0.0.5").tool("predict", image=data_url(noise_png(99, 64), "image/png"))
-        answered = [not f.result().get("isError") for f in calls]
-    assert not r.get("isError"), r
-    assert sum(answered) >= 8, answered
+    def call(tool: str, i: int) -> str:
+        """"ok", "busy" or what else came back."""
+        arguments = {"image": data_url(noise_png(i, 64), "image/png"), **args[tool]}
+        r = mcp(exposed, "127.0.0.4").post("tools/call", {"name": tool, "arguments": arguments})
+        if r.status_code == 429:  # the gate: the caller's calls are in progress
+            return "busy" if "tool calls in progress" in r.text else r.text
+        result = parse(r)["result"]
+        text = texts(result)[0]
+        return "ok" if not result.get("isError") else "busy" if "tool calls in progress" in text else text
+
+    for tool in TOOLS:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            calls = [pool.submit(call, tool, i) for i in range(4)]
+            other = mcp(exposed, "127.0.0.5").tool("predict", image=data_url(noise_png(99, 64), "image/png"))
+            done = [f.result() for f in calls]
+        assert not other.get("isError"), other
+        assert "ok" in done and "busy" in done and set(done) == {"ok", "busy"}, (tool, done)
 
 
 def package_photos_bytes() -> bytes:
@@ -228,6 +249,26 @@ def test_fetch_picture_bounds(counter) -> None:
     with pytest.raises(FetchRefused, match="only http and https"):
         fetch_picture("file:///etc/passwd", max_bytes=1 << 20)
     assert handler.hits == 2
+
+
+def test_tools_run_under_the_time_limit(deit_tiny_path: Path) -> None:
+    """Every tool runs under the slow lane's time limit (--job-seconds; here 1 ms, so that each is
+    stopped at its first check, when its picture is opened), in plain words. (Failed before: no
+    limit, every tool answered.)"""
+    import gradio as gr
+
+    from vit_demo.app.build import AppConfig, build
+    from vit_demo.app.limits import Limits
+
+    demo, _reg = build(AppConfig(weights=[str(deit_tiny_path)], mcp=True, limits=Limits(job_seconds=1e-3)))
+    fns = {fn.api_name: fn.fn for fn in demo.fns.values() if (fn.api_name or "").startswith("tool_")}
+    photo = demo.example_paths[0]
+    args = {"predict": (photo, 2, ""), "explain": (photo, "integrated-gradients", -1, ""),
+            "attention": (photo, 1, 1, False, ""), "verify": (photo, "")}
+    assert set(fns) == {f"tool_{t}" for t in args}
+    for tool, values in args.items():
+        with pytest.raises(gr.Error, match="took longer than the 0 s a job may take"):
+            fns[f"tool_{tool}"](*values)
 
 
 def test_no_mcp_without_the_flag() -> None:

@@ -276,6 +276,23 @@ def test_survey_of_identical_pictures_two_and_one(random_shapes_model: tuple[Pat
     assert out["1"]["notes"] == ["One picture: nothing to compare its map with, so there are no clusters and no 2-D view."]
 
 
+def test_child_crash_and_time_limit_fail_the_work_not_the_caller() -> None:
+    """The survey's clustering runs in a child process (vit_demo.evaluate.child): a segmentation
+    fault there is one plain error here, and the caller's time limit stops (kills) the child."""
+    import ctypes
+    import time
+
+    from vit_demo.evaluate.child import ChildDied, in_child
+    from vit_demo.progress import TimeUp, time_limit
+
+    with pytest.raises(ChildDied, match="signal 11, SIGSEGV"):
+        in_child(ctypes.string_at, 0, what="Reading address 0")  # a native crash, as t-SNE's was
+    t0 = time.monotonic()
+    with pytest.raises(TimeUp), time_limit(1.0, "Sleeping"):
+        in_child(time.sleep, 60)
+    assert time.monotonic() - t0 < 10
+
+
 # ----------------------------------------------------------------------------- a zip of pictures, not trusted
 
 

@@ -23,7 +23,7 @@ from . import methods
 from .budget import DEFAULT_CACHE_MB, MB, ByteLRU, tensor_nbytes
 from .checkpoints.load import LoadedModel
 from .labels import topk as topk_of
-from .model import TokenLayout
+from .model import TokenLayout, ViTConfig
 from .preprocess import preprocess
 from .progress import reporting
 
@@ -49,6 +49,7 @@ class Analysis:
     patch_size: int
     labels: tuple[str, ...]
     forward_s: float
+    windows: tuple[int, ...] = ()  # per layer: its attention window in patches a side, 0 global; (): none windowed
     class_maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     # set by the AnalysisCache that keeps it: room(nbytes) makes room in the cache's budget for work on it
     room: Callable[[int], Any] | None = field(default=None, repr=False, compare=False)
@@ -66,6 +67,11 @@ class Analysis:
         return self.attentions[0].shape[1]
 
     @property
+    def window(self) -> int:
+        """The windowed layers' attention window in patches a side (0: no layer windowed)."""
+        return max(self.windows, default=0)
+
+    @property
     def top1(self) -> int:
         return int(self.logits.argmax())
 
@@ -76,7 +82,7 @@ class Analysis:
 @torch.inference_mode()
 def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
     """Preprocess, then one forward pass that captures every layer's attention."""
-    x, picture = preprocess(img, lm.data_config)
+    x, picture = preprocess(img, lm.input_config(img.size))
     x = x[None].to(lm.device)
     t0 = time.perf_counter()
     out = lm.model(x, capture=True)
@@ -95,7 +101,16 @@ def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
         patch_size=lm.model.cfg.patch_size,
         labels=lm.labels,
         forward_s=dt,
+        windows=layer_windows(lm.model.cfg),
     )
+
+
+def layer_windows(cfg: ViTConfig) -> tuple[int, ...]:
+    """Each layer's attention window in patches a side (0: the whole grid); () when no layer is
+    windowed (SAM's encoder: windows in most blocks, a few global ones)."""
+    if not cfg.window_size:
+        return ()
+    return tuple(0 if i in cfg.global_blocks else cfg.window_size for i in range(cfg.depth))
 
 
 def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequence[str] | None = None
@@ -127,6 +142,8 @@ def attention_nbytes(lm: LoadedModel) -> int:
     """Bytes of one forward pass's attention maps for ``lm`` (every layer and head, float32)."""
     cfg = lm.model.cfg
     gh, gw = cfg.grid_size
+    if cfg.naflex:  # any grid within the patch budget of its data config (see LoadedModel.input_config)
+        gh, gw = (s // cfg.patch_size for s in lm.data_config.input_size)
     n = gh * gw + cfg.num_prefix_tokens
     return cfg.depth * cfg.num_heads * n * n * 4
 

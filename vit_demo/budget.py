@@ -243,3 +243,21 @@ def return_large_frees_to_os(threshold: int = 1 * MB) -> bool:
         return False
     M_MMAP_THRESHOLD = -3
     return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
+
+
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``). Blocks under the
+    mmap threshold (a session's small tensors, strings, PIL's lines) come from heaps that glibc
+    gives back only from their top: after 200 sessions 60-250 MB of freed memory stayed
+    resident, in holes between blocks still in use. Cheap (milliseconds); the app calls it once
+    a minute. False where this is not glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -99,6 +99,34 @@ class DataConfig:
         )
 
 
+def sequence_size(h: int, w: int, patch: int, max_patches: int) -> tuple[int, int]:
+    """(H, W), each a multiple of ``patch``, of an h x w picture scaled as far as its patches
+    stay within ``max_patches``: the aspect ratio kept up to the rounding up to whole patches.
+    NaFlex's rule, with timm's binary search on the scale (``get_image_size_for_seq``), so that
+    the sizes are timm's to the pixel."""
+
+    def target(r: float) -> tuple[int, int]:
+        return max(patch, patch * math.ceil(h * r / patch)), max(patch, patch * math.ceil(w * r / patch))
+
+    def fits(r: float) -> bool:
+        th, tw = target(r)
+        return (th // patch) * (tw // patch) <= max_patches
+
+    lo, hi = 1e-6, 100.0
+    while hi - lo >= 1e-5:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return target(lo)
+
+
+def fit_to_sequence(dc: DataConfig, size: tuple[int, int], patch: int) -> DataConfig:
+    """NaFlex's evaluation transform for a picture of ``size`` (w, h), as timm's
+    ``ResizeToSequence``: the whole picture resized (no crop), its aspect ratio kept, to whole
+    patches within the patch budget of ``dc.input_size`` (384 x 384 px of 16-px patches: 576)."""
+    budget = (dc.input_size[0] // patch) * (dc.input_size[1] // patch)
+    return replace(dc, input_size=sequence_size(size[1], size[0], patch, budget), crop_pct=1.0, crop_mode="squash")
+
+
 def resized_size(w: int, h: int, dc: DataConfig) -> tuple[int, int]:
     """(w, h) after the resize step, exactly as torchvision / timm compute it."""
     sh, sw = dc.scale_size
@@ -174,14 +202,18 @@ def preprocess(img: Image.Image, dc: DataConfig) -> tuple[torch.Tensor, Image.Im
     return to_tensor(pic, dc), pic
 
 
-def load_inputs(paths: Sequence[str | os.PathLike], dc: DataConfig) -> tuple[list[torch.Tensor | None], list[str | None]]:
+def load_inputs(
+    paths: Sequence[str | os.PathLike], dc: DataConfig | Callable[[tuple[int, int]], DataConfig]
+) -> tuple[list[torch.Tensor | None], list[str | None]]:
     """Image files -> their input tensors [3, H, W] (None where the image failed) and the
-    error messages (None where it did not)."""
+    error messages (None where it did not). ``dc``: the transform, or a function of each
+    picture's (w, h) that gives it (a NaFlex model's, which keeps the aspect ratio)."""
     tensors: list[torch.Tensor | None] = []
     errors: list[str | None] = []
     for p in paths:
         try:
-            tensors.append(preprocess(load_image(p), dc)[0])
+            img = load_image(p)
+            tensors.append(preprocess(img, dc if isinstance(dc, DataConfig) else dc(img.size))[0])
             errors.append(None)
         except ImageError as e:
             tensors.append(None)

@@ -9,11 +9,13 @@ import threading
 import gradio as gr
 from gradio.utils import get_upload_folder
 
+from ..budget import release_free_heap
 from . import flow, tools
 from .context import AppConfig, Context, Section
 from .examples import all_examples
 from .guard import FileGuard, JoinGuard
 from .lanes import MODEL, SLOW, guard_queue, limit_slow_jobs
+from .lean import lean_sessions
 from .page import INTRO, launch_kwargs, wire_presentation_mode
 from .registry import ModelRegistry
 from .sections.display import DisplayControls
@@ -44,6 +46,7 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
                         cache_bytes=lim.cache_bytes)
     examples = all_examples(cfg.examples)
+    lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.lean)
     workspace().exports_budget = lim.exports_bytes
     ctx = Context(cfg, reg, reg.default_key(), examples,
                   heavy={"concurrency_id": MODEL, "concurrency_limit": cfg.concurrency},
@@ -102,11 +105,13 @@ def join_guard(demo: gr.Blocks, files: FileGuard) -> JoinGuard:
 
 
 def sweep_sessions(sessions: SessionBudget, idle_s: float) -> None:
-    """Forget idle sessions' pictures even when no request comes (a daemon thread)."""
+    """Forget idle sessions' pictures even when no request comes, and give the C heap's free
+    pages back to the OS (a daemon thread)."""
     def run() -> None:
         while True:
             stop.wait(max(1.0, min(60.0, idle_s / 4)))
             sessions.sweep()
+            release_free_heap()
 
     stop = threading.Event()
     threading.Thread(target=run, daemon=True, name="session-sweeper").start()

@@ -11,7 +11,10 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
 3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
    first has finished; exposed, an address may hold two, for two browser tabs);
 4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
-   flood is told "queue is full" while other clients still get in.
+   flood is told "queue is full" while other clients still get in;
+5. (exposed) once a request has joined, lets the clients of its lane take turns
+   (:meth:`Door.take_turns`): Gradio's queue is first come, first served, and one address's
+   share of it (16 places) made another client wait behind all of them.
 
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
 explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
@@ -24,6 +27,7 @@ No Gradio import: the queue is reached through ``demo._queue``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import inspect
@@ -57,13 +61,17 @@ def _waiting(queue: Any) -> list[Any]:
     return [e for q in queue.event_queue_per_concurrency_id.values() for e in q.queue]
 
 
+def _running(queue: Any, lane: str) -> list[Any]:
+    """The events of ``lane`` that are running."""
+    return [e for job in getattr(queue, "active_jobs", []) or [] if job for e in job
+            if getattr(e, "concurrency_id", None) == lane]
+
+
 def _slow_in_flight(queue: Any) -> list[Any]:
     """The slow lane's events, waiting or running."""
     lane = queue.event_queue_per_concurrency_id.get(SLOW)
     waiting = list(lane.queue) if lane is not None else []
-    running = [e for job in getattr(queue, "active_jobs", []) or [] if job for e in job
-               if getattr(e, "concurrency_id", None) == SLOW]
-    return waiting + running
+    return waiting + _running(queue, SLOW)
 
 
 class Door:
@@ -76,6 +84,27 @@ class Door:
         self.queue, self.fns, self.join_guard = queue, fns, join_guard
         self.per_client, self.per_host, self.exposed, self.slow_per_host = per_client, per_host, exposed, slow_per_host
         self.new_sessions = UploadBudget(NEW_SESSIONS, window_s=600)
+
+    def client(self, event: Any) -> str | None:
+        """Who a queued event is from (:func:`client_key`)."""
+        return client_key(getattr(event, "session_hash", None), _host(event), self.exposed)
+
+    def take_turns(self, lane: str | None) -> None:
+        """The waiting requests of ``lane`` in turns (exposed): every client's n-th request (its running
+        jobs in the lane counted first) before any client's (n+1)-th, in the order they came
+        otherwise, so a client's own requests keep their order. Called as a request joins, from
+        the event loop, between two of its steps: the queue's worker sees the list before or after."""
+        waiting = getattr(self.queue.event_queue_per_concurrency_id.get(lane), "queue", None)
+        if not self.exposed or not waiting or len(waiting) < 2:  # (a local app: every client is this computer)
+            return
+        seen = collections.Counter(self.client(e) for e in _running(self.queue, lane))
+        turns = []
+        for e in waiting:
+            who = self.client(e)
+            turns.append(seen[who])
+            seen[who] += 1
+        order = sorted(range(len(waiting)), key=turns.__getitem__)  # stable: the order they came within a turn
+        waiting[:] = [waiting[i] for i in order]
 
     def known(self, session: str) -> bool:
         """Whether Gradio already keeps a state for ``session`` (True when it cannot tell)."""
@@ -134,7 +163,10 @@ def guard_queue(demo: Any, per_client: int, per_host: int | None = None, join_gu
                 refused = None
             if refused is not None:
                 return False, refused[0], refused[1]
-            return await push(body, request, username)
+            joined = await push(body, request, username)
+            with contextlib.suppress(AttributeError):  # (a queue of another shape: first come, first served)
+                door.take_turns(getattr(door.fns.get(getattr(body, "fn_index", None)), "concurrency_id", None))
+            return joined
 
     queue.push = guarded_push
     return door

@@ -11,7 +11,8 @@ Before any route of Gradio's runs, :class:`Gate`:
 - keeps each client's uploads within a budget over a sliding window (:class:`UploadBudget`,
   when the app is exposed): an upload that would pass it is refused (429) before it is read;
 - closes the routes of Gradio's that this app never uses (screen recordings, the code editor,
-  component servers, streaming input);
+  component servers, streaming input, deep links: a session's components written to a file
+  for anyone who names the session);
 - caps every error response at :data:`MAX_ERROR` bytes, so that no error (the framework's own
   validation errors repeat the whole request) sends back more than a few dozen characters of
   what came in;
@@ -20,7 +21,10 @@ Before any route of Gradio's runs, :class:`Gate`:
   to disk before the tool runs. Gradio's MCP server then calls the app through its own client
   from this computer: those requests carry :data:`LOOPBACK_SECRET` (and the address of the MCP
   caller, :data:`FOR_HEADER`, which the gate sets on every MCP request and nobody else can),
-  so their upload is not charged twice and the queue sees the caller's address, not 127.0.0.1.
+  so their upload is not charged twice and the queue sees the caller's address, not 127.0.0.1;
+  a caller that already has its tool calls in progress (:class:`CallerCap`, exposed) gets 429
+  before its request is read (a refused call costs no parsing, no picture decoded or written),
+  after :data:`BUSY_WAIT_S`: a caller that calls again and again is slowed to its pace.
 
 The client's address is the connection's, or the one a ``--trusted-proxy`` forwarded (uvicorn
 applies ``X-Forwarded-For`` only from the addresses in ``FORWARDED_ALLOW_IPS``: app.py sets it).
@@ -29,6 +33,7 @@ No Gradio here.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import secrets
@@ -46,11 +51,15 @@ MAX_BODY = 1 << 20  # bytes of a request body (not an upload)
 MAX_ERROR = 300  # bytes of an error response's body
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CLOSED_ROUTES = ("/gradio_api/process_recording", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit",
-                 "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/")
+                 "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/",
+                 "/gradio_api/deep_link")
 UPLOAD_ROUTE = "/gradio_api/upload"
 MCP_ROUTE = "/gradio_api/mcp"
 LOOPBACK_SECRET = secrets.token_urlsafe(32)  # this process's own MCP client says so with it
 SECRET_HEADER, FOR_HEADER = "x-vit-demo-loopback", "x-vit-demo-for"
+BUSY_WAIT_S = 1.0  # how long a busy caller's refused request is held before its answer (no CPU meanwhile)
+CALLS_BUSY = ("This caller already has its tool calls in progress ({n} at a time on this app): wait for one to "
+              "finish, then call again (the app is open to the public and shares its work among its callers).")
 
 
 def host_name(header: str) -> str:
@@ -90,6 +99,52 @@ class UploadBudget:
             return True
 
 
+class CallerCap:
+    """At most ``n`` MCP tool calls in progress per caller (address). The app's own MCP client
+    counts a call from its submit to the end of its job (:meth:`wrap`, keyed by the caller's
+    address that the gate wrote into the call's headers, :data:`FOR_HEADER`); a call past the cap
+    is refused at once (:data:`CALLS_BUSY`), before it takes one of the threads of Gradio's MCP
+    client (40, shared by every caller) or a place in the queue, and the gate refuses a busy
+    caller's next requests before reading them (:meth:`full`). Without it, one address held 16
+    places of the queue (its share) and another caller's calls waited behind them."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.lock = n, threading.Lock()
+        self.busy: dict[str, int] = {}  # caller -> its calls in progress
+
+    def full(self, caller: str) -> bool:
+        with self.lock:
+            return self.busy.get(caller, 0) >= self.n
+
+    def release(self, caller: str) -> None:
+        with self.lock:
+            left = self.busy.get(caller, 1) - 1
+            if left > 0:
+                self.busy[caller] = left
+            else:
+                self.busy.pop(caller, None)
+
+    def wrap(self, submit: Callable) -> Callable:
+        """``submit`` (a gradio_client ``Client``'s) within the cap: a ValueError past it (Gradio's
+        MCP server answers it as an MCP error)."""
+
+        def capped(*args: Any, headers: dict | None = None, **kwargs: Any) -> Any:
+            caller = (headers or {}).get(FOR_HEADER, "")
+            with self.lock:
+                if self.busy.get(caller, 0) >= self.n:
+                    raise ValueError(CALLS_BUSY.format(n=self.n))
+                self.busy[caller] = self.busy.get(caller, 0) + 1
+            try:
+                job = submit(*args, headers=headers, **kwargs)
+            except BaseException:
+                self.release(caller)
+                raise
+            job.future.add_done_callback(lambda _done: self.release(caller))
+            return job
+
+        return capped
+
+
 async def _plain(send: Send, status: int, text: str) -> None:
     body = json.dumps({"detail": text}).encode()
     await send({"type": "http.response.start", "status": status,
@@ -103,10 +158,11 @@ class Gate:
 
     def __init__(self, app: Any, allowed_hosts: Iterable[str] | None = None, max_body: int = MAX_BODY,
                  budget: UploadBudget | None = None, closed: Iterable[str] = CLOSED_ROUTES,
-                 mcp_body: int = MAX_BODY) -> None:
+                 mcp_body: int = MAX_BODY, calls: CallerCap | None = None) -> None:
         self.app = app
         self.allowed = None if allowed_hosts is None else {host_name(h) for h in allowed_hosts}
         self.max_body, self.budget, self.closed, self.mcp_body = max_body, budget, tuple(closed), mcp_body
+        self.calls = calls
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -144,12 +200,15 @@ class Gate:
     async def mcp(self, scope: Scope, receive: Receive, send: Send, declared: int | None) -> None:
         """An MCP request: its body within ``mcp_body`` and the client's upload budget, the
         caller's address written into its headers for the app's own MCP client to pass on."""
+        client = (scope.get("client") or ("?",))[0]
+        if self.calls is not None and self.calls.full(client):
+            await asyncio.sleep(BUSY_WAIT_S)  # a caller that asks again at once does so once a second at most
+            return await _plain(send, 429, CALLS_BUSY.format(n=self.calls.n))
         if declared is not None and declared > self.mcp_body:
             return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).")
         body, more = await _read_up_to(receive, self.mcp_body)
         if more:
             return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).")
-        client = (scope.get("client") or ("?",))[0]
         if self.budget is not None and body and not self.budget.take(client, len(body)):
             return await _plain(send, 429, "Upload budget used up: this client has sent its share of pictures "
                                            "for now. Try again in a few minutes.")

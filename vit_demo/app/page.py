@@ -123,7 +123,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     limits = getattr(demo, "limits", None) or Limits()
     lifespan = getattr(demo, "mcp_lifespan", None)  # --mcp: vit_demo.app.tools.mcp_lifespan
     mcp = lifespan is not None
-    kwargs = app_kwargs(limits)
+    kwargs = app_kwargs(limits, getattr(demo, "mcp_calls", None))
     if mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
         kwargs["lifespan"] = lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
@@ -131,16 +131,19 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
                 state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
 
 
-SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps: 220 KB each here (its default, 10000, is 2 GB)
+SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
-def app_kwargs(limits: Any) -> dict[str, Any]:
-    """Gradio's FastAPI app: the gate as its middleware, request errors that repeat nothing, and no
-    FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays)."""
+def app_kwargs(limits: Any, mcp_calls: Any = None) -> dict[str, Any]:
+    """Gradio's FastAPI app: the gate as its middleware (exposed, with the path mask inside it),
+    request errors that repeat nothing, and no FastAPI schema (Gradio already leaves out /docs
+    and /redoc; its own /gradio_api/info stays)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+    from gradio.utils import get_upload_folder
     from starlette.middleware import Middleware
 
+    from .masking import PathMask
     from .middleware import Gate, UploadBudget
 
     budget = None
@@ -152,6 +155,10 @@ def app_kwargs(limits: Any) -> dict[str, Any]:
                             status_code=422)
 
     mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
-    return {"middleware": [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body)],
+    middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
+                             calls=mcp_calls)]
+    if limits.exposed:  # inside the gate: no server path in what the app sends (vit_demo.app.masking)
+        middleware.append(Middleware(PathMask, folder=get_upload_folder()))
+    return {"middleware": middleware,
             "exception_handlers": {RequestValidationError: invalid},
             "openapi_url": None}  # FastAPI's own schema (/openapi.json): routes and models the page never uses

@@ -9,13 +9,18 @@ read a session's state, are not tools) and decides what a picture given as a URL
 
 They are queued events like the page's: an MCP call reaches the app through Gradio's own client
 over HTTP, so it passes the gate, the door of the queue (its values and files checked, the
-caps per client), the model lane and the upload limits like any other request. A picture
+caps per client), the model lane and the upload limits like any other request, and its work runs
+under the slow lane's time limit. Exposed, one caller (address) has at most
+:func:`calls_per_caller` calls in progress (one with the default two jobs at a time in the
+lane: one caller never holds the whole lane), the next refused at once
+(:class:`vit_demo.app.middleware.CallerCap`): the tools' "one slow job per client". A picture
 comes as a base64 data URL (an http(s) URL on a local app only, fetched within the upload limit
 from a public host: never on an exposed app, where a URL is refused before anything is fetched).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -31,8 +36,9 @@ from ..methods.rollout import rollout as rollout_map
 from .common import friendly, open_upload, png
 from .context import Context
 from .fetch import fetch_picture
-from .guard import InputError, whole
-from .middleware import LOOPBACK_SECRET, SECRET_HEADER
+from .guard import InputError, clip, whole
+from .lanes import time_limited
+from .middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .sections.inputs import predictions_json
 from .tabs.compare import compare_with_timm
 
@@ -42,6 +48,7 @@ URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open 
                "picture itself as a base64 data URL (data:image/jpeg;base64,...).")
 LOOPBACK_TIMEOUT_S = 120.0  # the app's own MCP client: an upload or a join to this app (the queue waits after)
 MAP_SIDE = 448  # px: the longer side of a map sent back
+ECHO_MAX = 200  # characters of an MCP error about a value (Gradio's repeat the whole value)
 
 
 def _analysis(ctx: Context, image: Any, model: str | None):
@@ -177,8 +184,10 @@ def wire(ctx: Context) -> None:
     events = {"predict": ([image, k, model], [out_json]), "explain": ([image, method, cls, model], [out_map, out_json]),
               "attention": ([image, layer, head, rollout, model], [out_map, out_json]),
               "verify": ([image, model], [out_json])}
+    seconds = ctx.cfg.limits.job_seconds  # the slow lane's time limit (explain's integrated gradients checks it)
     for name, (inputs, outputs) in events.items():
-        button.click(fns[name], inputs, outputs, api_name=f"tool_{name}", preprocess=False, **ctx.heavy)
+        button.click(time_limited(fns[name], seconds), inputs, outputs, api_name=f"tool_{name}", preprocess=False,
+                     **ctx.heavy)
 
 
 def mcp_lifespan(demo: Any, limits: Any):
@@ -186,8 +195,11 @@ def mcp_lifespan(demo: Any, limits: Any):
     :data:`TOOLS` and puts the URL rule (:func:`url_rule`) in front of its conversion of pictures:
     exposed, a picture given as an http(s) URL is refused (an MCP error) before anything is
     fetched; local, it is fetched from a public host within the upload limit
-    (:func:`vit_demo.app.fetch.fetch_picture`)."""
+    (:func:`vit_demo.app.fetch.fetch_picture`). Exposed, each caller's calls are counted
+    (:class:`vit_demo.app.middleware.CallerCap`, ``demo.mcp_calls``, which the gate reads too)."""
     fetch = None if limits.exposed else functools.partial(fetch_picture, max_bytes=limits.max_upload_bytes)
+    cap = CallerCap(calls_per_caller(limits.concurrency)) if limits.exposed else None
+    demo.mcp_calls = cap  # launch_kwargs(demo): the gate refuses a busy caller's requests before reading them
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -197,19 +209,27 @@ def mcp_lifespan(demo: Any, limits: Any):
                                        if t.removeprefix(server.tool_prefix) in TOOLS}
             server.convert_strings_to_filedata = url_rule(server.convert_strings_to_filedata, fetch)
             server._execute_tool_without_progress = every_output  # Gradio's, fixed
-            server._get_or_create_client = with_secret(server._get_or_create_client)
+            server._get_or_create_client = with_secret(server._get_or_create_client, cap)
         yield
 
     return lifespan
 
 
-def with_secret(make_client: Callable) -> Callable:
+def calls_per_caller(concurrency: int) -> int:
+    """Tool calls one caller (address) may have in progress on an exposed app: fewer than the
+    jobs the model lane runs at once (``--concurrency``), so that another caller always finds one
+    free; one at least. (With 2 of 2, a caller that called again and again kept both running,
+    and every other caller waited for one of them to end: p50 2.6 s for a predict.)"""
+    return max(1, concurrency - 1)
+
+
+def with_secret(make_client: Callable, cap: CallerCap | None = None) -> Callable:
     """Gradio's MCP client of this app, made once (Gradio made one per call until the first was
     stored: concurrent first calls each fetched the app's config, and timed out on a busy
     machine), its requests marked as the app's own (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`:
     the gate charges the picture once, to the MCP caller, and the queue sees the caller's
     address), waiting up to :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls
-    on a busy machine)."""
+    on a busy machine), its calls within ``cap`` when given."""
     lock, made = threading.Lock(), []
 
     def make() -> Any:
@@ -218,6 +238,8 @@ def with_secret(make_client: Callable) -> Callable:
                 client = make_client()
                 client.headers[SECRET_HEADER] = LOOPBACK_SECRET
                 client.httpx_kwargs.setdefault("timeout", LOOPBACK_TIMEOUT_S)
+                if cap is not None:
+                    client.submit = cap.wrap(client.submit)
                 made.append(client)
             return made[0]
 
@@ -227,10 +249,10 @@ def with_secret(make_client: Callable) -> Callable:
 async def every_output(job: Any) -> list[Any]:
     """A finished job's outputs, one per output component (Gradio 6.31 passes a tool's several
     outputs on as one text: the map of explain and attention would not come back as an image),
-    the JSON ones as JSON text (not Python's repr)."""
-    from anyio.to_thread import run_sync
-
-    result = await run_sync(job.result)
+    the JSON ones as JSON text (not Python's repr). Awaited without a thread: Gradio waited for
+    every call in a thread of the pool that also runs the app's handlers (anyio's 40), so that
+    calls waiting in the queue took the threads their own work needed."""
+    result = await asyncio.wrap_future(job.future)
     outputs = list(result) if isinstance(result, tuple) else [result]
     return [json.dumps(o) if isinstance(o, dict) and "meta" not in o else o for o in outputs]
 
@@ -251,6 +273,9 @@ def url_rule(convert: Callable, fetch: Callable[[str], str] | None) -> Callable:
         return node
 
     def checked(value: Any, positions: list) -> Any:
-        return convert(swap(value, [], positions), positions)
+        try:
+            return convert(swap(value, [], positions), positions)
+        except ValueError as e:  # Gradio's message repeats the whole value (a path, megabytes of base64)
+            raise ValueError(clip(e, ECHO_MAX)) from None
 
     return checked

@@ -16,7 +16,7 @@ import torch
 
 from ..labels import labels_for
 from ..model import VisionTransformer
-from ..preprocess import DataConfig
+from ..preprocess import DataConfig, fit_to_sequence
 from .files import FORMAT_TAG, CheckpointError, from_saved, read_checkpoint, save
 from .hf import META_ARCHITECTURE, from_hf_folder, is_hf_folder
 from .timm import from_hub, from_timm, from_timm_file, timm_model
@@ -157,6 +157,13 @@ class LoadedModel:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def input_config(self, size: tuple[int, int]) -> DataConfig:
+        """The transform for a picture of ``size`` (w, h): the data config, or for a NaFlex model
+        the picture's own aspect ratio within the model's patch budget (its patch grid follows)."""
+        if self.model.cfg.naflex:
+            return fit_to_sequence(self.data_config, size, self.model.cfg.patch_size)
+        return self.data_config
 
 
 def load_model(

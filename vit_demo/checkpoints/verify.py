@@ -4,6 +4,7 @@ transformers folder), same weights, same inputs -> a parity report."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,8 @@ from ..progress import batches
 from .files import is_timm_layout, read_checkpoint
 from .load import LoadedModel, default_checkpoint, load_model, resolve_device
 from .timm import timm_keys, timm_model
+
+TIMM_LOCK = threading.Lock()  # timm_attentions hooks the model it runs: no other forward of timm while they are on
 
 DEFAULT_TOL = 1e-4
 
@@ -248,18 +251,19 @@ def timm_attentions(tm: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[
     their difference softmax1 - lambda softmax2, SAM's windows on the diagonal of one map."""
     captured: list[list[torch.Tensor]] = [[] for _ in tm.blocks]
     hooks, fused = [], []
-    for i, blk in enumerate(tm.blocks):
-        for m in attention_modules(blk):
-            fused.append((m, m.fused_attn))
-            m.fused_attn = False
-            hooks.append(m.attn_drop.register_forward_hook(lambda mod, a, o, i=i: captured[i].append(o.detach())))
-    try:
-        logits = tm(x)
-    finally:
-        for h in hooks:
-            h.remove()
-        for m, f in fused:
-            m.fused_attn = f
+    with TIMM_LOCK:  # (two threads' hooks on one model each caught both forwards: twice the heads)
+        for i, blk in enumerate(tm.blocks):
+            for m in attention_modules(blk):
+                fused.append((m, m.fused_attn))
+                m.fused_attn = False
+                hooks.append(m.attn_drop.register_forward_hook(lambda mod, a, o, i=i: captured[i].append(o.detach())))
+        try:
+            logits = tm(x)
+        finally:
+            for h in hooks:
+                h.remove()
+            for m, f in fused:
+                m.fused_attn = f
     out = []
     p = tm.patch_embed.proj.stride if hasattr(tm, "patch_embed") else tm.embeds.patch_size
     grid = (x.shape[-2] // p[0], x.shape[-1] // p[1])
@@ -288,6 +292,10 @@ def compare_one(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, k: i
             times.append(time.perf_counter() - t0)
         return min(times)
 
+    def timm_forward(t: torch.Tensor) -> torch.Tensor:
+        with TIMM_LOCK:  # never while another thread's timm_attentions has its hooks on tm
+            return tm(t)
+
     ours = scratch(x, capture=True)
     ref_logits, ref_attn = timm_attentions(tm, x)
     a, b = ours.logits.float().cpu()[0], ref_logits.float().cpu()[0]
@@ -305,7 +313,7 @@ def compare_one(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, k: i
         "timm_probs": b.softmax(-1)[tb].tolist(),
         "layer_attn_max_diff": layer_diffs,
         "scratch_ms": 1000 * best_time(lambda t: scratch(t)),
-        "timm_ms": 1000 * best_time(tm),
+        "timm_ms": 1000 * best_time(timm_forward),
     }
 
 

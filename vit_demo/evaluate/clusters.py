@@ -225,3 +225,12 @@ def embed(maps: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
     lo, hi = xy.min(axis=0), xy.max(axis=0)
     xy = np.where(hi > lo, (xy - lo) / np.where(hi > lo, hi - lo, 1.0), 0.5)
     return xy[group], how
+
+
+def arrange(maps: np.ndarray, groups: list[np.ndarray], seed: int = 0
+            ) -> tuple[list[tuple[np.ndarray, list[float]]], np.ndarray, str]:
+    """Everything the survey asks of scikit-learn, in one call (to run in a child process of its
+    own, :mod:`.child`): each group's clusters (:func:`cluster_maps` of ``maps[group]``) and the
+    2-D view of all the maps (:func:`embed`)."""
+    xy, how = embed(maps, seed)
+    return [cluster_maps(maps[g], seed) for g in groups], xy, how

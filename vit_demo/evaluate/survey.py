@@ -45,7 +45,8 @@ from ..labels import class_from_filename
 from ..preprocess import DataConfig, preprocess
 from ..progress import batches, report
 from ..train.data import BOXES_FILE, read_boxes, read_watermarks
-from .clusters import MIN_TO_SPLIT, cluster_maps, embed
+from .child import in_child
+from .clusters import MIN_TO_SPLIT, arrange, cluster_maps
 from .faithfulness import spread
 from .geometry import box_to_input, cell_coverage, hit_patches, patch_coverage
 
@@ -301,20 +302,25 @@ def gather(records: list[dict[str, Any]], maps: np.ndarray, errors: list[str], d
 # ----------------------------------------------------------------------------- clusters and summary
 
 
-def clusters_of(records: list[dict[str, Any]], maps: np.ndarray, folder: Folder, input_size: tuple[int, int],
-                seed: int = 0) -> list[dict[str, Any]]:
-    """Cluster the maps per predicted class; sets each record's ``cluster`` and returns the
-    clusters: id, class, size, accuracy, prototype (the members' mean map) and members."""
-    out: list[dict[str, Any]] = []
+def class_groups(records: list[dict[str, Any]]) -> list[tuple[int, np.ndarray]]:
+    """(predicted class, the indices of its records), the largest class first."""
     by_class: dict[int, list[int]] = {}
     for i, r in enumerate(records):
         by_class.setdefault(r["predicted_index"], []).append(i)
+    return [(c, np.array(by_class[c])) for c in sorted(by_class, key=lambda c: (-len(by_class[c]), c))]
+
+
+def clusters_of(records: list[dict[str, Any]], maps: np.ndarray, folder: Folder, input_size: tuple[int, int],
+                seed: int = 0, found: list[tuple[np.ndarray, list[float]]] | None = None) -> list[dict[str, Any]]:
+    """Cluster the maps per predicted class; sets each record's ``cluster`` and returns the
+    clusters: id, class, size, accuracy, prototype (the members' mean map) and members.
+    ``found``: each class's :func:`cluster_maps` already computed (in :func:`class_groups` order)."""
+    out: list[dict[str, Any]] = []
     mark = None
     if folder.watermark_box is not None and len(maps):
         mark = cell_coverage(folder.watermark_box, input_size, maps.shape[1:]).numpy() > 0
-    for cls in sorted(by_class, key=lambda c: (-len(by_class[c]), c)):
-        idx = np.array(by_class[cls])
-        assign, spectrum = cluster_maps(maps[idx], seed)
+    for j, (cls, idx) in enumerate(class_groups(records)):
+        assign, spectrum = found[j] if found is not None else cluster_maps(maps[idx], seed)
         for k in range(int(assign.max()) + 1):
             members = idx[assign == k]
             out.append(cluster_record(len(out), records, members, maps, cls, spectrum, mark))
@@ -381,10 +387,17 @@ def plain_notes(records: list[dict[str, Any]], how: str) -> list[str]:
 
 
 def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, errors: list[str], folder: Folder,
-              method: str, root: str, seconds: float, dist: Dist, seed: int = 0) -> dict[str, Any]:
-    """The survey's result (the ``--json`` object): images, clusters, the embedding and the totals."""
-    clusters = clusters_of(records, maps, folder, lm.data_config.input_size, seed)
-    xy, how = embed(maps, seed)
+              method: str, root: str, seconds: float, dist: Dist, seed: int = 0, isolated: bool = False
+              ) -> dict[str, Any]:
+    """The survey's result (the ``--json`` object): images, clusters, the embedding and the totals.
+    ``isolated``: scikit-learn's part (clusters, embedding) runs in a child process (:mod:`.child`),
+    so that a crash there fails the survey, not the process."""
+    groups = [idx for _, idx in class_groups(records)]
+    if isolated:
+        found, xy, how = in_child(arrange, maps, groups, seed, what="The survey's clustering")
+    else:
+        found, xy, how = arrange(maps, groups, seed)
+    clusters = clusters_of(records, maps, folder, lm.data_config.input_size, seed, found)
     for r, (x, y) in zip(records, xy):
         r["xy"] = [round(float(x), 5), round(float(y), 5)]
     judged = [r["correct"] for r in records if r["correct"] is not None]
@@ -423,10 +436,10 @@ def relative_paths(result: dict[str, Any], folder_name: str = "the upload") -> d
 
 def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_METHOD, labels: str = "auto",
            limit: int | None = None, batch_size: int = 16, each: EachPicture | None = None, progress: bool = True,
-           seed: int = 0) -> dict[str, Any] | None:
+           seed: int = 0, isolated: bool = False) -> dict[str, Any] | None:
     """Survey the folder ``images`` (see the module docstring). Under ``torchrun`` only process 0
     returns the result (the others None). ValueError for a headless model, an unknown method, or
-    a folder with no pictures."""
+    a folder with no pictures. ``isolated``: the clustering in a child process (:func:`summarise`)."""
     t0 = time.perf_counter()
     registry.get(method)
     if lm.model.cfg.num_classes == 0:
@@ -442,6 +455,7 @@ def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_MET
         records, maps, errors = gathered
         if not records:
             raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(errors[:3]))
-        return summarise(lm, records, maps, errors, folder, method, str(images), time.perf_counter() - t0, dist, seed)
+        return summarise(lm, records, maps, errors, folder, method, str(images), time.perf_counter() - t0, dist, seed,
+                         isolated)
     finally:
         finish(dist)

@@ -46,7 +46,7 @@ from .figures import (
     topk_figure,
     uniform_attention_distance,
 )
-from .previews import heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image, with_colorbar
+from .previews import draw_windows, heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image, with_colorbar
 from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
@@ -59,6 +59,7 @@ from .style import (
     TICK_SIZE,
     TITLE_SIZE,
     TOKEN_COLORS,
+    WINDOW_RGB,
     check_cmap,
     colorize,
     colormap_lut,
@@ -69,8 +70,8 @@ from .style import (
 
 __all__ = [
     "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "HIGHLIGHT_RGB", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE",
-    "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "Picture", "SequenceSlot", "as_array", "check_cmap",
-    "colorize", "colormap_lut", "compare_figure", "distance_figure", "figure_to_image", "heads_figure",
+    "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "WINDOW_RGB", "Picture", "SequenceSlot", "as_array", "check_cmap",
+    "colorize", "colormap_lut", "compare_figure", "draw_windows", "distance_figure", "figure_to_image", "heads_figure",
     "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
     "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image",
     "sequence_slots", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",

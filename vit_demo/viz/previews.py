@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from .arrays import Picture, as_maps, blend, normalize, patch_box, picture_array, resized_picture, target_size, upsample
 from .sequence import sequence_slots
-from .style import HIGHLIGHT_RGB, colorize, text_font, text_width, token_color
+from .style import HIGHLIGHT_RGB, WINDOW_RGB, colorize, text_font, text_width, token_color
 
 
 def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], width: int) -> None:
@@ -173,10 +173,12 @@ def patch_grid_image(
     numbers: bool = True,
     highlight: int | None = None,
     scale: int | None = None,
+    window: int = 0,
 ) -> Image.Image:
     """The picture cut into its patches: grid lines, each patch numbered 0..gh*gw-1 in
     row-major order (the order the transformer reads them), ``highlight`` (e.g. the selected
-    query patch) outlined. Fast: PIL only (the grid and number masks are cached per size).
+    query patch) outlined, ``window``: the attention windows of that many patches a side drawn
+    (:func:`draw_windows`). Fast: PIL only (the grid and number masks are cached per size).
 
     ``scale``: integer upscaling so the numbers are readable (default: patch cells of at
     least 32 px, e.g. 2x for 16-px patches: 224 -> 448 px). Use :func:`patch_index_at` with
@@ -202,8 +204,28 @@ def patch_grid_image(
     if numbers:
         img.paste((0, 0, 0), (0, 0, *img.size), outline)
         img.paste((255, 255, 255), (0, 0, *img.size), glyphs)
+    if window:
+        draw_windows(img, (gh, gw), window)
     if box is not None:
         _outline(ImageDraw.Draw(img), box, max(2, cell // 12))
+    return img
+
+
+def draw_windows(img: Image.Image, grid: tuple[int, int], window: int) -> Image.Image:
+    """``img`` (a ``grid`` of (gh, gw) patches edge to edge) with the borders of the attention
+    windows drawn in place: squares of ``window`` patches a side from the top-left corner, as SAM
+    cuts the grid (the last row and column of windows cut off by the grid's edge). Returned."""
+    gh, gw = grid
+    sx, sy = img.width / gw, img.height / gh
+    draw = ImageDraw.Draw(img)
+    width = max(2, round(min(sx, sy) / 5))
+    for c in range(window, gw, window):
+        x = round(c * sx)
+        draw.line([(x, 0), (x, img.height)], fill=WINDOW_RGB, width=width)
+    for r in range(window, gh, window):
+        y = round(r * sy)
+        draw.line([(0, y), (img.width, y)], fill=WINDOW_RGB, width=width)
+    draw.rectangle([0, 0, img.width - 1, img.height - 1], outline=WINDOW_RGB, width=max(1, width // 2))
     return img
 
 

@@ -23,6 +23,7 @@ ACCENT = "#1f77b4"
 HIGHLIGHT = "#00e5ff"  # a selected query patch: cyan reads on photos and on every colormap
 TOKEN_COLORS = {"class": "#7b3fa0", "dist": "#c0392b", "reg": "#5d6d7e"}
 HIGHLIGHT_RGB = (0, 229, 255)
+WINDOW_RGB = (124, 252, 0)  # the borders of attention windows (SAM): green, apart from the cyan query and the maps
 
 
 def check_cmap(name: str) -> str:

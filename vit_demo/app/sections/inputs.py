@@ -34,8 +34,16 @@ def predictions_json(a: Analysis, k: int = 5) -> list[dict[str, Any]]:
 
 
 def input_caption(a: Analysis, up: Upload, lm: LoadedModel) -> str:
-    dc = lm.data_config
+    dc = lm.input_config(up.picture.size)
     h, w = dc.input_size
+    if lm.model.cfg.naflex:
+        p = lm.model.cfg.patch_size
+        budget = (lm.data_config.input_size[0] // p) * (lm.data_config.input_size[1] // p)
+        return (f"**What the model sees**: {w}×{h} px, your whole {up.size[0]}×{up.size[1]} px image with its aspect "
+                f"ratio kept. A NaFlex model reads any grid of patches: the picture is scaled to the most "
+                f"{p}-px patches that fit its budget of {budget} ({h // p}×{w // p} = {(h // p) * (w // p)}), each "
+                f"side rounded up to whole patches, nothing cropped. Then: scale to [0, 1], normalise with the "
+                f"model's mean and std.")
     return (f"**What the model sees**: {w}×{h} px, cut from your {up.size[0]}×{up.size[1]} px image. "
             f"Steps: {dc.describe()}.")
 
@@ -48,9 +56,10 @@ def input_picture(a: Analysis, size: int = VIEW_SIZE) -> Image.Image:
 
 
 def export_input(a: Analysis, up: Upload, lm: LoadedModel) -> Path:
-    h, w = lm.data_config.input_size
+    dc = lm.input_config(up.picture.size)
+    h, w = dc.input_size
     fig = viz.input_figure(up.picture, a.picture, f"Your image · {up.size[0]}×{up.size[1]} px",
-                           f"What the model sees · {w}×{h} px", wrap(lm.data_config.describe(), 110))
+                           f"What the model sees · {w}×{h} px", wrap(dc.describe(), 110))
     return save(fig, f"{Path(up.name).stem}-input")
 
 

@@ -138,6 +138,7 @@ def attention_view(
     maps = attention_maps(a, layer, head, query)
     who = _query_label(a, query)
     where = f"layer {layer + 1} of {a.depth}"
+    window = a.windows[layer] if a.windows and head != HEAD_LAYERS else 0
     if head == HEAD_LAYERS:
         tile = 96 if a.num_heads > 6 else 112
         pic = viz.heads_image(a.picture, maps, cmap, alpha, smooth, tile=tile, mark=query)
@@ -146,10 +147,13 @@ def attention_view(
         H = a.num_heads
         cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
         tile = int(min(300, max(120, 880 // cols)))
-        pic = viz.heads_image(a.picture, maps, cmap, alpha, smooth, tile=tile, layer=layer, mark=query)
+        base = viz.draw_windows(a.picture.copy(), a.layout.grid, window) if window else a.picture
+        pic = viz.heads_image(base, maps, cmap, alpha, smooth, tile=tile, layer=layer, mark=query)
         what = f"Where {who} looks in **{where}**, each of the {H} heads"
     else:
         pic = viz.overlay_image(a.picture, maps, cmap, alpha, smooth, size=VIEW_SIZE, mark=query)
+        if window:
+            viz.draw_windows(pic, a.layout.grid, window)
         which = "the mean of the heads" if head == HEAD_MEAN else f"head {head + 1} of {a.num_heads}"
         what = f"Where {who} looks in **{where}**, {which}"
     share = prefix_share(a, layer, head if head != HEAD_LAYERS else HEAD_MEAN, query) if head != HEAD_LAYERS else None
@@ -158,14 +162,33 @@ def attention_view(
         names = "/".join(a.layout.names())
         extra = f" {share * 100:.0f}% of its attention goes to {names}, which has no place on the picture."
     caption = (f"{what}. Bright patches are the ones it takes the most information from: attention shows where the "
-               f"model looks, not why it gives its answer.{extra}")
+               f"model looks, not why it gives its answer.{extra}{windows_caption(a, layer, head, query)}")
     return viz.with_colorbar(pic, cmap), caption
+
+
+def windows_caption(a: Analysis, layer: int, head: str | int, query: int | None) -> str:
+    """For windowed attention (SAM's encoder): what this layer's windows mean for the map."""
+    if not a.windows:
+        return ""
+    w = a.window
+    if head == HEAD_LAYERS:
+        glob = ", ".join(f"L{i + 1}" for i, s in enumerate(a.windows) if not s) or "none"
+        return (f" Most layers attend within {w}×{w}-patch windows, so their maps are windows side by side; the "
+                f"global layers: {glob}.")
+    if not a.windows[layer]:
+        return f" Layer {layer + 1} is one of the global layers: every patch may attend to the whole grid."
+    if query is None:
+        return (f" Layer {layer + 1} attends **within {w}×{w}-patch windows** (the green lines): no patch looks "
+                f"outside its own window, so this mean over every patch's attention is one map per window, side by "
+                f"side. Click a patch to see its window alone.")
+    return (f" Layer {layer + 1} attends **within {w}×{w}-patch windows** (the green lines): patch {query} can "
+            f"only look inside its own window; everything outside it is zero.")
 
 
 def query_picture(a: Analysis, query: int | None) -> Image.Image:
     """The model input with its patch grid and the query patch outlined: the click target."""
     scale = max(1, round(VIEW_SIZE / max(a.picture.size)))
-    return viz.patch_grid_image(a.picture, a.patch_size, numbers=False, highlight=query, scale=scale)
+    return viz.patch_grid_image(a.picture, a.patch_size, numbers=False, highlight=query, scale=scale, window=a.window)
 
 
 def export_attention(a: Analysis, up: Upload, layer: int, head: str | int | None, query: int | None,

@@ -6,6 +6,7 @@ report to download. A click on a tile opens that picture in the other tabs."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import gradio as gr
 
 from ... import methods
+from ...evaluate.child import ChildDied
 from ...evaluate.survey import DEFAULT_METHOD, relative_paths, survey
 from ...images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, safe_parts
 from ...present.survey_report import Thumbnails, embedding_image, write_report
@@ -36,6 +38,7 @@ SORTS = [("file order", "file"), ("least confident first", "conf-asc"), ("most c
          ("most off-object first", "off-desc"), ("most spread map first", "ent-desc"),
          ("most concentrated map first", "ent-asc")]
 OPEN_IN = RelevanceTab.name  # the tab a clicked tile opens
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- files and views
@@ -209,10 +212,14 @@ class FolderTab(Section):
         with received(ctx, files) as (out, pics, notes):
             lm = ctx.model(ctx.session(sess))
             with reporting(lambda share, text: progress(share, desc=f"survey: {text}")):
-                try:
-                    result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False)
+                try:  # scikit-learn's part in a child process: a crash there fails this survey only
+                    result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False,
+                                    isolated=True)
                 except ValueError as e:  # nothing readable: said without the server's folder
                     raise unreadable(e, pics, notes) from e
+                except ChildDied as e:
+                    log.error("survey of %d files: %s", len(files), e)
+                    raise gr.Error(str(e), print_exception=False) from e
             relative_paths(result)  # the report and its JSON name no server path
             notes = [*result["notes"], *notes, *result["errors"]]
             write_report(result, out / "report")

@@ -32,12 +32,36 @@ def patch_caption(a: Analysis, lm: LoadedModel) -> str:
            "the patches say, and the model reads its answer from it alone." if a.layout.cls_index is not None else "")
     return (f"**{a.patch_size}×{a.patch_size}-px patches → a {gh}×{gw} grid = {n} patches**, numbered in the "
             f"order the transformer reads them (left to right, top to bottom). Each patch becomes one "
-            f"{lm.model.cfg.embed_dim}-number vector; the sequence is {seq}.{why} Click a patch to make it the "
-            f"query in the attention explorer.")
+            f"{lm.model.cfg.embed_dim}-number vector; the sequence is {seq}.{why}{naflex_note(a, lm)}"
+            f"{window_note(a)} Click a patch to make it the query in the attention explorer.")
+
+
+def naflex_note(a: Analysis, lm: LoadedModel) -> str:
+    """For a NaFlex model: why the grid has the picture's shape."""
+    if not lm.model.cfg.naflex:
+        return ""
+    gh, gw = a.layout.grid
+    budget = (lm.data_config.input_size[0] // a.patch_size) * (lm.data_config.input_size[1] // a.patch_size)
+    return (f" **NaFlex** reads any grid of patches: the picture keeps its aspect ratio (nothing cropped), scaled "
+            f"to the most patches within its budget of {budget}, so this picture is {gh} rows × {gw} columns.")
+
+
+def window_note(a: Analysis) -> str:
+    """For a model with windowed attention (SAM's encoder): the windows in words."""
+    if not a.window:
+        return ""
+    w = a.window
+    wh, ww = -(-a.layout.grid[0] // w), -(-a.layout.grid[1] // w)
+    glob = [str(i + 1) for i, s in enumerate(a.windows) if not s]
+    where = (f"layers {', '.join(glob)} attend" if len(glob) > 1 else f"layer {glob[0]} attends" if glob
+             else "no layer attends")
+    return (f" **Windowed attention**: in most layers a patch attends only to the patches of its own {w}×{w} "
+            f"window (the green lines: {wh}×{ww} windows, the last row and column cut by the edge); {where} "
+            f"over the whole grid.")
 
 
 def patch_picture(a: Analysis, highlight: int | None = None, numbers: bool = True) -> Image.Image:
-    return viz.patch_grid_image(a.picture, a.patch_size, numbers=numbers, highlight=highlight)
+    return viz.patch_grid_image(a.picture, a.patch_size, numbers=numbers, highlight=highlight, window=a.window)
 
 
 def patch_picture_size(a: Analysis) -> tuple[int, int]:

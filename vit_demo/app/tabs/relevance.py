@@ -128,8 +128,17 @@ def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, 
                      "the gated LRP map was the most faithful single pass and causal LRP the most faithful of all "
                      "(on request: hundreds of forward passes, about 20 s).")
     else:
-        parts.append("This model has no classifier, so there are no class-specific maps.")
+        parts.append(no_class_note())
     return "\n\n".join(parts) + "\n\n" + methods_details(fusion, discard, start_layer, a.depth)
+
+
+def no_class_note() -> str:
+    """Why a model without a classifier (SAM's encoder, DINO, SigLIP's image tower) is offered no
+    class-specific method, each named."""
+    titles = ", ".join(methods.get(n).title for n in methods.names(class_specific=True))
+    return (f"**This model predicts no classes** (it has no classifier: it outputs features). **Not offered: "
+            f"{titles}**: each follows the score of one class back to the patches, and there is no class score to "
+            "follow. The maps above (attention, rollout) need no class.")
 
 
 def methods_details(fusion: str, discard: float, start_layer: int, depth: int) -> str:
