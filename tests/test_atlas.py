@@ -98,7 +98,8 @@ def test_mean_ablation_matches_a_forward_pass_by_hand(folder: tuple[Path, object
     shapes, lm = folder
     pics, mode = list_pictures(shapes)
     seen = first_pass(lm, pics, read_folder(shapes, mode, lm.data_config), 2, 5, False)
-    drop, acc = head_importance(lm, seen, 5, False)
+    drop, wrong = head_importance(lm, seen, seen.sums.outputs / seen.sums.count, 5, False)
+    drop, acc = drop / len(pics), wrong / len(pics)
     model = lm.model
     x = read_batch(pics, lm, []).x
     y = torch.tensor([["circle", "square", "star", "triangle"].index(p.label) for p in pics])
@@ -123,19 +124,23 @@ def test_mean_ablation_matches_a_forward_pass_by_hand(folder: tuple[Path, object
 
 def test_concept_removal_and_reconstruction_error() -> None:
     """Removing concepts subtracts exactly their part of the patch tokens; the NMF's reported
-    error is small where few concepts made the tokens, and fewer concepts fit worse."""
+    error is small where few concepts made the tokens, and fewer concepts fit worse; centred, the
+    concepts code each token's deviation from its place's mean over the folder."""
     from vit_demo.evaluate.atlas import fit_concepts, remove_concepts
 
     g = np.random.default_rng(0)
     true = g.random((3, 6)) * (g.random((3, 6)) > 0.5)
     tokens = (g.random((5, 16, 3)) @ true + 0.01 * g.standard_normal((5, 16, 6))).astype(np.float32)
     for signed in (tokens, -tokens):  # the split [relu(x), relu(-x)] codes negative tokens as well
-        c = fit_concepts(signed, 3)
+        c = fit_concepts(signed, 3, center=False)
         x = signed.reshape(-1, 6)
         recon = c.codes.reshape(-1, 3) @ c.basis  # in token space
         assert c.error < 0.05 and np.linalg.norm(x - recon) / np.linalg.norm(x) < 0.05  # three concepts made these
     c3 = fit_concepts(tokens, 3)
-    assert fit_concepts(tokens, 2).error > c3.error
+    assert np.allclose(c3.mean, tokens.mean(axis=0), atol=1e-6)
+    d = (tokens - c3.mean).reshape(-1, 6)
+    assert np.linalg.norm(d - c3.codes.reshape(-1, 3) @ c3.basis) / np.linalg.norm(d) < 0.5
+    assert fit_concepts(tokens, 2).error > c3.error > fit_concepts(tokens, 6).error
     x = torch.from_numpy(np.concatenate([np.zeros((5, 1, 6), np.float32), tokens], axis=1))
     mask = torch.tensor([[1, 0, 0], [0, 1, 1], [0, 0, 0], [1, 1, 1], [0, 0, 1]], dtype=torch.float32)
     out = remove_concepts(x, torch.from_numpy(c3.codes), torch.from_numpy(c3.basis), mask, 1)
@@ -173,6 +178,45 @@ def test_atlas_command_json(folder: tuple[Path, object], tmp_path: Path) -> None
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --layer must be in 0..3 for small, not 9"
 
 
+
+
+def same_json(a: object, b: object, path: str = "") -> None:
+    """The same JSON, floats within 1e-4."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-4), path
+    elif isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            same_json(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            same_json(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def test_torchrun_shards_give_the_same_atlas(folder: tuple[Path, object], tmp_path: Path) -> None:
+    """Two processes (gloo) each take every other picture for the model passes; process 0 gathers
+    them, fits the concepts and prints: the same records as one process."""
+    import os
+
+    from vit_demo.evaluate.atlas import atlas
+
+    shapes, lm = folder
+    one = atlas(lm, shapes, concepts=3, batch_size=1, progress=False)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    r = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "vit_demo", "atlas", "--images",
+                        str(shapes), "--weights", str(shapes.parent / "m.safetensors"), "--device", "cpu", "--concepts",
+                        "3", "--batch-size", "1", "--out", str(tmp_path / "out"), "--json"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    two = json.loads(r.stdout)  # process 1 prints nothing
+    assert (two.pop("processes"), one.pop("processes")) == (2, 1)
+    for key in ("seconds", "report"):
+        two.pop(key, None), one.pop(key, None)
+    assert len(two["heads"]) == 6 and two["images"] == 12
+    same_json(two, one)
 
 
 # ----------------------------------------------------------------------------- the Clever-Hans lesson

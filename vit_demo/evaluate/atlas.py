@@ -34,7 +34,11 @@ within one patch of their most common patch; a concept among a class's top three
 at one place near the edge (the outer quarter of the grid), or mostly off the object, is flagged as a
 possible Clever-Hans feature. ``layer`` 0: the patch embeddings, before any block.
 
-One process (not sharded under ``torchrun`` yet).
+Under ``torchrun`` (:mod:`vit_demo.distributed.torchrun`, shared with the survey and the training)
+every process takes every ``world``-th picture for the model passes (pass 1: attention and tokens;
+pass 2: the heads removed one by one, after the heads' mean outputs over the whole folder are
+shared); process 0 gathers them and alone fits the concepts and measures their importance (a few
+passes of the blocks after ``layer``), then writes the result.
 """
 
 from __future__ import annotations
@@ -51,10 +55,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..distributed.torchrun import Dist, finish, gather_objects, init_distributed, share_objects
 from ..methods.attention import head_maps, mean_attention_distance
 from ..model import TokenLayout, VisionTransformer
 from ..progress import batches, report
-from .geometry import box_to_input, patch_coverage
+from .geometry import box_to_input, near_edge, patch_coverage
 from .survey import Folder, Picture, label_index, list_pictures, read_batch, read_folder
 
 if TYPE_CHECKING:
@@ -181,6 +186,29 @@ class Seen:
     errors: list[str] = field(default_factory=list)
 
 
+def merge_seen(parts: Sequence[Seen]) -> Seen:
+    """Every process's :class:`Seen` as one, in the folder's order: ``tokens`` and ``logits`` one
+    array each, the per-picture numbers reordered, the running sums added."""
+    full = [s for s in parts if s.pictures]
+    errors = [e for s in parts for e in s.errors]
+    if not full:
+        return Seen(errors=errors)
+    pics = [p for s in full for p in s.pictures]
+    order = np.argsort([p.index for p in pics], kind="stable")
+
+    def cat(get: Any) -> np.ndarray:
+        return np.concatenate([a for s in full for a in get(s)])[order]
+
+    sums = HeadSums(numbers=[cat(lambda s: s.sums.numbers)], peaks=[cat(lambda s: s.sums.peaks)],
+                    count=sum(s.sums.count for s in full))
+    sums.pattern = sum(s.sums.pattern for s in full)  # type: ignore[assignment]
+    sums.square = sum(s.sums.square for s in full)  # type: ignore[assignment]
+    sums.outputs = sum(s.sums.outputs for s in full)  # type: ignore[assignment]
+    flat = [v for s in full for v in zip(s.targets, s.labelled)]
+    return Seen([pics[i] for i in order], [flat[i][0] for i in order], [flat[i][1] for i in order],
+                [cat(lambda s: s.logits)], [cat(lambda s: s.tokens)], sums, errors)
+
+
 def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any, Tensor, Tensor]:
     """A forward pass that captures the attention: (its output, the heads' outputs summed over the
     batch [L, N, H*D], the tokens after block ``layer`` (1-based; 0: the embeddings, before any block) [B, N, C])."""
@@ -225,12 +253,14 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
 # ----------------------------------------------------------------------------- pass 2: heads removed
 
 
-def head_importance(lm: LoadedModel, seen: Seen, batch_size: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Mean-ablation of every head: ([L, H] mean fall of the target logit, [L, H] fall in accuracy
-    over the labelled pictures, NaN without labels)."""
-    model, sums = lm.model, seen.sums
+def head_importance(lm: LoadedModel, seen: Seen, means: Tensor, batch_size: int, progress: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-ablation of every head over this process's pictures, ``means`` [L, N, H*D] the heads'
+    mean outputs over the whole folder: ([L, H] the target logit's falls, [L, H] the losses of a
+    right answer over the labelled pictures), both summed over the pictures."""
+    model = lm.model
     L, H, D = len(model.blocks), model.blocks[0].attn.num_heads, model.blocks[0].attn.head_dim
-    means = (sums.outputs / max(1, sums.count)).float().to(lm.device)  # [L, N, H*D]
+    means = means.float().to(lm.device)
     drop, wrong = np.zeros((L, H)), np.zeros((L, H))
     targets, labelled = torch.tensor(seen.targets), torch.tensor(seen.labelled)
     done, errors = 0, []
@@ -249,8 +279,7 @@ def head_importance(lm: LoadedModel, seen: Seen, batch_size: int, progress: bool
                     wrong[layer, head] += float((base_right.float() - ((z.argmax(1) == y) & lab).float()).sum())
         done += n
         report(0.5 + done / max(1, len(seen.pictures)) / 4, "pictures", done=done, total=len(seen.pictures))
-    judged = int(labelled.sum())
-    return drop / max(1, done), (wrong / judged if judged else np.full((L, H), np.nan))
+    return drop, wrong
 
 
 def head_summary(distance: float, entropy: float, cls: float, prefix: float, positional: float, patch: int) -> str:
@@ -301,22 +330,31 @@ def head_records(lm: LoadedModel, seen: Seen, drop: np.ndarray, acc: np.ndarray)
 
 @dataclass
 class Concepts:
-    """The NMF of the patch tokens split by sign: codes W [n, patches, K], concepts [K, C], the error."""
+    """The NMF of the patch tokens' deviations from their place's mean, split by sign: codes W
+    [n, patches, K], concepts [K, C], the error, the mean token of each place [patches, C]."""
 
     codes: np.ndarray
     basis: np.ndarray  # [K, C] in token space (signed)
     error: float  # ||A - W H||_F / ||A||_F over every patch row
+    mean: np.ndarray
 
 
-def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
-    """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
-    token split into its positive and negative parts, so that W H codes the whole signed token:
-    x ~ W (H+ - H-)), fitted on at most :data:`FIT_ROWS` rows spread through the folder, every row
-    then coded. ``basis``: the concepts in token space, H+ - H-; ``error``: ||A - W H|| / ||A||."""
+def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0, center: bool = True) -> Concepts:
+    """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(d), relu(-d)], d
+    the token less the folder's mean token at its place (``center``; else d = x), each deviation
+    split into its positive and negative parts so that W H codes the whole signed vector:
+    d ~ W (H+ - H-); fitted on at most :data:`FIT_ROWS` rows spread through the folder, every
+    row then coded. ``basis``: the concepts in token space, H+ - H-; ``error``: ||A - W H|| / ||A||.
+
+    Why the deviation: removing a concept then moves a token towards what that place usually
+    holds, as mean-ablation does for a head, not towards zero, which no token of a residual
+    stream is near; and what every picture has at a place (its position embedding, the usual
+    background) makes no concept."""
     from sklearn.decomposition import NMF
 
     n, P, C = tokens.shape
-    x = tokens.reshape(-1, C).astype(np.float32)
+    mean = tokens.mean(axis=0, dtype=np.float64).astype(np.float32) if center else np.zeros((P, C), np.float32)
+    x = (tokens - mean).reshape(-1, C).astype(np.float32)
     A = np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1)
     if A.shape[0] < k:
         raise ValueError(f"{A.shape[0]} patch tokens cannot make {k} concepts")
@@ -326,7 +364,7 @@ def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
     W = nmf.transform(A)
     H = nmf.components_
     error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
-    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error)
+    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error, mean)
 
 
 def remove_concepts(tokens: Tensor, codes: Tensor, basis: Tensor, mask: Tensor, num_prefix: int) -> Tensor:
@@ -338,24 +376,26 @@ def remove_concepts(tokens: Tensor, codes: Tensor, basis: Tensor, mask: Tensor, 
     return out
 
 
-def concept_falls(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, masks: Tensor) -> np.ndarray:
-    """Logits' falls [n, classes] when the concepts each picture's row of ``masks`` [n, K] marks are removed."""
+def concept_falls(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, masks: Tensor, batch_size: int = 16
+                  ) -> np.ndarray:
+    """Logits' falls [n, classes] when the concepts each picture's row of ``masks`` [n, K] marks are
+    removed (``seen`` merged: one array of tokens and one of logits), ``batch_size`` pictures at a time."""
     model, P = lm.model, lm.model.cfg.num_prefix_tokens
     grid = tuple(s // model.cfg.patch_size for s in lm.data_config.input_size)
     basis = torch.from_numpy(concepts.basis).to(lm.device)
-    out, start = [], 0
-    for tok, logits in zip(seen.tokens, seen.logits):
-        b = tok.shape[0]
-        x = torch.from_numpy(tok).to(lm.device)
-        codes = torch.from_numpy(concepts.codes[start : start + b]).to(lm.device)
+    tokens, logits = np.concatenate(seen.tokens), np.concatenate(seen.logits)
+    out = []
+    for start in range(0, len(tokens), batch_size):
+        end = start + batch_size
+        x = torch.from_numpy(tokens[start:end]).to(lm.device)
+        codes = torch.from_numpy(concepts.codes[start:end]).to(lm.device)
         with torch.inference_mode():
-            z = run_from(model, remove_concepts(x, codes, basis, masks[start : start + b].to(lm.device), P), layer, grid)
-        out.append(logits - z.float().cpu().numpy())
-        start += b
+            z = run_from(model, remove_concepts(x, codes, basis, masks[start:end].to(lm.device), P), layer, grid)
+        out.append(logits[start:end] - z.float().cpu().numpy())
     return np.concatenate(out)
 
 
-def class_importance(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int) -> np.ndarray:
+def class_importance(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, batch_size: int = 16) -> np.ndarray:
     """[K, classes]: the mean fall of each class's logit over the class's pictures (target: the
     label, else the predicted class) when concept k is removed; NaN for classes not in the folder."""
     n, K = len(seen.targets), concepts.basis.shape[0]
@@ -364,7 +404,7 @@ def class_importance(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int
     for k in range(K):
         mask = torch.zeros(n, K)
         mask[:, k] = 1
-        falls = concept_falls(lm, seen, concepts, layer, mask)
+        falls = concept_falls(lm, seen, concepts, layer, mask, batch_size)
         for c in np.unique(targets):
             out[k, c] = falls[targets == c, c].mean()
         report(0.75 + (k + 1) / K / 4, "concepts")
@@ -372,7 +412,7 @@ def class_importance(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int
 
 
 def faithfulness(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, importance: np.ndarray,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, batch_size: int = 16) -> dict[str, Any]:
     """Removing each picture's class's top :data:`CLASS_TOP` concepts vs as many random ones
     (:data:`RANDOM_DRAWS` draws a picture): the mean fall of the class's logit, and the share
     of pictures where the top concepts' fall is the larger."""
@@ -382,13 +422,13 @@ def faithfulness(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, im
     top = torch.zeros(n, K)
     for i, c in enumerate(targets):
         top[i, np.argsort(-importance[:, c], kind="stable")[:m]] = 1
-    fall_top = concept_falls(lm, seen, concepts, layer, top)[np.arange(n), targets]
+    fall_top = concept_falls(lm, seen, concepts, layer, top, batch_size)[np.arange(n), targets]
     g = torch.Generator().manual_seed(seed)
     fall_random = np.zeros(n)
     for _ in range(RANDOM_DRAWS):
         rnd = torch.zeros(n, K)
         rnd.scatter_(1, torch.rand(n, K, generator=g).argsort(dim=1)[:, :m], 1)
-        fall_random += concept_falls(lm, seen, concepts, layer, rnd)[np.arange(n), targets] / RANDOM_DRAWS
+        fall_random += concept_falls(lm, seen, concepts, layer, rnd, batch_size)[np.arange(n), targets] / RANDOM_DRAWS
     return {"concepts_removed": m, "random_draws": RANDOM_DRAWS,
             "top_fall": round(float(fall_top.mean()), 6), "random_fall": round(float(fall_random.mean()), 6),
             "share_top_larger": round(float((fall_top > fall_random).mean()), 6),
@@ -433,10 +473,7 @@ def suspicious(place: dict[str, Any], grid: tuple[int, int]) -> bool:
     """A possible Clever-Hans feature: a concept whose top patches sit at one place (at least
     :data:`FLAG_SHARE` of them within one patch of it) and that place near the picture's edge (in
     the outer quarter of the grid), or most of them off the object."""
-    gh, gw = grid
-    r, c = place["place"]["row"], place["place"]["col"]
-    qh, qw = max(1, gh // 4), max(1, gw // 4)
-    edge = r < qh or r >= gh - qh or c < qw or c >= gw - qw
+    edge = near_edge(place["place"]["row"], place["place"]["col"], grid)
     return place["one_place_share"] >= FLAG_SHARE and (edge or place.get("off_object_share", 0.0) >= FLAG_SHARE)
 
 
@@ -478,9 +515,10 @@ def default_layer(depth: int) -> int:
 
 def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, concepts: int = DEFAULT_CONCEPTS,
           labels: str = "auto", limit: int | None = None, batch_size: int = 16, progress: bool = True,
-          seed: int = 0) -> dict[str, Any]:
-    """The atlas of the folder ``images`` (see the module docstring): the ``--json`` object.
-    ValueError for a headless model, a layer outside 1..depth, too few concepts or no readable picture."""
+          seed: int = 0) -> dict[str, Any] | None:
+    """The atlas of the folder ``images`` (see the module docstring): the ``--json`` object; under
+    ``torchrun`` only process 0 returns it (the others None). ValueError for a headless model, a
+    layer outside 0..depth, too few concepts or no readable picture."""
     t0 = time.perf_counter()
     model, depth = lm.model, len(lm.model.blocks)
     if model.cfg.num_classes == 0:
@@ -492,25 +530,60 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
         raise ValueError(f"--concepts must be at least 2, not {concepts}")
     pictures, mode = list_pictures(images, labels, limit)
     folder = read_folder(images, mode, lm.data_config)
-    seen = first_pass(lm, pictures, folder, layer, batch_size, progress)
-    if not seen.pictures:
-        raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(seen.errors[:3]))
-    drop, acc = head_importance(lm, seen, batch_size, progress)
-    heads = head_records(lm, seen, drop, acc)
-    tokens = np.concatenate(seen.tokens)
-    found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], concepts, seed)
-    imp = class_importance(lm, seen, found, layer)
-    check = faithfulness(lm, seen, found, layer, imp, seed)
-    concept_list = concept_records(lm, seen, folder, found, imp, layer)
-    classes = [lm.labels[c] for c in sorted(set(seen.targets))]
-    result = {"images": len(seen.pictures), "folder": str(images), "model": lm.name, "labels": mode,
-              "labelled": int(sum(seen.labelled)), "layers": depth, "heads_per_layer": model.blocks[0].attn.num_heads,
-              "grid": [s // model.cfg.patch_size for s in lm.data_config.input_size],
-              "concept_layer": layer, "reconstruction_error": round(found.error, 6),
-              "importance_method": "mean-ablation (heads); removal from the patch tokens (concepts)",
-              "heads": heads, "concepts": concept_list, "faithfulness": check,
-              "findings": findings(heads, concept_list, classes), "errors": seen.errors}
+    dist = init_distributed(lm.device)
+    try:
+        seen, drop, wrong = sharded_passes(lm, pictures, folder, layer, batch_size, progress, dist)
+        if seen is None:
+            return None
+        if not seen.pictures:
+            raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(seen.errors[:3]))
+        result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed)
+    finally:
+        finish(dist)
+    result.update(folder=str(images), labels=mode, processes=dist.world)
     if folder.watermark_box is not None:
         result["shortcut"] = folder.shortcut
     result["seconds"] = round(time.perf_counter() - t0, 2)
     return result
+
+
+def sharded_passes(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder, layer: int, batch_size: int,
+                   progress: bool, dist: Dist) -> tuple[Seen | None, np.ndarray, np.ndarray]:
+    """The model passes, every ``world``-th picture on each process: pass 1, then the heads' mean
+    outputs over the whole folder shared, then mean-ablation; process 0 gathers (seen, the heads'
+    mean logit falls [L, H], their accuracy falls [L, H], NaN without labels); None elsewhere."""
+    mine = list(pictures)[dist.rank :: dist.world]
+    seen = first_pass(lm, mine, folder, layer, batch_size, progress and dist.main)
+    totals = [(o, c) for o, c in share_objects((seen.sums.outputs, seen.sums.count), dist) if c]
+    if not totals:
+        return merge_seen(gather_objects(seen, dist) or [seen]), np.zeros(0), np.zeros(0)
+    means = sum(o for o, _ in totals) / sum(c for _, c in totals)
+    drop, wrong = head_importance(lm, seen, means, batch_size, progress and dist.main)
+    parts = gather_objects((seen, drop, wrong), dist)
+    if parts is None:
+        return None, drop, wrong
+    whole = merge_seen([p[0] for p in parts])
+    n, judged = max(1, len(whole.pictures)), int(sum(whole.labelled))
+    drop, wrong = sum(p[1] for p in parts) / n, sum(p[2] for p in parts)
+    return whole, drop, (wrong / judged if judged else np.full(drop.shape, np.nan))
+
+
+def concept_atlas(lm: LoadedModel, seen: Seen, folder: Folder, drop: np.ndarray, acc: np.ndarray, layer: int,
+                  k: int, batch_size: int, seed: int) -> dict[str, Any]:
+    """Process 0's part on the merged ``seen``: the head records, the concepts, their importance,
+    the faithfulness check and the findings."""
+    model, depth = lm.model, len(lm.model.blocks)
+    heads = head_records(lm, seen, drop, acc)
+    tokens = np.concatenate(seen.tokens)
+    found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], k, seed)
+    imp = class_importance(lm, seen, found, layer, batch_size)
+    check = faithfulness(lm, seen, found, layer, imp, seed, batch_size)
+    concept_list = concept_records(lm, seen, folder, found, imp, layer)
+    classes = [lm.labels[c] for c in sorted(set(seen.targets))]
+    return {"images": len(seen.pictures), "model": lm.name, "labelled": int(sum(seen.labelled)), "layers": depth,
+            "heads_per_layer": model.blocks[0].attn.num_heads,
+            "grid": [s // model.cfg.patch_size for s in lm.data_config.input_size],
+            "concept_layer": layer, "reconstruction_error": round(found.error, 6),
+            "importance_method": "mean-ablation (heads); removal from the patch tokens (concepts)",
+            "heads": heads, "concepts": concept_list, "faithfulness": check,
+            "findings": findings(heads, concept_list, classes), "errors": seen.errors}

@@ -129,14 +129,14 @@ def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch:
     heads = sorted(result["heads"], key=lambda h: -h["importance"])
     body = (f'<div id="finding">{finding_html(result)}</div>'
             f'<h2>Concepts at layer {result["concept_layer"]}</h2><p class="hint">The patch tokens after block '
-            f'{result["concept_layer"]}, split by sign and factorised by NMF into {len(result["concepts"])} concepts; '
-            f'importance: '
+            f'{result["concept_layer"]} less the folder\'s mean token at their place, split by sign and factorised by '
+            f'NMF into {len(result["concepts"])} concepts; importance: '
             f'the fall of a class\'s logit when the concept is removed from the tokens. Each crop: the patch where the '
             f'concept is strongest in one picture (outlined), best first.</p>'
             + "".join(concept_html(c, crops) for c in result["concepts"])
             + '<h2>Heads, most important first</h2><p class="hint">Importance: mean-ablation (Michel et al. 2019), the '
-              "head's output replaced by its mean over the folder. Each crop: the patch the head's [class] row (or the mean of "
-              "the patch rows) weights most in one picture.</p>"
+              "head's output replaced by its mean over the folder. Each crop: the patch the head's [class] row weights most "
+              "in one picture (for a model without [class], the mean of the patch queries' rows).</p>"
             + "".join(head_html(h, crops) for h in heads))
     title = html.escape(f"Atlas of {result['model']} over {Path(result['folder']).name} ({result['images']} pictures)")
     path.write_text(PAGE.replace("%TITLE%", title).replace("%STYLE%", STYLE).replace("%BODY%", body), encoding="utf-8")
