@@ -36,7 +36,7 @@ def test_head_numbers_match_naive_loops(kw: dict) -> None:
 
     model = small_model(**kw)
     x = torch.randn(2, 3, 32, 32)
-    out, outputs, _ = captured_pass(model, x, 1)
+    out, outputs, _, _ = captured_pass(model, x, 1)
     sums = HeadSums()
     sums.add(out.attentions, out.layout, 8, outputs)
     numbers, peaks = sums.numbers[0], sums.peaks[0]
@@ -122,31 +122,35 @@ def test_mean_ablation_matches_a_forward_pass_by_hand(folder: tuple[Path, object
     assert np.abs(drop).max() > 1e-3  # the heads matter for this model
 
 
-def test_concept_removal_and_reconstruction_error() -> None:
-    """Removing concepts subtracts exactly their part of the patch tokens; the NMF's reported
-    error is small where few concepts made the tokens, and fewer concepts fit worse; centred, the
-    concepts code each token's deviation from its place's mean over the folder."""
-    from vit_demo.evaluate.atlas import fit_concepts, remove_concepts
+def test_concept_occlusion_and_reconstruction_error() -> None:
+    """The NMF's reported error is small where few concepts made the tokens (negative tokens too),
+    and fewer concepts fit worse; a concept's presence is its code over its 99th percentile,
+    clipped at 1; occlusion moves each patch embedding towards the baseline by its presence."""
+    from vit_demo.evaluate.atlas import fit_concepts, occlude
 
     g = np.random.default_rng(0)
     true = g.random((3, 6)) * (g.random((3, 6)) > 0.5)
     tokens = (g.random((5, 16, 3)) @ true + 0.01 * g.standard_normal((5, 16, 6))).astype(np.float32)
     for signed in (tokens, -tokens):  # the split [relu(x), relu(-x)] codes negative tokens as well
-        c = fit_concepts(signed, 3, center=False)
+        c = fit_concepts(signed, 3)
         x = signed.reshape(-1, 6)
         recon = c.codes.reshape(-1, 3) @ c.basis  # in token space
         assert c.error < 0.05 and np.linalg.norm(x - recon) / np.linalg.norm(x) < 0.05  # three concepts made these
     c3 = fit_concepts(tokens, 3)
-    assert np.allclose(c3.mean, tokens.mean(axis=0), atol=1e-6)
-    d = (tokens - c3.mean).reshape(-1, 6)
-    assert np.linalg.norm(d - c3.codes.reshape(-1, 3) @ c3.basis) / np.linalg.norm(d) < 0.5
-    assert fit_concepts(tokens, 2).error > c3.error > fit_concepts(tokens, 6).error
-    x = torch.from_numpy(np.concatenate([np.zeros((5, 1, 6), np.float32), tokens], axis=1))
-    mask = torch.tensor([[1, 0, 0], [0, 1, 1], [0, 0, 0], [1, 1, 1], [0, 0, 1]], dtype=torch.float32)
-    out = remove_concepts(x, torch.from_numpy(c3.codes), torch.from_numpy(c3.basis), mask, 1)
+    assert fit_concepts(tokens, 2).error > c3.error
+    pres = c3.presence()
+    for k in range(3):
+        q = np.percentile(c3.codes[:, :, k], 99)
+        assert np.allclose(pres[:, :, k], np.minimum(c3.codes[:, :, k] / q, 1), atol=1e-6)
+    x = torch.from_numpy(np.concatenate([g.random((5, 1, 6)).astype(np.float32), tokens], axis=1))
+    base = torch.from_numpy(g.random((16, 6)).astype(np.float32))
+    m = torch.from_numpy(pres[:, :, 0])
+    out = occlude(x, m, base, 1)
     for b in range(5):
-        want = tokens[b] - sum(float(mask[b, k]) * np.outer(c3.codes[b, :, k], c3.basis[k]) for k in range(3))
-        assert np.allclose(out[b, 1:].numpy(), want, atol=1e-5) and torch.equal(out[b, 0], x[b, 0])
+        assert torch.equal(out[b, 0], x[b, 0])
+        for p in range(16):
+            want = x[b, 1 + p] + float(m[b, p]) * (base[p] - x[b, 1 + p])
+            assert torch.allclose(out[b, 1 + p], want, atol=1e-6)
 
 
 def test_atlas_command_json(folder: tuple[Path, object], tmp_path: Path) -> None:
@@ -222,34 +226,23 @@ def test_torchrun_shards_give_the_same_atlas(folder: tuple[Path, object], tmp_pa
 # ----------------------------------------------------------------------------- the Clever-Hans lesson
 
 
-LESSON_SEED = 3
-LESSON_TRAIN = ("--epochs", "40", "--batch-size", "16", "--lr", "0.002", "--seed", str(LESSON_SEED))  # test_survey's
-
-
-def test_atlas_finds_the_watermark_unprompted(tmp_path: Path) -> None:
-    """The issue's acceptance at CI size: a model trained (train's defaults, test_survey's short
-    run) on shapes where 90 % of the circles carry a mark in the bottom-left corner; the atlas of a
-    held-out marked test set, told nothing about the mark, has among the circle's three most
-    important concepts one whose top patches sit on the mark's patches, and flags it first. With
-    concepts of the patch embeddings (--layer 0); at the default layer the mark's concept is found
-    and flagged but credited to the other classes (docs/atlas.md)."""
-    import os
-
+def test_atlas_finds_the_watermark_unprompted(lesson_models: Path, tmp_path: Path) -> None:
+    """The issue's acceptance at CI size: the lesson's model (conftest: train's defaults, a compact
+    conv transformer without [class], a short run on shapes where 90 % of the circles carry a mark
+    in the bottom-left corner); its atlas of the held-out marked test set at the default layer,
+    told nothing about the mark, has among the circle's three most important concepts one whose
+    top patches sit on the mark's patches, flags it first and says so at the top of its report.
+    (docs/atlas.md: a second lesson, a white mark top-left on the stars, another seed, as well.)"""
     from vit_demo.checkpoints.load import load_model
     from vit_demo.evaluate.atlas import atlas
     from vit_demo.evaluate.geometry import cell_coverage
     from vit_demo.present.atlas_report import write_report
     from vit_demo.train.data import watermark_box
 
-    make_shapes(tmp_path / "wm", per_class=60, seed=LESSON_SEED, progress=False, shortcut=Shortcut())
-    make_shapes(tmp_path / "test", per_class=30, seed=LESSON_SEED + 1000, progress=False, shortcut=Shortcut())
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "vit_demo", "train", "--data", str(tmp_path / "wm"), "--out",
-                        str(tmp_path / "wm.safetensors"), *LESSON_TRAIN, "--no-progress", "--json"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    lm = load_model(weights=tmp_path / "wm.safetensors", device="cpu", progress=False)
-    res = atlas(lm, tmp_path / "test", layer=0, progress=False)  # the patch embeddings
+    lm = load_model(weights=lesson_models / "wm.safetensors", device="cpu", progress=False)
+    assert lm.model.cfg.class_token is False  # the default scratch model reads out the tokens' mean
+    res = atlas(lm, lesson_models / "test", progress=False, batch_size=60)
+    assert res["concept_layer"] == 3 and len(res["heads"]) == 16 and all(h["class_share"] == 0 for h in res["heads"])
     grid = tuple(res["grid"])
     mark = cell_coverage(watermark_box(32), (32, 32), grid).numpy() > 0  # the 2x2 patches of the corner
     by_id = {c["id"]: c for c in res["concepts"]}
@@ -258,8 +251,9 @@ def test_atlas_finds_the_watermark_unprompted(tmp_path: Path) -> None:
     found = [k for k in circle_top if on_mark[k] >= 0.75]
     assert found, (circle_top, on_mark)
     flagged = [k["id"] for k in res["findings"]["suspicious_concepts"]]
-    assert found[0] in flagged, (found, flagged)
+    assert flagged[0] == found[0], (found, flagged)
     page = write_report(res, tmp_path / "out", lm.data_config, lm.model.cfg.patch_size).read_text()
     finding = page[page.index('<div id="finding">') : page.index("</div>")]
     assert f"Possible Clever-Hans feature: concept {found[0]}</b>" in finding and "circle" in finding
+    assert finding.index("Possible Clever-Hans") < finding.index("Most important heads")
     assert res["faithfulness"]["passed"], res["faithfulness"]

@@ -169,6 +169,26 @@ def test_maps_on_neighbouring_patches_are_one_strategy(seed: int) -> None:
     assert distances(features(one))[0, 1] == pytest.approx(np.mean(np.abs(np.cos(np.pi * np.arange(8) / 8))))
 
 
+def test_findings_flag_a_cluster_at_one_place_near_the_edge() -> None:
+    """Told nothing about any mark: a cluster whose prototype sits on a corner's 2x2 cells is
+    flagged, one spread over the centre is not, nor a one-picture cluster; where the folder has
+    boxes, a cluster mostly off the object is flagged wherever it sits."""
+    from vit_demo.evaluate.survey import survey_findings
+
+    corner, centre = np.zeros((8, 8)), np.zeros((8, 8))
+    corner[6:8, 0:2], centre[2:6, 2:6] = 0.25, 1 / 16
+    c = [{"id": 0, "class": "circle", "size": 5, "accuracy": 1.0, "off_object": 0.3, "prototype": corner.tolist()},
+         {"id": 1, "class": "circle", "size": 5, "accuracy": 0.8, "off_object": 0.9, "prototype": centre.tolist()},
+         {"id": 2, "class": "star", "size": 1, "accuracy": 1.0, "off_object": 1.0, "prototype": corner.tolist()}]
+    recs = [{"correct": True}] * 10 + [{"correct": False}]
+    f = survey_findings(recs, c, (8, 8))
+    assert [k["cluster"] for k in f["suspicious_clusters"]] == [0] and f["split_classes"] == ["circle"]
+    assert f["suspicious_clusters"][0]["place"] == {"row": 6, "col": 0} and f["suspicious_clusters"][0]["one_place_share"] == 1
+    assert f["wrong"] == 1
+    f = survey_findings([{"correct": True, "mass_in_box": 0.1}], c, (8, 8))
+    assert [k["cluster"] for k in f["suspicious_clusters"]] == [0, 1]  # both of 5; off the box: 30 % and 90 %
+
+
 def test_a_continuum_is_one_cluster() -> None:
     """What the default-trained watermark model draws: every map partly on the mark and partly on
     the shape, in any proportion (here 20-100 % on the mark). The largest eigengap alone cuts such

@@ -7,7 +7,8 @@ patch queries of each picture):
   patch keys (:func:`~vit_demo.methods.attention.mean_attention_distance`);
 - **entropy**: of each patch query's attention over all N keys, divided by log N (0: one key,
   1: spread evenly);
-- **share on [class]** and **on the other prefix tokens** ([dist], registers);
+- **share on [class]** and **on the other prefix tokens** ([dist], registers), 0 where the model
+  has none;
 - **positional**: |mean pattern|^2 / mean |pattern|^2 of the patch queries' attention rows, in
   [0, 1]: 1 when the head attends the same way on every picture (a positional head), lower when
   its pattern follows the content;
@@ -15,30 +16,38 @@ patch queries of each picture):
   input to the block's output projection) replaced by its mean over the folder at every token
   position; the drop in the true-class logit (the predicted class where a picture has no label)
   and in accuracy over the labelled pictures;
-- **top patches**: the patches the [class] row of the head weights most (the mean of the patch
-  rows for models without [class], as :mod:`vit_demo.methods.attention` does), one per picture,
-  best first.
+- **top patches**: the patches the [class] row of the head weights most, one per picture, best
+  first; for a model without [class] (a global-average-pool read-out, as the default model
+  trained here has) the mean of the patch queries' rows instead, where the head's queries look
+  on average (as :mod:`vit_demo.methods.attention` does).
 
 **Concepts** (after CRAFT, Fel et al. 2023): the patch tokens after block ``layer`` factorised by
 scikit-learn's NMF. CRAFT factorises a CNN's post-ReLU activations; a ViT's residual stream is
 signed and its negative part matters, so each token is split into [relu(x), relu(-x)] (2C
 non-negative numbers) and A ~ W H codes the whole token (W: each patch's code over the K
-concepts; H+ - H-: the concepts in token space). A concept's **importance for a class** is the
-mean fall of that class's logit, over the class's pictures, when the concept's part
-W[:, k] (H+[k] - H-[k]) is subtracted from the patch tokens and
-the rest of the model runs on ("removal"). The **faithfulness check** removes each class's three
-most important concepts together and compares the fall with three random concepts'. Each
-concept's **top patches** (highest code, one per picture) and where they sit: the share on the
-picture's border ring (outer eighth), off the object (where the folder has ``boxes.json``), and
-within one patch of their most common patch; a concept among a class's top three whose top patches sit
-at one place near the edge (the outer quarter of the grid), or mostly off the object, is flagged as a
-possible Clever-Hans feature. ``layer`` 0: the patch embeddings, before any block.
+concepts; H+ - H-: the concepts in token space). A concept's **presence** at a patch is its code
+over the 99th percentile of its codes in the folder, clipped at 1. Its **importance for a class**
+is the mean fall of that class's logit, over the class's pictures, when the patches where it is
+present are **occluded** in the embeddings (the input of the first block: each patch embedding
+moved towards the folder's median embedding at that place, by the concept's presence) and the
+whole model runs again. Why not remove the concept from the tokens at ``layer``, as CRAFT does:
+by a late layer the blocks have copied what a patch holds into every other token, so removing
+it where it sits changes little; on the watermark lesson that credited the mark's concept to the
+classes that are *not* marked (docs/atlas.md). The median, not the mean: a mark on a minority
+of the pictures is not in it. The **faithfulness check** occludes each class's three most
+important concepts together and compares the fall with three random concepts'. Each concept's
+**top patches** (highest code, one per picture) and where they sit: the share on the picture's
+border ring (outer eighth), off the object (where the folder has ``boxes.json``), within one
+patch of their most common patch (its place), and the share of the pictures where it is present
+at that place. A concept among a class's top three whose top patches sit at one place near the
+edge (the outer quarter of the grid) that only some pictures have there, or mostly off the
+object, is flagged as a possible Clever-Hans feature. ``layer`` 0: the patch embeddings.
 
 Under ``torchrun`` (:mod:`vit_demo.distributed.torchrun`, shared with the survey and the training)
 every process takes every ``world``-th picture for the model passes (pass 1: attention and tokens;
 pass 2: the heads removed one by one, after the heads' mean outputs over the whole folder are
-shared); process 0 gathers them and alone fits the concepts and measures their importance (a few
-passes of the blocks after ``layer``), then writes the result.
+shared); process 0 gathers them and alone fits the concepts and measures their importance (14
+passes of the whole model: one a concept, then the faithfulness check), then writes the result.
 """
 
 from __future__ import annotations
@@ -68,9 +77,11 @@ if TYPE_CHECKING:
 DEFAULT_CONCEPTS = 8
 TOP = 8  # top patches kept per head and per concept
 CLASS_TOP = 3  # a class's top concepts, for the faithfulness check and the flags
-RANDOM_DRAWS = 10  # random concept sets per picture in the faithfulness check
+RANDOM_DRAWS = 5  # random concept sets per picture in the faithfulness check
+PRESENCE_PCT = 99  # a concept is fully present where its code reaches this percentile of its codes in the folder
 FIT_ROWS = 40_000  # NMF is fitted on at most this many patch rows (the rest transformed)
 FLAG_SHARE = 0.5  # flagged: this share of a concept's top patches at one place, near the edge or off the object
+FLAG_PRESENCE = 0.6  # ... and, near the edge, present at that place in at most this share of the pictures
 
 
 # ----------------------------------------------------------------------------- the model, piece by piece
@@ -181,7 +192,8 @@ class Seen:
     targets: list[int] = field(default_factory=list)  # the label, else the predicted class
     labelled: list[bool] = field(default_factory=list)
     logits: list[np.ndarray] = field(default_factory=list)
-    tokens: list[np.ndarray] = field(default_factory=list)  # per batch [b, N, C]: the input of block ``layer``
+    tokens: list[np.ndarray] = field(default_factory=list)  # per batch [b, N, C]: the output of block ``layer``
+    embeds: list[np.ndarray] = field(default_factory=list)  # per batch [b, N, C]: the input of the first block
     sums: HeadSums = field(default_factory=HeadSums)
     errors: list[str] = field(default_factory=list)
 
@@ -206,18 +218,18 @@ def merge_seen(parts: Sequence[Seen]) -> Seen:
     sums.outputs = sum(s.sums.outputs for s in full)  # type: ignore[assignment]
     flat = [v for s in full for v in zip(s.targets, s.labelled)]
     return Seen([pics[i] for i in order], [flat[i][0] for i in order], [flat[i][1] for i in order],
-                [cat(lambda s: s.logits)], [cat(lambda s: s.tokens)], sums, errors)
+                [cat(lambda s: s.logits)], [cat(lambda s: s.tokens)], [cat(lambda s: s.embeds)], sums, errors)
 
 
-def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any, Tensor, Tensor]:
+def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any, Tensor, Tensor, Tensor]:
     """A forward pass that captures the attention: (its output, the heads' outputs summed over the
-    batch [L, N, H*D], the tokens after block ``layer`` (1-based; 0: the embeddings, before any block) [B, N, C])."""
+    batch [L, N, H*D], the tokens after block ``layer`` (1-based; 0: the embeddings, before any
+    block) [B, N, C], the embeddings (the input of the first block) [B, N, C])."""
     outs: list[Tensor] = []
     tok: list[Tensor] = []
     hooks = [blk.attn.proj.register_forward_pre_hook(lambda _m, a: outs.append(a[0].sum(dim=0))) for blk in model.blocks]
-    if layer == 0:  # the patch embeddings, before any block
-        hooks.append(model.blocks[0].register_forward_pre_hook(lambda _m, a: tok.append(a[0])))
-    else:
+    hooks.append(model.blocks[0].register_forward_pre_hook(lambda _m, a: tok.append(a[0])))
+    if layer > 0:
         hooks.append(model.blocks[layer - 1].register_forward_hook(lambda _m, _a, o: tok.append(o[0])))
     try:
         with torch.inference_mode():
@@ -225,7 +237,7 @@ def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any,
     finally:
         for h in hooks:
             h.remove()
-    return out, torch.stack(outs), tok[0]
+    return out, torch.stack(outs), tok[-1], tok[0]
 
 
 def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: int, batch_size: int,
@@ -236,7 +248,7 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
         b = read_batch(chunk, lm, seen.errors)
         if b is None:
             continue
-        out, outputs, tokens = captured_pass(model, b.x, layer)
+        out, outputs, tokens, embeds = captured_pass(model, b.x, layer)
         seen.sums.add(out.attentions, out.layout, model.cfg.patch_size, outputs)
         logits = out.logits.float().cpu()
         for j, pic in enumerate(b.pictures):
@@ -246,6 +258,7 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
             seen.targets.append(int(logits[j].argmax()) if y is None else y)
         seen.logits.append(logits.numpy())
         seen.tokens.append(tokens.float().cpu().numpy())
+        seen.embeds.append(embeds.float().cpu().numpy())
         report(len(seen.pictures) / max(1, len(mine)) / 2, "pictures", done=len(seen.pictures), total=len(mine))
     return seen
 
@@ -330,31 +343,28 @@ def head_records(lm: LoadedModel, seen: Seen, drop: np.ndarray, acc: np.ndarray)
 
 @dataclass
 class Concepts:
-    """The NMF of the patch tokens' deviations from their place's mean, split by sign: codes W
-    [n, patches, K], concepts [K, C], the error, the mean token of each place [patches, C]."""
+    """The NMF of the patch tokens split by sign: codes W [n, patches, K], concepts [K, C], the error."""
 
     codes: np.ndarray
     basis: np.ndarray  # [K, C] in token space (signed)
     error: float  # ||A - W H||_F / ||A||_F over every patch row
-    mean: np.ndarray
+
+    def presence(self) -> np.ndarray:
+        """[n, patches, K] in [0, 1]: each code over the concept's :data:`PRESENCE_PCT`-th
+        percentile in the folder, clipped at 1 (1: as present as it gets)."""
+        scale = np.percentile(self.codes.reshape(-1, self.codes.shape[-1]), PRESENCE_PCT, axis=0)
+        return np.clip(self.codes / np.maximum(scale, 1e-12), 0, 1)
 
 
-def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0, center: bool = True) -> Concepts:
-    """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(d), relu(-d)], d
-    the token less the folder's mean token at its place (``center``; else d = x), each deviation
-    split into its positive and negative parts so that W H codes the whole signed vector:
-    d ~ W (H+ - H-); fitted on at most :data:`FIT_ROWS` rows spread through the folder, every
-    row then coded. ``basis``: the concepts in token space, H+ - H-; ``error``: ||A - W H|| / ||A||.
-
-    Why the deviation: removing a concept then moves a token towards what that place usually
-    holds, as mean-ablation does for a head, not towards zero, which no token of a residual
-    stream is near; and what every picture has at a place (its position embedding, the usual
-    background) makes no concept."""
+def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
+    """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
+    token split into its positive and negative parts, so that W H codes the whole signed token:
+    x ~ W (H+ - H-)), fitted on at most :data:`FIT_ROWS` rows spread through the folder, every row
+    then coded. ``basis``: the concepts in token space, H+ - H-; ``error``: ||A - W H|| / ||A||."""
     from sklearn.decomposition import NMF
 
     n, P, C = tokens.shape
-    mean = tokens.mean(axis=0, dtype=np.float64).astype(np.float32) if center else np.zeros((P, C), np.float32)
-    x = (tokens - mean).reshape(-1, C).astype(np.float32)
+    x = tokens.reshape(-1, C).astype(np.float32)
     A = np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1)
     if A.shape[0] < k:
         raise ValueError(f"{A.shape[0]} patch tokens cannot make {k} concepts")
@@ -364,81 +374,93 @@ def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0, center: bool = True)
     W = nmf.transform(A)
     H = nmf.components_
     error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
-    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error, mean)
+    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error)
 
 
-def remove_concepts(tokens: Tensor, codes: Tensor, basis: Tensor, mask: Tensor, num_prefix: int) -> Tensor:
-    """``tokens`` [B, N, C] less the concepts ``mask`` [B, K] marks: x_p - sum_k mask_k W[:, k] H[k]
-    on the patch tokens (``codes`` [B, patches, K], ``basis`` [K, C])."""
-    part = (codes * mask[:, None, :].to(codes.dtype)) @ basis  # [B, patches, C]
-    out = tokens.clone()
-    out[:, num_prefix:] -= part.to(out.dtype)
+def occlude(embeds: Tensor, presence: Tensor, baseline: Tensor, num_prefix: int) -> Tensor:
+    """``embeds`` [B, N, C] with each patch token moved towards ``baseline`` [patches, C] (what
+    that place usually holds) by ``presence`` [B, patches] in [0, 1]: e_p - m_p (e_p - b_p)."""
+    out = embeds.clone()
+    patches = out[:, num_prefix:]
+    out[:, num_prefix:] = patches - presence[..., None].to(out.dtype) * (patches - baseline.to(out.dtype))
     return out
 
 
-def concept_falls(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, masks: Tensor, batch_size: int = 16
-                  ) -> np.ndarray:
-    """Logits' falls [n, classes] when the concepts each picture's row of ``masks`` [n, K] marks are
-    removed (``seen`` merged: one array of tokens and one of logits), ``batch_size`` pictures at a time."""
+def concept_falls(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np.ndarray, masks: Tensor,
+                  batch_size: int = 16) -> np.ndarray:
+    """Logits' falls [n, classes] when the patches where the concepts each picture's row of
+    ``masks`` [n, K] marks are present (``presence`` [n, patches, K], the largest of them) are
+    occluded in the embeddings (moved towards ``baseline``) and the whole model runs on
+    (``seen`` merged: one array each), ``batch_size`` pictures at a time."""
     model, P = lm.model, lm.model.cfg.num_prefix_tokens
     grid = tuple(s // model.cfg.patch_size for s in lm.data_config.input_size)
-    basis = torch.from_numpy(concepts.basis).to(lm.device)
-    tokens, logits = np.concatenate(seen.tokens), np.concatenate(seen.logits)
+    base = torch.from_numpy(baseline).to(lm.device)
+    embeds, logits = np.concatenate(seen.embeds), np.concatenate(seen.logits)
     out = []
-    for start in range(0, len(tokens), batch_size):
+    for start in range(0, len(embeds), batch_size):
         end = start + batch_size
-        x = torch.from_numpy(tokens[start:end]).to(lm.device)
-        codes = torch.from_numpy(concepts.codes[start:end]).to(lm.device)
+        m = (torch.from_numpy(presence[start:end]) * masks[start:end, None, :]).amax(dim=-1)
         with torch.inference_mode():
-            z = run_from(model, remove_concepts(x, codes, basis, masks[start:end].to(lm.device), P), layer, grid)
+            z = run_from(model, occlude(torch.from_numpy(embeds[start:end]).to(lm.device), m.to(lm.device), base, P), 0, grid)
         out.append(logits[start:end] - z.float().cpu().numpy())
     return np.concatenate(out)
 
 
-def class_importance(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, batch_size: int = 16) -> np.ndarray:
+def place_baseline(seen: Seen, num_prefix: int) -> np.ndarray:
+    """[patches, C]: the median embedding at each place over the folder (a mark on a minority of
+    the pictures is not in it, where a mean would keep a share of it)."""
+    return np.median(np.concatenate(seen.embeds)[:, num_prefix:], axis=0).astype(np.float32)
+
+
+def class_importance(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np.ndarray, batch_size: int = 16
+                     ) -> np.ndarray:
     """[K, classes]: the mean fall of each class's logit over the class's pictures (target: the
-    label, else the predicted class) when concept k is removed; NaN for classes not in the folder."""
-    n, K = len(seen.targets), concepts.basis.shape[0]
+    label, else the predicted class) when concept k is occluded (:func:`concept_falls`); NaN for
+    classes not in the folder."""
+    n, K = presence.shape[0], presence.shape[-1]
     targets = np.array(seen.targets)
     out = np.full((K, len(lm.labels)), np.nan)
     for k in range(K):
         mask = torch.zeros(n, K)
         mask[:, k] = 1
-        falls = concept_falls(lm, seen, concepts, layer, mask, batch_size)
+        falls = concept_falls(lm, seen, presence, baseline, mask, batch_size)
         for c in np.unique(targets):
             out[k, c] = falls[targets == c, c].mean()
-        report(0.75 + (k + 1) / K / 4, "concepts")
+        report(0.75 + (k + 1) / K / 8, "concepts")
     return out
 
 
-def faithfulness(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, importance: np.ndarray,
+def faithfulness(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np.ndarray, importance: np.ndarray,
                  seed: int = 0, batch_size: int = 16) -> dict[str, Any]:
-    """Removing each picture's class's top :data:`CLASS_TOP` concepts vs as many random ones
+    """Occluding each picture's class's top :data:`CLASS_TOP` concepts vs as many random ones
     (:data:`RANDOM_DRAWS` draws a picture): the mean fall of the class's logit, and the share
     of pictures where the top concepts' fall is the larger."""
-    n, K = len(seen.targets), concepts.basis.shape[0]
+    n, K = presence.shape[0], presence.shape[-1]
     m = min(CLASS_TOP, K)
     targets = np.array(seen.targets)
     top = torch.zeros(n, K)
     for i, c in enumerate(targets):
         top[i, np.argsort(-importance[:, c], kind="stable")[:m]] = 1
-    fall_top = concept_falls(lm, seen, concepts, layer, top, batch_size)[np.arange(n), targets]
+    fall_top = concept_falls(lm, seen, presence, baseline, top, batch_size)[np.arange(n), targets]
     g = torch.Generator().manual_seed(seed)
     fall_random = np.zeros(n)
-    for _ in range(RANDOM_DRAWS):
+    for d in range(RANDOM_DRAWS):
         rnd = torch.zeros(n, K)
         rnd.scatter_(1, torch.rand(n, K, generator=g).argsort(dim=1)[:, :m], 1)
-        fall_random += concept_falls(lm, seen, concepts, layer, rnd, batch_size)[np.arange(n), targets] / RANDOM_DRAWS
+        fall_random += concept_falls(lm, seen, presence, baseline, rnd, batch_size)[np.arange(n), targets] / RANDOM_DRAWS
+        report(0.875 + (d + 1) / RANDOM_DRAWS / 8, "random concepts")
     return {"concepts_removed": m, "random_draws": RANDOM_DRAWS,
             "top_fall": round(float(fall_top.mean()), 6), "random_fall": round(float(fall_random.mean()), 6),
             "share_top_larger": round(float((fall_top > fall_random).mean()), 6),
             "passed": bool(fall_top.mean() > fall_random.mean())}
 
 
-def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folder) -> tuple[list[dict[str, Any]], dict]:
-    """A concept's codes [n, patches] -> its top patches (one per picture, best first) and where
-    the top tenth of them sit: the share on the border ring, off the object (with boxes), and
-    within one patch of their most common patch (its "place")."""
+def where_it_lives(codes: np.ndarray, presence: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folder
+                   ) -> tuple[list[dict[str, Any]], dict]:
+    """A concept's codes and presence [n, patches] -> its top patches (one per picture, best first)
+    and where the top tenth of them sit: the share on the border ring, off the object (with boxes),
+    within one patch of their most common patch (its "place"); and the share of all the pictures
+    in which it is present (presence >= 0.5) at that place."""
     patch = lm.model.cfg.patch_size
     gh, gw = (s // patch for s in lm.data_config.input_size)
     best = codes.argmax(axis=1)
@@ -453,8 +475,11 @@ def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folde
     cells, counts = np.unique(best[many], return_counts=True)
     mode = int(cells[counts.argmax()])
     near = (np.abs(rows - mode // gw) <= 1) & (np.abs(cols - mode % gw) <= 1)
+    r0, c0 = mode // gw, mode % gw
+    around = presence.reshape(-1, gh, gw)[:, max(0, r0 - 1) : r0 + 2, max(0, c0 - 1) : c0 + 2]
     place = {"border_share": round(border, 6), "one_place_share": round(float(near.mean()), 6),
-             "place": {"row": mode // gw, "col": mode % gw}}
+             "place": {"row": r0, "col": c0},
+             "place_presence": round(float((around.reshape(len(around), -1).max(axis=1) >= 0.5).mean()), 6)}
     boxed = [i for i in many if seen.pictures[i].rel in folder.boxes]
     if boxed:
         off = []
@@ -471,9 +496,11 @@ def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folde
 
 def suspicious(place: dict[str, Any], grid: tuple[int, int]) -> bool:
     """A possible Clever-Hans feature: a concept whose top patches sit at one place (at least
-    :data:`FLAG_SHARE` of them within one patch of it) and that place near the picture's edge (in
-    the outer quarter of the grid), or most of them off the object."""
-    edge = near_edge(place["place"]["row"], place["place"]["col"], grid)
+    :data:`FLAG_SHARE` of them within one patch of it) and either that place near the picture's
+    edge (in the outer quarter of the grid) while the concept is there in at most
+    :data:`FLAG_PRESENCE` of the pictures (a mark on some of them, not what every picture has at
+    that place, such as the padding of a convolutional stem), or most of them off the object."""
+    edge = near_edge(place["place"]["row"], place["place"]["col"], grid) and place["place_presence"] <= FLAG_PRESENCE
     return place["one_place_share"] >= FLAG_SHARE and (edge or place.get("off_object_share", 0.0) >= FLAG_SHARE)
 
 
@@ -486,9 +513,9 @@ def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Conce
     classes = sorted(set(seen.targets))
     grid = (lm.data_config.input_size[0] // lm.model.cfg.patch_size, lm.data_config.input_size[1] // lm.model.cfg.patch_size)
     ranks = {c: list(np.argsort(-importance[:, c], kind="stable")[:CLASS_TOP]) for c in classes}
-    out = []
+    out, presence = [], concepts.presence()
     for k in range(concepts.basis.shape[0]):
-        top, place = where_it_lives(concepts.codes[:, :, k], seen, lm, folder)
+        top, place = where_it_lives(concepts.codes[:, :, k], presence[:, :, k], seen, lm, folder)
         top_of = [lm.labels[c] for c in classes if k in ranks[c]]
         out.append({"id": k + 1, "layer": layer, "top": top, **place,
                     "importance": {lm.labels[c]: round(float(importance[k, c]), 6) for c in classes},
@@ -499,13 +526,16 @@ def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Conce
 def findings(heads: list[dict[str, Any]], concepts: list[dict[str, Any]], classes: list[str]) -> dict[str, Any]:
     """What stands out: the most important heads, each class's top concepts, the flagged concepts."""
     ranked = sorted(heads, key=lambda h: -h["importance"])[:5]
+    flagged = sorted((k for k in concepts if k["suspicious"]),
+                     key=lambda k: -max([k["importance"][c] for c in k["top_for"]], default=0.0))
     per_class = {c: [k["id"] for k in sorted(concepts, key=lambda k: -k["importance"][c])[:CLASS_TOP]] for c in classes}
     return {"top_heads": [{"layer": h["layer"], "head": h["head"], "importance": h["importance"],
                            "summary": h["summary"]} for h in ranked],
             "class_concepts": per_class,
             "suspicious_concepts": [{"id": k["id"], "top_for": k["top_for"], "border_share": k["border_share"],
                                      "one_place_share": k["one_place_share"], "place": k["place"],
-                                     "off_object_share": k.get("off_object_share")} for k in concepts if k["suspicious"]]}
+                                     "place_presence": k["place_presence"], "off_object_share": k.get("off_object_share")}
+                                    for k in flagged]}
 
 
 def default_layer(depth: int) -> int:
@@ -576,14 +606,16 @@ def concept_atlas(lm: LoadedModel, seen: Seen, folder: Folder, drop: np.ndarray,
     heads = head_records(lm, seen, drop, acc)
     tokens = np.concatenate(seen.tokens)
     found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], k, seed)
-    imp = class_importance(lm, seen, found, layer, batch_size)
-    check = faithfulness(lm, seen, found, layer, imp, seed, batch_size)
+    presence, baseline = found.presence(), place_baseline(seen, model.cfg.num_prefix_tokens)
+    imp = class_importance(lm, seen, presence, baseline, batch_size)
+    check = faithfulness(lm, seen, presence, baseline, imp, seed, batch_size)
     concept_list = concept_records(lm, seen, folder, found, imp, layer)
     classes = [lm.labels[c] for c in sorted(set(seen.targets))]
     return {"images": len(seen.pictures), "model": lm.name, "labelled": int(sum(seen.labelled)), "layers": depth,
             "heads_per_layer": model.blocks[0].attn.num_heads,
             "grid": [s // model.cfg.patch_size for s in lm.data_config.input_size],
             "concept_layer": layer, "reconstruction_error": round(found.error, 6),
-            "importance_method": "mean-ablation (heads); removal from the patch tokens (concepts)",
+            "importance_method": "mean-ablation (heads); occlusion of the patches where the concept is, "
+                                 "in the embeddings (concepts)",
             "heads": heads, "concepts": concept_list, "faithfulness": check,
             "findings": findings(heads, concept_list, classes), "errors": seen.errors}

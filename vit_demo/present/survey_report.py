@@ -10,9 +10,10 @@ no network at all), the same JSON as ``survey --json`` beside it, and the pictur
 The page leads with its finding (:func:`finding_html`, written into the HTML, no script needed):
 the clusters flagged as possible Clever-Hans features with their prototypes, the watermark where
 the folder names one, the classes decided in more than one way. Then a gallery that filters
-(wrong, right, watermarked, one class, one cluster, a text) and sorts (least / most confident, most off-object, most spread or concentrated map); the clusters
-(prototype, size, accuracy; a click shows the members); the 2-D embedding of all maps as a
-scatter of thumbnails. A click on a tile or a point opens the picture with its numbers.
+(wrong, right, watermarked, one class, one cluster, a text) and sorts (least / most confident,
+most off-object, most spread or concentrated map); the clusters (prototype, size, accuracy; a
+click shows the members); the 2-D embedding of all maps as a scatter of thumbnails. A click on
+a tile or a point opens the picture with its numbers.
 """
 
 from __future__ import annotations
