@@ -78,6 +78,15 @@ def test_watermark_flags_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert err.strip() == "error: --shortcut-class 'hexagon' is not one of the classes (circle, square, triangle, star)"
     with pytest.raises(DataError, match=r"must be in \[0, 1\]"):
         Shortcut(rate=1.5).marked(["a", "b"], 4, 0)
+    code, out, err = cli(capsys, "data", "shapes", "--out", str(tmp_path / "w"), "--per-class", "4", "--shortcut",
+                         "watermark", "--shortcut-rate", "1", "--shortcut-corner", "top-right", "--shortcut-mark", "white")
+    assert code == 0 and "a watermark (top-right corner) on 4 of them" in out, err
+    assert {tuple(v) for v in read_watermarks(tmp_path / "w").values()} == {(25.0, 1.0, 31.0, 7.0)}
+    a = np.asarray(Image.open(tmp_path / "w" / "circle" / "circle_00000.png"))
+    assert (a[1:7, 25:31] == 255).all()  # a plain white square, one pixel in from the top-right corner
+    assert watermark_box(32, "top-left") == [1.0, 1.0, 7.0, 7.0] and watermark_box(32, "bottom-right") == [25.0, 25.0, 31.0, 31.0]
+    with pytest.raises(DataError, match="--shortcut-corner must be one of"):
+        Shortcut(corner="middle").marked(["a", "b"], 4, 0)
 
 
 # ----------------------------------------------------------------------------- map statistics
