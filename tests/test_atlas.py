@@ -153,37 +153,6 @@ def test_concept_occlusion_and_reconstruction_error() -> None:
             assert torch.allclose(out[b, 1 + p], want, atol=1e-6)
 
 
-def test_atlas_command_json(folder: tuple[Path, object], tmp_path: Path) -> None:
-    """The command: the JSON the issue names (layers and heads from 1, rows and columns from 0,
-    top lists best first), the report beside it, and a bad layer as one line."""
-    shapes, lm = folder
-    ckpt = shapes.parent / "m.safetensors"
-    r = subprocess.run([sys.executable, "-m", "vit_demo", "atlas", "--images", str(shapes), "--weights", str(ckpt),
-                        "--concepts", "3", "--out", str(tmp_path / "out"), "--json"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=600)
-    assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout)
-    assert res["images"] == 12 and len(res["heads"]) == 6 and len(res["concepts"]) == 3
-    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(i, j) for i in (1, 2, 3) for j in (1, 2)]
-    for h in res["heads"]:
-        assert {"mean_distance", "entropy", "importance", "summary", "top"} <= h.keys() and h["summary"]
-        vals = [t["value"] for t in h["top"]]
-        assert vals == sorted(vals, reverse=True) and all(0 <= t["row"] < 4 and 0 <= t["col"] < 4 for t in h["top"])
-    for c in res["concepts"]:
-        assert c["layer"] == 2 and set(c["importance"]) == {"circle", "square", "star", "triangle"}
-        vals = [t["value"] for t in c["top"]]
-        assert vals == sorted(vals, reverse=True)
-    assert 0 < res["reconstruction_error"] < 1
-    assert Path(res["report"]).is_file() and res == json.loads((tmp_path / "out" / "atlas.json").read_text())
-    page = Path(res["report"]).read_text()
-    assert "http://" not in page and "https://" not in page
-    bad = subprocess.run([sys.executable, "-m", "vit_demo", "atlas", "--images", str(shapes), "--weights", str(ckpt),
-                          "--layer", "9", "--out", str(tmp_path / "bad")], capture_output=True, text=True, cwd=ROOT)
-    assert bad.returncode == 2 and bad.stderr.strip() == "error: --layer must be in 0..3 for small, not 9"
-
-
-
-
 def same_json(a: object, b: object, path: str = "") -> None:
     """The same JSON, floats within 1e-4."""
     if isinstance(a, float) or isinstance(b, float):
@@ -200,27 +169,49 @@ def same_json(a: object, b: object, path: str = "") -> None:
         assert a == b, path
 
 
-def test_torchrun_shards_give_the_same_atlas(folder: tuple[Path, object], tmp_path: Path) -> None:
-    """Two processes (gloo) each take every other picture for the model passes; process 0 gathers
-    them, fits the concepts and prints: the same records as one process."""
+def test_atlas_command_json_and_torchrun(folder: tuple[Path, object], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture) -> None:
+    """The command (in this process): the JSON the issue names (layers and heads from 1, rows and
+    columns from 0, top lists best first), the report beside it, and a bad layer as one line. Then
+    under torchrun: two processes (gloo) each take every other picture for the model passes,
+    process 0 gathers them, fits the concepts and prints the same JSON as one process."""
     import os
 
-    from vit_demo.evaluate.atlas import atlas
+    from vit_demo.cli.main import main
 
     shapes, lm = folder
-    one = atlas(lm, shapes, concepts=3, batch_size=1, progress=False)
+    ckpt = shapes.parent / "m.safetensors"
+    args = ["atlas", "--images", str(shapes), "--weights", str(ckpt), "--device", "cpu", "--concepts", "3",
+            "--batch-size", "1", "--json"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["images"] == 12 and len(res["heads"]) == 6 and len(res["concepts"]) == 3 and res["processes"] == 1
+    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(i, j) for i in (1, 2, 3) for j in (1, 2)]
+    for h in res["heads"]:
+        assert {"mean_distance", "entropy", "importance", "summary", "top"} <= h.keys() and h["summary"]
+        vals = [t["value"] for t in h["top"]]
+        assert vals == sorted(vals, reverse=True) and all(0 <= t["row"] < 4 and 0 <= t["col"] < 4 for t in h["top"])
+    for c in res["concepts"]:
+        assert c["layer"] == 2 and set(c["importance"]) == {"circle", "square", "star", "triangle"}
+        vals = [t["value"] for t in c["top"]]
+        assert vals == sorted(vals, reverse=True)
+    assert 0 < res["reconstruction_error"] < 1
+    assert Path(res["report"]).is_file() and res == json.loads((tmp_path / "one" / "atlas.json").read_text())
+    page = Path(res["report"]).read_text()
+    assert "http://" not in page and "https://" not in page
+    assert main(["atlas", "--images", str(shapes), "--weights", str(ckpt), "--layer", "9", "--out", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --layer must be in 0..3 for small, not 9"
+
     torchrun = Path(sys.executable).with_name("torchrun")
-    r = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "vit_demo", "atlas", "--images",
-                        str(shapes), "--weights", str(shapes.parent / "m.safetensors"), "--device", "cpu", "--concepts",
-                        "3", "--batch-size", "1", "--out", str(tmp_path / "out"), "--json"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "vit_demo", *args, "--out",
+                        str(tmp_path / "two")], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     two = json.loads(r.stdout)  # process 1 prints nothing
-    assert (two.pop("processes"), one.pop("processes")) == (2, 1)
+    assert (two.pop("processes"), res.pop("processes")) == (2, 1)
     for key in ("seconds", "report"):
-        two.pop(key, None), one.pop(key, None)
-    assert len(two["heads"]) == 6 and two["images"] == 12
-    same_json(two, one)
+        two.pop(key), res.pop(key)
+    same_json(two, res)
 
 
 # ----------------------------------------------------------------------------- the Clever-Hans lesson
