@@ -78,6 +78,15 @@ def test_watermark_flags_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert err.strip() == "error: --shortcut-class 'hexagon' is not one of the classes (circle, square, triangle, star)"
     with pytest.raises(DataError, match=r"must be in \[0, 1\]"):
         Shortcut(rate=1.5).marked(["a", "b"], 4, 0)
+    code, out, err = cli(capsys, "data", "shapes", "--out", str(tmp_path / "w"), "--per-class", "4", "--shortcut",
+                         "watermark", "--shortcut-rate", "1", "--shortcut-corner", "top-right", "--shortcut-mark", "white")
+    assert code == 0 and "a watermark (top-right corner) on 4 of them" in out, err
+    assert {tuple(v) for v in read_watermarks(tmp_path / "w").values()} == {(25.0, 1.0, 31.0, 7.0)}
+    a = np.asarray(Image.open(tmp_path / "w" / "circle" / "circle_00000.png"))
+    assert (a[1:7, 25:31] == 255).all()  # a plain white square, one pixel in from the top-right corner
+    assert watermark_box(32, "top-left") == [1.0, 1.0, 7.0, 7.0] and watermark_box(32, "bottom-right") == [25.0, 25.0, 31.0, 31.0]
+    with pytest.raises(DataError, match="--shortcut-corner must be one of"):
+        Shortcut(corner="middle").marked(["a", "b"], 4, 0)
 
 
 # ----------------------------------------------------------------------------- map statistics
@@ -167,6 +176,26 @@ def test_maps_on_neighbouring_patches_are_one_strategy(seed: int) -> None:
     one = np.zeros((2, 8, 8))
     one[0, 2, 3] = one[1, 2, 4] = 1  # all the mass moves one patch to the right
     assert distances(features(one))[0, 1] == pytest.approx(np.mean(np.abs(np.cos(np.pi * np.arange(8) / 8))))
+
+
+def test_findings_flag_a_cluster_at_one_place_near_the_edge() -> None:
+    """Told nothing about any mark: a cluster whose prototype sits on a corner's 2x2 cells is
+    flagged, one spread over the centre is not, nor a one-picture cluster; where the folder has
+    boxes, a cluster mostly off the object is flagged wherever it sits."""
+    from vit_demo.evaluate.survey import survey_findings
+
+    corner, centre = np.zeros((8, 8)), np.zeros((8, 8))
+    corner[6:8, 0:2], centre[2:6, 2:6] = 0.25, 1 / 16
+    c = [{"id": 0, "class": "circle", "size": 5, "accuracy": 1.0, "off_object": 0.3, "prototype": corner.tolist()},
+         {"id": 1, "class": "circle", "size": 5, "accuracy": 0.8, "off_object": 0.9, "prototype": centre.tolist()},
+         {"id": 2, "class": "star", "size": 1, "accuracy": 1.0, "off_object": 1.0, "prototype": corner.tolist()}]
+    recs = [{"correct": True}] * 10 + [{"correct": False}]
+    f = survey_findings(recs, c, (8, 8))
+    assert [k["cluster"] for k in f["suspicious_clusters"]] == [0] and f["split_classes"] == ["circle"]
+    assert f["suspicious_clusters"][0]["place"] == {"row": 6, "col": 0} and f["suspicious_clusters"][0]["one_place_share"] == 1
+    assert f["wrong"] == 1
+    f = survey_findings([{"correct": True, "mass_in_box": 0.1}], c, (8, 8))
+    assert [k["cluster"] for k in f["suspicious_clusters"]] == [0, 1]  # both of 5; off the box: 30 % and 90 %
 
 
 def test_a_continuum_is_one_cluster() -> None:
@@ -506,37 +535,15 @@ def assert_close(a, b, path: str = "") -> None:
 # ----------------------------------------------------------------------------- the Clever-Hans lesson, small
 
 
-LESSON_SEED = 3
-# The lesson at CI size: the hard default set at 32 px, 60 pictures a class (192 to train on), and
-# train's flags for a short run: 40 epochs of batch 16 at lr 2e-3 (about 25 CPU-seconds a model).
-# Tuned on seeds 1, 2, 3 (each: all the marked circles of the test set in one cluster, 81-98 % of
-# its prototype on the mark); at lr 1e-3, or 25 epochs of 80 a class, some seeds had not yet
-# learned the mark.
-LESSON_TRAIN = ("--epochs", "40", "--batch-size", "16", "--lr", "0.002", "--seed", str(LESSON_SEED))
-
-
 @pytest.fixture(scope="module")
-def lesson(tmp_path_factory) -> dict[str, dict]:
-    """Both models of the lesson, trained at once by the train command (one thread each), then
-    surveyed on a test set they never saw (another seed): with the watermark, and without it."""
+def lesson(lesson_models: Path) -> dict[str, dict]:
+    """Both models of the lesson (conftest's ``lesson_models``) surveyed on a test set they never
+    saw: with the watermark, and without it."""
     from vit_demo.checkpoints.load import load_model
     from vit_demo.evaluate.survey import survey
 
-    root = tmp_path_factory.mktemp("lesson")
-    make_shapes(root / "wm", per_class=60, seed=LESSON_SEED, progress=False, shortcut=Shortcut())
-    make_shapes(root / "clean", per_class=60, seed=LESSON_SEED, progress=False)
-    make_shapes(root / "test", per_class=30, seed=LESSON_SEED + 1000, progress=False, shortcut=Shortcut())
-    make_shapes(root / "test-clean", per_class=30, seed=LESSON_SEED + 1000, progress=False)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    runs = {name: subprocess.Popen([sys.executable, "-m", "vit_demo", "train", "--data", str(root / name), "--out",
-                                    str(root / f"{name}.safetensors"), *LESSON_TRAIN, "--no-progress", "--json"],
-                                   cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for name in ("wm", "clean")}
-    for p in runs.values():
-        _, err = p.communicate(timeout=900)
-        assert p.returncode == 0, err[-3000:]
-    result = {}
-    for name in runs:
+    root, result = lesson_models, {}
+    for name in ("wm", "clean"):
         lm = load_model(weights=root / f"{name}.safetensors", device="cpu", progress=False)
         result[name] = survey(lm, root / "test", progress=False)
         result[name + " on clean"] = survey(lm, root / "test-clean", progress=False)
@@ -554,7 +561,7 @@ def marked_shares(res: dict) -> list[tuple[float, float]]:
     return [(sum(im["cluster"] == c["id"] for im in marked) / len(marked), c["mass_on_watermark"]) for c in res["clusters"]]
 
 
-def test_clever_hans_lesson_on_a_small_model(lesson: dict[str, dict]) -> None:
+def test_clever_hans_lesson_on_a_small_model(lesson: dict[str, dict], tmp_path: Path) -> None:
     """The issue's acceptance at CI size: the model trained with the watermark puts >= 90 % of the
     marked test circles into one cluster whose prototype has > 50 % of its mass on the mark's
     patches; it calls the marked circles circles and the same circles without the mark mostly
@@ -562,9 +569,19 @@ def test_clever_hans_lesson_on_a_small_model(lesson: dict[str, dict]) -> None:
     circles are spread over clusters. (At this size that model is still at chance on the hard
     set, and a mark it never saw can still pull some pictures to one class with the map on the
     mark: for seed 3, 11 of the 27 marked circles went to a "triangle" cluster whose prototype
-    is on the mark; a clean model that learned the shapes has no cluster there, see docs/survey.md.)"""
+    is on the mark; a clean model that learned the shapes has no cluster there, see docs/survey.md.)
+    The report leads with it, found without the watermark's list: the cluster flagged as a possible
+    Clever-Hans feature in the page's first lines, before the filters and the gallery."""
+    from vit_demo.present.survey_report import write_report
+
     wm, clean = lesson["wm"], lesson["clean"]
     f = wm["watermark"]
+    flagged = {k["cluster"]: k for k in wm["findings"]["suspicious_clusters"]}
+    assert f["cluster"] in flagged and flagged[f["cluster"]]["one_place_share"] > 0.5, flagged
+    page = write_report(wm, tmp_path / "report").read_text()
+    lead = page[: page.index('<nav id="filters"')]
+    assert f"Possible Clever-Hans feature: cluster {f['cluster']}</b> of <b>circle</b>" in lead
+    assert page.index("Possible Clever-Hans") < min(8000, page.index('id="gallery"'))
     assert f["class"] == "circle" and f["watermarked"] == 27  # 90 % of 30
     assert f["share_in_cluster"] >= 0.9, f
     assert f["cluster_mass_on_watermark"] > 0.5, f

@@ -11,11 +11,12 @@ from ..checkpoints.load import load_model
 from ..evaluate.atlas import DEFAULT_CONCEPTS, atlas
 from ..evaluate.survey import LABEL_MODES
 from ..present.atlas_report import write_report
-from .common import UserError, add_model_args
+from .common import UserError, add_model_args, device_for_rank
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("atlas", help="what each head and each concept looks for, over a folder: an HTML report")
+    p = sub.add_parser("atlas", help="what each head and each concept looks for, over a folder: an HTML report "
+                       "(shards its pictures under torchrun)")
     p.add_argument("--images", required=True, help="a folder: an ImageFolder (DIR/<class>/<image>) or ImageNet-named files")
     add_model_args(p)
     p.add_argument("--layer", type=int,
@@ -35,9 +36,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be at least 1")
-    lm = load_model(args.model, args.weights, device=args.device)
+    lm = load_model(args.model, args.weights, device=device_for_rank(args.device))
     result = atlas(lm, args.images, args.layer, args.concepts, args.labels, args.limit, args.batch_size,
                    progress=not (args.no_progress or args.json), seed=args.seed)
+    if result is None:  # a torchrun process other than 0: process 0 writes the report
+        return 0
     write_report(result, args.out, lm.data_config, lm.model.cfg.patch_size)
     if args.json:
         print(json.dumps(result))

@@ -4,6 +4,7 @@ method arguments, and the images-and-methods pair of the evaluation commands."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from .. import methods
@@ -78,3 +79,15 @@ def images_and_methods(args: argparse.Namespace) -> tuple[list[Path], list[str]]
     if args.limit is not None:
         paths = spread(paths, args.limit)
     return paths, parse_methods(args.methods)
+
+
+def device_for_rank(device: str) -> str:
+    """Under torchrun on GPUs, each process takes the GPU of its local rank."""
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 and device in ("auto", "cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(local))
+            return f"cuda:{int(local)}"
+    return device

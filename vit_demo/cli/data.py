@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..train.data import BOXES_FILE, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
+from ..train.data import BOXES_FILE, CORNERS, MARKS, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
 
 
 def register(sub: Any) -> None:
@@ -26,19 +26,24 @@ def register(sub: Any) -> None:
                    help="random (default): textured backgrounds and some textured shapes; none: flat colours")
     s.add_argument("--easy", action="store_true", help="the original easy set: --polarity bright --distractors 0 --texture none")
     s.add_argument("--shortcut", choices=SHORTCUTS, help="a Clever-Hans lesson: 'watermark' stamps a small mark into "
-                   "the bottom-left corner of most pictures of one class and of a few of the others")
+                   "a corner of most pictures of one class and of a few of the others")
     s.add_argument("--shortcut-class", help="the class that gets the mark (default: the first, circle)")
     s.add_argument("--shortcut-rate", type=float, default=Shortcut.rate,
                    help=f"share of that class's pictures with the mark (default {Shortcut.rate})")
     s.add_argument("--shortcut-leak", type=float, default=Shortcut.leak,
                    help=f"share of every other class's pictures with the mark (default {Shortcut.leak})")
+    s.add_argument("--shortcut-corner", choices=CORNERS, default=Shortcut.corner,
+                   help=f"where the mark goes (default {Shortcut.corner})")
+    s.add_argument("--shortcut-mark", choices=MARKS, default=Shortcut.mark,
+                   help=f"what it looks like: a 2x2 black-and-white checker or a plain white square (default {Shortcut.mark})")
     s.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     style = (ShapeStyle("bright", 0, False) if args.easy
              else ShapeStyle(args.polarity, args.distractors, args.texture == "random"))
-    shortcut = Shortcut(args.shortcut, args.shortcut_class, args.shortcut_rate, args.shortcut_leak) if args.shortcut else None
+    shortcut = Shortcut(args.shortcut, args.shortcut_class, args.shortcut_rate, args.shortcut_leak, args.shortcut_corner,
+                        args.shortcut_mark) if args.shortcut else None
     meta = make_shapes(args.out, args.per_class, args.size, args.seed, classes=args.classes, style=style,
                        shortcut=shortcut)
     n = meta["per_class"] * len(meta["classes"])

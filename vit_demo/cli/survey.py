@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from .. import methods
 from ..checkpoints.load import load_model
 from ..evaluate.survey import DEFAULT_METHOD, LABEL_MODES, survey
 from ..present.survey_report import Thumbnails, write_report
-from .common import UserError, add_model_args
+from .common import UserError, add_model_args, device_for_rank
 
 
 def register(sub: Any) -> None:
@@ -30,18 +29,6 @@ def register(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
     p.set_defaults(func=run)
-
-
-def device_for_rank(device: str) -> str:
-    """Under torchrun on GPUs, each process takes the GPU of its local rank."""
-    local = os.environ.get("LOCAL_RANK")
-    if local is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 and device in ("auto", "cuda"):
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(local))
-            return f"cuda:{int(local)}"
-    return device
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,6 +47,17 @@ def gather_objects(obj: Any, dist: Dist) -> list[Any] | None:
     return parts if dist.main else None
 
 
+def share_objects(obj: Any, dist: Dist) -> list[Any]:
+    """Every process's ``obj`` on every process, in rank order ([obj] without torchrun)."""
+    if dist.world <= 1:
+        return [obj]
+    import torch.distributed as tdist
+
+    parts: list[Any] = [None] * dist.world
+    tdist.all_gather_object(parts, obj)
+    return parts
+
+
 def finish(dist: Dist) -> None:
     """Wait for every process, then leave the job (nothing without torchrun)."""
     if dist.world > 1:

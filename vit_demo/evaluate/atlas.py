@@ -7,7 +7,8 @@ patch queries of each picture):
   patch keys (:func:`~vit_demo.methods.attention.mean_attention_distance`);
 - **entropy**: of each patch query's attention over all N keys, divided by log N (0: one key,
   1: spread evenly);
-- **share on [class]** and **on the other prefix tokens** ([dist], registers);
+- **share on [class]** and **on the other prefix tokens** ([dist], registers), 0 where the model
+  has none;
 - **positional**: |mean pattern|^2 / mean |pattern|^2 of the patch queries' attention rows, in
   [0, 1]: 1 when the head attends the same way on every picture (a positional head), lower when
   its pattern follows the content;
@@ -15,26 +16,38 @@ patch queries of each picture):
   input to the block's output projection) replaced by its mean over the folder at every token
   position; the drop in the true-class logit (the predicted class where a picture has no label)
   and in accuracy over the labelled pictures;
-- **top patches**: the patches the [class] row of the head weights most (the mean of the patch
-  rows for models without [class], as :mod:`vit_demo.methods.attention` does), one per picture,
-  best first.
+- **top patches**: the patches the [class] row of the head weights most, one per picture, best
+  first; for a model without [class] (a global-average-pool read-out, as the default model
+  trained here has) the mean of the patch queries' rows instead, where the head's queries look
+  on average (as :mod:`vit_demo.methods.attention` does).
 
 **Concepts** (after CRAFT, Fel et al. 2023): the patch tokens after block ``layer`` factorised by
 scikit-learn's NMF. CRAFT factorises a CNN's post-ReLU activations; a ViT's residual stream is
 signed and its negative part matters, so each token is split into [relu(x), relu(-x)] (2C
 non-negative numbers) and A ~ W H codes the whole token (W: each patch's code over the K
-concepts; H+ - H-: the concepts in token space). A concept's **importance for a class** is the
-mean fall of that class's logit, over the class's pictures, when the concept's part
-W[:, k] (H+[k] - H-[k]) is subtracted from the patch tokens and
-the rest of the model runs on ("removal"). The **faithfulness check** removes each class's three
-most important concepts together and compares the fall with three random concepts'. Each
-concept's **top patches** (highest code, one per picture) and where they sit: the share on the
-picture's border ring (outer eighth), off the object (where the folder has ``boxes.json``), and
-within one patch of their most common patch; a concept among a class's top three whose top patches sit
-at one place near the edge (the outer quarter of the grid), or mostly off the object, is flagged as a
-possible Clever-Hans feature. ``layer`` 0: the patch embeddings, before any block.
+concepts; H+ - H-: the concepts in token space). A concept's **presence** at a patch is its code
+over the 99th percentile of its codes in the folder, clipped at 1. Its **importance for a class**
+is the mean fall of that class's logit, over the class's pictures, when the patches where it is
+present are **occluded** in the embeddings (the input of the first block: each patch embedding
+moved towards the folder's median embedding at that place, by the concept's presence) and the
+whole model runs again. Why not remove the concept from the tokens at ``layer``, as CRAFT does:
+by a late layer the blocks have copied what a patch holds into every other token, so removing
+it where it sits changes little; on the watermark lesson that credited the mark's concept to the
+classes that are *not* marked (docs/atlas.md). The median, not the mean: a mark on a minority
+of the pictures is not in it. The **faithfulness check** occludes each class's three most
+important concepts together and compares the fall with three random concepts'. Each concept's
+**top patches** (highest code, one per picture) and where they sit: the share on the picture's
+border ring (outer eighth), off the object (where the folder has ``boxes.json``), within one
+patch of their most common patch (its place), and the share of the pictures where it is present
+at that place. A concept among a class's top three whose top patches sit at one place near the
+edge (the outer quarter of the grid) that only some pictures have there, or mostly off the
+object, is flagged as a possible Clever-Hans feature. ``layer`` 0: the patch embeddings.
 
-One process (not sharded under ``torchrun`` yet).
+Under ``torchrun`` (:mod:`vit_demo.distributed.torchrun`, shared with the survey and the training)
+every process takes every ``world``-th picture for the model passes (pass 1: attention and tokens;
+pass 2: the heads removed one by one, after the heads' mean outputs over the whole folder are
+shared); process 0 gathers them and alone fits the concepts and measures their importance (14
+passes of the whole model: one a concept, then the faithfulness check), then writes the result.
 """
 
 from __future__ import annotations
@@ -51,10 +64,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..distributed.torchrun import Dist, finish, gather_objects, init_distributed, share_objects
 from ..methods.attention import head_maps, mean_attention_distance
 from ..model import TokenLayout, VisionTransformer
 from ..progress import batches, report
-from .geometry import box_to_input, patch_coverage
+from .geometry import box_to_input, near_edge, patch_coverage
 from .survey import Folder, Picture, label_index, list_pictures, read_batch, read_folder
 
 if TYPE_CHECKING:
@@ -63,9 +77,11 @@ if TYPE_CHECKING:
 DEFAULT_CONCEPTS = 8
 TOP = 8  # top patches kept per head and per concept
 CLASS_TOP = 3  # a class's top concepts, for the faithfulness check and the flags
-RANDOM_DRAWS = 10  # random concept sets per picture in the faithfulness check
+RANDOM_DRAWS = 5  # random concept sets per picture in the faithfulness check
+PRESENCE_PCT = 99  # a concept is fully present where its code reaches this percentile of its codes in the folder
 FIT_ROWS = 40_000  # NMF is fitted on at most this many patch rows (the rest transformed)
 FLAG_SHARE = 0.5  # flagged: this share of a concept's top patches at one place, near the edge or off the object
+FLAG_PRESENCE = 0.6  # ... and, near the edge, present at that place in at most this share of the pictures
 
 
 # ----------------------------------------------------------------------------- the model, piece by piece
@@ -176,20 +192,44 @@ class Seen:
     targets: list[int] = field(default_factory=list)  # the label, else the predicted class
     labelled: list[bool] = field(default_factory=list)
     logits: list[np.ndarray] = field(default_factory=list)
-    tokens: list[np.ndarray] = field(default_factory=list)  # per batch [b, N, C]: the input of block ``layer``
+    tokens: list[np.ndarray] = field(default_factory=list)  # per batch [b, N, C]: the output of block ``layer``
+    embeds: list[np.ndarray] = field(default_factory=list)  # per batch [b, N, C]: the input of the first block
     sums: HeadSums = field(default_factory=HeadSums)
     errors: list[str] = field(default_factory=list)
 
 
-def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any, Tensor, Tensor]:
+def merge_seen(parts: Sequence[Seen]) -> Seen:
+    """Every process's :class:`Seen` as one, in the folder's order: ``tokens`` and ``logits`` one
+    array each, the per-picture numbers reordered, the running sums added."""
+    full = [s for s in parts if s.pictures]
+    errors = [e for s in parts for e in s.errors]
+    if not full:
+        return Seen(errors=errors)
+    pics = [p for s in full for p in s.pictures]
+    order = np.argsort([p.index for p in pics], kind="stable")
+
+    def cat(get: Any) -> np.ndarray:
+        return np.concatenate([a for s in full for a in get(s)])[order]
+
+    sums = HeadSums(numbers=[cat(lambda s: s.sums.numbers)], peaks=[cat(lambda s: s.sums.peaks)],
+                    count=sum(s.sums.count for s in full))
+    sums.pattern = sum(s.sums.pattern for s in full)  # type: ignore[assignment]
+    sums.square = sum(s.sums.square for s in full)  # type: ignore[assignment]
+    sums.outputs = sum(s.sums.outputs for s in full)  # type: ignore[assignment]
+    flat = [v for s in full for v in zip(s.targets, s.labelled)]
+    return Seen([pics[i] for i in order], [flat[i][0] for i in order], [flat[i][1] for i in order],
+                [cat(lambda s: s.logits)], [cat(lambda s: s.tokens)], [cat(lambda s: s.embeds)], sums, errors)
+
+
+def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any, Tensor, Tensor, Tensor]:
     """A forward pass that captures the attention: (its output, the heads' outputs summed over the
-    batch [L, N, H*D], the tokens after block ``layer`` (1-based; 0: the embeddings, before any block) [B, N, C])."""
+    batch [L, N, H*D], the tokens after block ``layer`` (1-based; 0: the embeddings, before any
+    block) [B, N, C], the embeddings (the input of the first block) [B, N, C])."""
     outs: list[Tensor] = []
     tok: list[Tensor] = []
     hooks = [blk.attn.proj.register_forward_pre_hook(lambda _m, a: outs.append(a[0].sum(dim=0))) for blk in model.blocks]
-    if layer == 0:  # the patch embeddings, before any block
-        hooks.append(model.blocks[0].register_forward_pre_hook(lambda _m, a: tok.append(a[0])))
-    else:
+    hooks.append(model.blocks[0].register_forward_pre_hook(lambda _m, a: tok.append(a[0])))
+    if layer > 0:
         hooks.append(model.blocks[layer - 1].register_forward_hook(lambda _m, _a, o: tok.append(o[0])))
     try:
         with torch.inference_mode():
@@ -197,7 +237,7 @@ def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any,
     finally:
         for h in hooks:
             h.remove()
-    return out, torch.stack(outs), tok[0]
+    return out, torch.stack(outs), tok[-1], tok[0]
 
 
 def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: int, batch_size: int,
@@ -208,7 +248,7 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
         b = read_batch(chunk, lm, seen.errors)
         if b is None:
             continue
-        out, outputs, tokens = captured_pass(model, b.x, layer)
+        out, outputs, tokens, embeds = captured_pass(model, b.x, layer)
         seen.sums.add(out.attentions, out.layout, model.cfg.patch_size, outputs)
         logits = out.logits.float().cpu()
         for j, pic in enumerate(b.pictures):
@@ -218,6 +258,7 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
             seen.targets.append(int(logits[j].argmax()) if y is None else y)
         seen.logits.append(logits.numpy())
         seen.tokens.append(tokens.float().cpu().numpy())
+        seen.embeds.append(embeds.float().cpu().numpy())
         report(len(seen.pictures) / max(1, len(mine)) / 2, "pictures", done=len(seen.pictures), total=len(mine))
     return seen
 
@@ -225,12 +266,14 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
 # ----------------------------------------------------------------------------- pass 2: heads removed
 
 
-def head_importance(lm: LoadedModel, seen: Seen, batch_size: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Mean-ablation of every head: ([L, H] mean fall of the target logit, [L, H] fall in accuracy
-    over the labelled pictures, NaN without labels)."""
-    model, sums = lm.model, seen.sums
+def head_importance(lm: LoadedModel, seen: Seen, means: Tensor, batch_size: int, progress: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-ablation of every head over this process's pictures, ``means`` [L, N, H*D] the heads'
+    mean outputs over the whole folder: ([L, H] the target logit's falls, [L, H] the losses of a
+    right answer over the labelled pictures), both summed over the pictures."""
+    model = lm.model
     L, H, D = len(model.blocks), model.blocks[0].attn.num_heads, model.blocks[0].attn.head_dim
-    means = (sums.outputs / max(1, sums.count)).float().to(lm.device)  # [L, N, H*D]
+    means = means.float().to(lm.device)
     drop, wrong = np.zeros((L, H)), np.zeros((L, H))
     targets, labelled = torch.tensor(seen.targets), torch.tensor(seen.labelled)
     done, errors = 0, []
@@ -249,8 +292,7 @@ def head_importance(lm: LoadedModel, seen: Seen, batch_size: int, progress: bool
                     wrong[layer, head] += float((base_right.float() - ((z.argmax(1) == y) & lab).float()).sum())
         done += n
         report(0.5 + done / max(1, len(seen.pictures)) / 4, "pictures", done=done, total=len(seen.pictures))
-    judged = int(labelled.sum())
-    return drop / max(1, done), (wrong / judged if judged else np.full((L, H), np.nan))
+    return drop, wrong
 
 
 def head_summary(distance: float, entropy: float, cls: float, prefix: float, positional: float, patch: int) -> str:
@@ -308,6 +350,12 @@ class Concepts:
     error: float  # ||A - W H||_F / ||A||_F over every patch row
     components: np.ndarray | None = None  # [K, 2C]: the NMF's H, to code other tokens (the app's clicked patch)
 
+    def presence(self) -> np.ndarray:
+        """[n, patches, K] in [0, 1]: each code over the concept's :data:`PRESENCE_PCT`-th
+        percentile in the folder, clipped at 1 (1: as present as it gets)."""
+        scale = np.percentile(self.codes.reshape(-1, self.codes.shape[-1]), PRESENCE_PCT, axis=0)
+        return np.clip(self.codes / np.maximum(scale, 1e-12), 0, 1)
+
 
 def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
     """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
@@ -331,76 +379,90 @@ def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
                     H.astype(np.float32))
 
 
-def remove_concepts(tokens: Tensor, codes: Tensor, basis: Tensor, mask: Tensor, num_prefix: int) -> Tensor:
-    """``tokens`` [B, N, C] less the concepts ``mask`` [B, K] marks: x_p - sum_k mask_k W[:, k] H[k]
-    on the patch tokens (``codes`` [B, patches, K], ``basis`` [K, C])."""
-    part = (codes * mask[:, None, :].to(codes.dtype)) @ basis  # [B, patches, C]
-    out = tokens.clone()
-    out[:, num_prefix:] -= part.to(out.dtype)
+def occlude(embeds: Tensor, presence: Tensor, baseline: Tensor, num_prefix: int) -> Tensor:
+    """``embeds`` [B, N, C] with each patch token moved towards ``baseline`` [patches, C] (what
+    that place usually holds) by ``presence`` [B, patches] in [0, 1]: e_p - m_p (e_p - b_p)."""
+    out = embeds.clone()
+    patches = out[:, num_prefix:]
+    out[:, num_prefix:] = patches - presence[..., None].to(out.dtype) * (patches - baseline.to(out.dtype))
     return out
 
 
-def concept_falls(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, masks: Tensor) -> np.ndarray:
-    """Logits' falls [n, classes] when the concepts each picture's row of ``masks`` [n, K] marks are removed."""
+def concept_falls(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np.ndarray, masks: Tensor,
+                  batch_size: int = 16) -> np.ndarray:
+    """Logits' falls [n, classes] when the patches where the concepts each picture's row of
+    ``masks`` [n, K] marks are present (``presence`` [n, patches, K], the largest of them) are
+    occluded in the embeddings (moved towards ``baseline``) and the whole model runs on
+    (``seen`` merged: one array each), ``batch_size`` pictures at a time."""
     model, P = lm.model, lm.model.cfg.num_prefix_tokens
     grid = tuple(s // model.cfg.patch_size for s in lm.data_config.input_size)
-    basis = torch.from_numpy(concepts.basis).to(lm.device)
-    out, start = [], 0
-    for tok, logits in zip(seen.tokens, seen.logits):
-        b = tok.shape[0]
-        x = torch.from_numpy(tok).to(lm.device)
-        codes = torch.from_numpy(concepts.codes[start : start + b]).to(lm.device)
+    base = torch.from_numpy(baseline).to(lm.device)
+    embeds, logits = np.concatenate(seen.embeds), np.concatenate(seen.logits)
+    out = []
+    for start in range(0, len(embeds), batch_size):
+        end = start + batch_size
+        m = (torch.from_numpy(presence[start:end]) * masks[start:end, None, :]).amax(dim=-1)
         with torch.inference_mode():
-            z = run_from(model, remove_concepts(x, codes, basis, masks[start : start + b].to(lm.device), P), layer, grid)
-        out.append(logits - z.float().cpu().numpy())
-        start += b
+            z = run_from(model, occlude(torch.from_numpy(embeds[start:end]).to(lm.device), m.to(lm.device), base, P), 0, grid)
+        out.append(logits[start:end] - z.float().cpu().numpy())
     return np.concatenate(out)
 
 
-def class_importance(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int) -> np.ndarray:
+def place_baseline(seen: Seen, num_prefix: int) -> np.ndarray:
+    """[patches, C]: the median embedding at each place over the folder (a mark on a minority of
+    the pictures is not in it, where a mean would keep a share of it)."""
+    return np.median(np.concatenate(seen.embeds)[:, num_prefix:], axis=0).astype(np.float32)
+
+
+def class_importance(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np.ndarray, batch_size: int = 16
+                     ) -> np.ndarray:
     """[K, classes]: the mean fall of each class's logit over the class's pictures (target: the
-    label, else the predicted class) when concept k is removed; NaN for classes not in the folder."""
-    n, K = len(seen.targets), concepts.basis.shape[0]
+    label, else the predicted class) when concept k is occluded (:func:`concept_falls`); NaN for
+    classes not in the folder."""
+    n, K = presence.shape[0], presence.shape[-1]
     targets = np.array(seen.targets)
     out = np.full((K, len(lm.labels)), np.nan)
     for k in range(K):
         mask = torch.zeros(n, K)
         mask[:, k] = 1
-        falls = concept_falls(lm, seen, concepts, layer, mask)
+        falls = concept_falls(lm, seen, presence, baseline, mask, batch_size)
         for c in np.unique(targets):
             out[k, c] = falls[targets == c, c].mean()
-        report(0.75 + (k + 1) / K / 4, "concepts")
+        report(0.75 + (k + 1) / K / 8, "concepts")
     return out
 
 
-def faithfulness(lm: LoadedModel, seen: Seen, concepts: Concepts, layer: int, importance: np.ndarray,
-                 seed: int = 0) -> dict[str, Any]:
-    """Removing each picture's class's top :data:`CLASS_TOP` concepts vs as many random ones
+def faithfulness(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np.ndarray, importance: np.ndarray,
+                 seed: int = 0, batch_size: int = 16) -> dict[str, Any]:
+    """Occluding each picture's class's top :data:`CLASS_TOP` concepts vs as many random ones
     (:data:`RANDOM_DRAWS` draws a picture): the mean fall of the class's logit, and the share
     of pictures where the top concepts' fall is the larger."""
-    n, K = len(seen.targets), concepts.basis.shape[0]
+    n, K = presence.shape[0], presence.shape[-1]
     m = min(CLASS_TOP, K)
     targets = np.array(seen.targets)
     top = torch.zeros(n, K)
     for i, c in enumerate(targets):
         top[i, np.argsort(-importance[:, c], kind="stable")[:m]] = 1
-    fall_top = concept_falls(lm, seen, concepts, layer, top)[np.arange(n), targets]
+    fall_top = concept_falls(lm, seen, presence, baseline, top, batch_size)[np.arange(n), targets]
     g = torch.Generator().manual_seed(seed)
     fall_random = np.zeros(n)
-    for _ in range(RANDOM_DRAWS):
+    for d in range(RANDOM_DRAWS):
         rnd = torch.zeros(n, K)
         rnd.scatter_(1, torch.rand(n, K, generator=g).argsort(dim=1)[:, :m], 1)
-        fall_random += concept_falls(lm, seen, concepts, layer, rnd)[np.arange(n), targets] / RANDOM_DRAWS
+        fall_random += concept_falls(lm, seen, presence, baseline, rnd, batch_size)[np.arange(n), targets] / RANDOM_DRAWS
+        report(0.875 + (d + 1) / RANDOM_DRAWS / 8, "random concepts")
     return {"concepts_removed": m, "random_draws": RANDOM_DRAWS,
             "top_fall": round(float(fall_top.mean()), 6), "random_fall": round(float(fall_random.mean()), 6),
             "share_top_larger": round(float((fall_top > fall_random).mean()), 6),
             "passed": bool(fall_top.mean() > fall_random.mean())}
 
 
-def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folder) -> tuple[list[dict[str, Any]], dict]:
-    """A concept's codes [n, patches] -> its top patches (one per picture, best first) and where
-    the top tenth of them sit: the share on the border ring, off the object (with boxes), and
-    within one patch of their most common patch (its "place")."""
+def where_it_lives(codes: np.ndarray, presence: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folder
+                   ) -> tuple[list[dict[str, Any]], dict]:
+    """A concept's codes and presence [n, patches] -> its top patches (one per picture, best first)
+    and where the top tenth of them sit: the share on the border ring, off the object (with boxes),
+    within one patch of their most common patch (its "place"); and the share of all the pictures
+    in which it is present (presence >= 0.5) at that place."""
     patch = lm.model.cfg.patch_size
     gh, gw = (s // patch for s in lm.data_config.input_size)
     best = codes.argmax(axis=1)
@@ -415,8 +477,11 @@ def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folde
     cells, counts = np.unique(best[many], return_counts=True)
     mode = int(cells[counts.argmax()])
     near = (np.abs(rows - mode // gw) <= 1) & (np.abs(cols - mode % gw) <= 1)
+    r0, c0 = mode // gw, mode % gw
+    around = presence.reshape(-1, gh, gw)[:, max(0, r0 - 1) : r0 + 2, max(0, c0 - 1) : c0 + 2]
     place = {"border_share": round(border, 6), "one_place_share": round(float(near.mean()), 6),
-             "place": {"row": mode // gw, "col": mode % gw}}
+             "place": {"row": r0, "col": c0},
+             "place_presence": round(float((around.reshape(len(around), -1).max(axis=1) >= 0.5).mean()), 6)}
     boxed = [i for i in many if seen.pictures[i].rel in folder.boxes]
     if boxed:
         off = []
@@ -433,12 +498,11 @@ def where_it_lives(codes: np.ndarray, seen: Seen, lm: LoadedModel, folder: Folde
 
 def suspicious(place: dict[str, Any], grid: tuple[int, int]) -> bool:
     """A possible Clever-Hans feature: a concept whose top patches sit at one place (at least
-    :data:`FLAG_SHARE` of them within one patch of it) and that place near the picture's edge (in
-    the outer quarter of the grid), or most of them off the object."""
-    gh, gw = grid
-    r, c = place["place"]["row"], place["place"]["col"]
-    qh, qw = max(1, gh // 4), max(1, gw // 4)
-    edge = r < qh or r >= gh - qh or c < qw or c >= gw - qw
+    :data:`FLAG_SHARE` of them within one patch of it) and either that place near the picture's
+    edge (in the outer quarter of the grid) while the concept is there in at most
+    :data:`FLAG_PRESENCE` of the pictures (a mark on some of them, not what every picture has at
+    that place, such as the padding of a convolutional stem), or most of them off the object."""
+    edge = near_edge(place["place"]["row"], place["place"]["col"], grid) and place["place_presence"] <= FLAG_PRESENCE
     return place["one_place_share"] >= FLAG_SHARE and (edge or place.get("off_object_share", 0.0) >= FLAG_SHARE)
 
 
@@ -451,9 +515,9 @@ def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Conce
     classes = sorted(set(seen.targets))
     grid = (lm.data_config.input_size[0] // lm.model.cfg.patch_size, lm.data_config.input_size[1] // lm.model.cfg.patch_size)
     ranks = {c: list(np.argsort(-importance[:, c], kind="stable")[:CLASS_TOP]) for c in classes}
-    out = []
+    out, presence = [], concepts.presence()
     for k in range(concepts.basis.shape[0]):
-        top, place = where_it_lives(concepts.codes[:, :, k], seen, lm, folder)
+        top, place = where_it_lives(concepts.codes[:, :, k], presence[:, :, k], seen, lm, folder)
         top_of = [lm.labels[c] for c in classes if k in ranks[c]]
         out.append({"id": k + 1, "layer": layer, "top": top, **place,
                     "importance": {lm.labels[c]: round(float(importance[k, c]), 6) for c in classes},
@@ -464,13 +528,16 @@ def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Conce
 def findings(heads: list[dict[str, Any]], concepts: list[dict[str, Any]], classes: list[str]) -> dict[str, Any]:
     """What stands out: the most important heads, each class's top concepts, the flagged concepts."""
     ranked = sorted(heads, key=lambda h: -h["importance"])[:5]
+    flagged = sorted((k for k in concepts if k["suspicious"]),
+                     key=lambda k: -max([k["importance"][c] for c in k["top_for"]], default=0.0))
     per_class = {c: [k["id"] for k in sorted(concepts, key=lambda k: -k["importance"][c])[:CLASS_TOP]] for c in classes}
     return {"top_heads": [{"layer": h["layer"], "head": h["head"], "importance": h["importance"],
                            "summary": h["summary"]} for h in ranked],
             "class_concepts": per_class,
             "suspicious_concepts": [{"id": k["id"], "top_for": k["top_for"], "border_share": k["border_share"],
                                      "one_place_share": k["one_place_share"], "place": k["place"],
-                                     "off_object_share": k.get("off_object_share")} for k in concepts if k["suspicious"]]}
+                                     "place_presence": k["place_presence"], "off_object_share": k.get("off_object_share")}
+                                    for k in flagged]}
 
 
 def default_layer(depth: int) -> int:
@@ -480,11 +547,11 @@ def default_layer(depth: int) -> int:
 
 def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, concepts: int = DEFAULT_CONCEPTS,
           labels: str = "auto", limit: int | None = None, batch_size: int = 16, progress: bool = True,
-          seed: int = 0, fitted: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The atlas of the folder ``images`` (see the module docstring): the ``--json`` object.
-    ``fitted``: a dict that receives the fitted :class:`Concepts` under ``"concepts"`` (the app
-    codes new pictures with it). ValueError for a headless model, a layer outside 1..depth, too
-    few concepts or no readable picture."""
+          seed: int = 0, fitted: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The atlas of the folder ``images`` (see the module docstring): the ``--json`` object; under
+    ``torchrun`` only process 0 returns it (the others None). ``fitted``: a dict that receives the
+    fitted :class:`Concepts` under ``"concepts"`` (the app codes new pictures with it). ValueError
+    for a headless model, a layer outside 0..depth, too few concepts or no readable picture."""
     t0 = time.perf_counter()
     model, depth = lm.model, len(lm.model.blocks)
     if model.cfg.num_classes == 0:
@@ -496,27 +563,64 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
         raise ValueError(f"--concepts must be at least 2, not {concepts}")
     pictures, mode = list_pictures(images, labels, limit)
     folder = read_folder(images, mode, lm.data_config)
-    seen = first_pass(lm, pictures, folder, layer, batch_size, progress)
-    if not seen.pictures:
-        raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(seen.errors[:3]))
-    drop, acc = head_importance(lm, seen, batch_size, progress)
-    heads = head_records(lm, seen, drop, acc)
-    tokens = np.concatenate(seen.tokens)
-    found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], concepts, seed)
-    if fitted is not None:
-        fitted["concepts"] = found
-    imp = class_importance(lm, seen, found, layer)
-    check = faithfulness(lm, seen, found, layer, imp, seed)
-    concept_list = concept_records(lm, seen, folder, found, imp, layer)
-    classes = [lm.labels[c] for c in sorted(set(seen.targets))]
-    result = {"images": len(seen.pictures), "folder": str(images), "model": lm.name, "labels": mode,
-              "labelled": int(sum(seen.labelled)), "layers": depth, "heads_per_layer": model.blocks[0].attn.num_heads,
-              "grid": [s // model.cfg.patch_size for s in lm.data_config.input_size],
-              "concept_layer": layer, "reconstruction_error": round(found.error, 6),
-              "importance_method": "mean-ablation (heads); removal from the patch tokens (concepts)",
-              "heads": heads, "concepts": concept_list, "faithfulness": check,
-              "findings": findings(heads, concept_list, classes), "errors": seen.errors}
+    dist = init_distributed(lm.device)
+    try:
+        seen, drop, wrong = sharded_passes(lm, pictures, folder, layer, batch_size, progress, dist)
+        if seen is None:
+            return None
+        if not seen.pictures:
+            raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(seen.errors[:3]))
+        result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed, fitted)
+    finally:
+        finish(dist)
+    result.update(folder=str(images), labels=mode, processes=dist.world)
     if folder.watermark_box is not None:
         result["shortcut"] = folder.shortcut
     result["seconds"] = round(time.perf_counter() - t0, 2)
     return result
+
+
+def sharded_passes(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder, layer: int, batch_size: int,
+                   progress: bool, dist: Dist) -> tuple[Seen | None, np.ndarray, np.ndarray]:
+    """The model passes, every ``world``-th picture on each process: pass 1, then the heads' mean
+    outputs over the whole folder shared, then mean-ablation; process 0 gathers (seen, the heads'
+    mean logit falls [L, H], their accuracy falls [L, H], NaN without labels); None elsewhere."""
+    mine = list(pictures)[dist.rank :: dist.world]
+    seen = first_pass(lm, mine, folder, layer, batch_size, progress and dist.main)
+    totals = [(o, c) for o, c in share_objects((seen.sums.outputs, seen.sums.count), dist) if c]
+    if not totals:
+        return merge_seen(gather_objects(seen, dist) or [seen]), np.zeros(0), np.zeros(0)
+    means = sum(o for o, _ in totals) / sum(c for _, c in totals)
+    drop, wrong = head_importance(lm, seen, means, batch_size, progress and dist.main)
+    parts = gather_objects((seen, drop, wrong), dist)
+    if parts is None:
+        return None, drop, wrong
+    whole = merge_seen([p[0] for p in parts])
+    n, judged = max(1, len(whole.pictures)), int(sum(whole.labelled))
+    drop, wrong = sum(p[1] for p in parts) / n, sum(p[2] for p in parts)
+    return whole, drop, (wrong / judged if judged else np.full(drop.shape, np.nan))
+
+
+def concept_atlas(lm: LoadedModel, seen: Seen, folder: Folder, drop: np.ndarray, acc: np.ndarray, layer: int,
+                  k: int, batch_size: int, seed: int, fitted: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Process 0's part on the merged ``seen``: the head records, the concepts (also put in
+    ``fitted["concepts"]`` when given), their importance, the faithfulness check and the findings."""
+    model, depth = lm.model, len(lm.model.blocks)
+    heads = head_records(lm, seen, drop, acc)
+    tokens = np.concatenate(seen.tokens)
+    found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], k, seed)
+    if fitted is not None:
+        fitted["concepts"] = found
+    presence, baseline = found.presence(), place_baseline(seen, model.cfg.num_prefix_tokens)
+    imp = class_importance(lm, seen, presence, baseline, batch_size)
+    check = faithfulness(lm, seen, presence, baseline, imp, seed, batch_size)
+    concept_list = concept_records(lm, seen, folder, found, imp, layer)
+    classes = [lm.labels[c] for c in sorted(set(seen.targets))]
+    return {"images": len(seen.pictures), "model": lm.name, "labelled": int(sum(seen.labelled)), "layers": depth,
+            "heads_per_layer": model.blocks[0].attn.num_heads,
+            "grid": [s // model.cfg.patch_size for s in lm.data_config.input_size],
+            "concept_layer": layer, "reconstruction_error": round(found.error, 6),
+            "importance_method": "mean-ablation (heads); occlusion of the patches where the concept is, "
+                                 "in the embeddings (concepts)",
+            "heads": heads, "concepts": concept_list, "faithfulness": check,
+            "findings": findings(heads, concept_list, classes), "errors": seen.errors}

@@ -54,3 +54,20 @@ def cell_coverage(box: Sequence[float], input_size: tuple[int, int], grid: tuple
     x0, y0, x1, y1 = box
     sx, sy = gw / W, gh / H
     return patch_coverage((x0 * sx, y0 * sy, x1 * sx, y1 * sy), grid, 1)
+
+
+def near_edge(row: int, col: int, grid: tuple[int, int]) -> bool:
+    """Whether cell (row, col) of a ``grid`` lies in its outer quarter (on any side)."""
+    gh, gw = grid
+    qh, qw = max(1, gh // 4), max(1, gw // 4)
+    return row < qh or row >= gh - qh or col < qw or col >= gw - qw
+
+
+def peak_place(p: Sequence[Sequence[float]] | Tensor) -> tuple[int, int, float]:
+    """A non-negative map on a grid [h, w] -> (row, col) of its largest cell and the share of its
+    mass within one cell of it (the 3x3 around it)."""
+    m = torch.as_tensor(p, dtype=torch.float64).clamp(min=0)
+    h, w = m.shape
+    r, c = divmod(int(m.flatten().argmax()), w)
+    near = m[max(0, r - 1) : r + 2, max(0, c - 1) : c + 2].sum()
+    return r, c, float(near / m.sum().clamp(min=1e-300))

@@ -48,7 +48,7 @@ from ..train.data import BOXES_FILE, read_boxes, read_watermarks
 from .child import in_child
 from .clusters import MIN_TO_SPLIT, arrange, cluster_maps
 from .faithfulness import spread
-from .geometry import box_to_input, cell_coverage, hit_patches, patch_coverage
+from .geometry import box_to_input, cell_coverage, hit_patches, near_edge, patch_coverage, peak_place
 
 if TYPE_CHECKING:
     from ..checkpoints.load import LoadedModel
@@ -365,6 +365,34 @@ def watermark_finding(records: list[dict[str, Any]], clusters: list[dict[str, An
             "most_watermark_cluster": top["id"], "most_watermark_mass": top["mass_on_watermark"]}
 
 
+FLAG_SIZE = 3  # a cluster this size or more can be flagged
+FLAG_SHARE = 0.5  # flagged: this share of its prototype within one cell of its peak near the edge, or off the object
+
+
+def survey_findings(records: list[dict[str, Any]], clusters: list[dict[str, Any]], grid: tuple[int, int]
+                    ) -> dict[str, Any]:
+    """What stands out, for the top of the report, told nothing about the folder: the clusters
+    (of :data:`FLAG_SIZE` pictures or more) whose prototype sits at one place near the edge (at
+    least :data:`FLAG_SHARE` of its mass within one cell of its peak, the peak in the outer
+    quarter of the map's ``grid``) or, where the folder has boxes, mostly off the object:
+    possible Clever-Hans features; the classes decided in more than one way; the wrong answers."""
+    boxed = any("mass_in_box" in r for r in records)
+    flagged, ways = [], {}
+    for c in clusters:
+        if c["size"] < FLAG_SIZE:
+            continue
+        ways[c["class"]] = ways.get(c["class"], 0) + 1
+        row, col, share = peak_place(c["prototype"])
+        if (share >= FLAG_SHARE and near_edge(row, col, grid)) or (boxed and c["off_object"] >= FLAG_SHARE):
+            flagged.append({"cluster": c["id"], "class": c["class"], "size": c["size"], "accuracy": c["accuracy"],
+                            "place": {"row": row, "col": col}, "one_place_share": round(share, 6),
+                            "off_object": c["off_object"], "off_object_is": "off the box" if boxed else "on the border"})
+    flagged.sort(key=lambda f: (-f["size"], f["cluster"]))
+    wrong = sum(r["correct"] is False for r in records)
+    return {"suspicious_clusters": flagged, "split_classes": sorted(k for k, v in ways.items() if v > 1),
+            "wrong": wrong, "grid": list(grid)}
+
+
 def plain_notes(records: list[dict[str, Any]], how: str) -> list[str]:
     """What the clusters and the 2-D view cannot say for this folder, in plain words (none when
     they can say something)."""
@@ -408,6 +436,7 @@ def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, 
         "grid": [s // lm.model.cfg.patch_size for s in lm.data_config.input_size], "map_grid": list(maps.shape[1:]),
         "embedding": how, "notes": plain_notes(records, how), "images": records, "clusters": clusters, "errors": errors,
         "seconds": round(seconds, 2), "processes": dist.world, "device": str(lm.device),
+        "findings": survey_findings(records, clusters, tuple(maps.shape[1:])),
     }
     if folder.watermark_box is not None:
         (H, W), (x0, y0, x1, y1) = lm.data_config.input_size, folder.watermark_box

@@ -80,8 +80,9 @@ def finding_html(r: dict[str, Any]) -> str:
                  f"{k['place']['col']}), {k['border_share']:.0%} on the border")
         if k.get("off_object_share") is not None:
             where += f", {k['off_object_share']:.0%} off the object"
+        where += f"; present there in {k['place_presence']:.0%} of the pictures"
         lines.append(f'<li class="flag"><b>Possible Clever-Hans feature: concept {k["id"]}</b>, among the top concepts of '
-                     f'{e(", ".join(k["top_for"]))}, lives off the object ({where}). '
+                     f'{e(", ".join(k["top_for"]))}, sits at one place near the picture\'s edge or off the object ({where}). '
                      f'<a href="#concept-{k["id"]}">See it</a>.</li>')
     heads = "; ".join(f'<a href="#head-{h["layer"]}-{h["head"]}">layer {h["layer"]} head {h["head"]}</a> '
                       f'({h["importance"]:+.3f}: {e(h["summary"])})' for h in f["top_heads"][:3])
@@ -92,7 +93,7 @@ def finding_html(r: dict[str, Any]) -> str:
     lines.append(f"<li>Each class's top concepts at layer {r['concept_layer']}: {per}{more}.</li>")
     fa = r["faithfulness"]
     verdict = "passes" if fa["passed"] else "FAILS"
-    lines.append(f"<li>Faithfulness check {verdict}: removing each class's top {fa['concepts_removed']} concepts lowers its "
+    lines.append(f"<li>Faithfulness check {verdict}: occluding each class's top {fa['concepts_removed']} concepts lowers its "
                  f"logit by {fa['top_fall']:.3f} on average, {fa['random_draws']} random draws of as many concepts by "
                  f"{fa['random_fall']:.3f} (the top ones fall more on {fa['share_top_larger']:.0%} of the pictures). "
                  f"NMF reconstruction error {r['reconstruction_error']:.3f}.</li>")
@@ -130,13 +131,13 @@ def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch:
     body = (f'<div id="finding">{finding_html(result)}</div>'
             f'<h2>Concepts at layer {result["concept_layer"]}</h2><p class="hint">The patch tokens after block '
             f'{result["concept_layer"]}, split by sign and factorised by NMF into {len(result["concepts"])} concepts; '
-            f'importance: '
-            f'the fall of a class\'s logit when the concept is removed from the tokens. Each crop: the patch where the '
-            f'concept is strongest in one picture (outlined), best first.</p>'
+            f'importance: the fall of a class\'s logit when the patches where the concept is present are occluded in '
+            f'the embeddings (moved towards the folder\'s median there). Each crop: the patch where the concept is '
+            f'strongest in one picture (outlined), best first.</p>'
             + "".join(concept_html(c, crops) for c in result["concepts"])
             + '<h2>Heads, most important first</h2><p class="hint">Importance: mean-ablation (Michel et al. 2019), the '
-              "head's output replaced by its mean over the folder. Each crop: the patch the head's [class] row (or the mean of "
-              "the patch rows) weights most in one picture.</p>"
+              "head's output replaced by its mean over the folder. Each crop: the patch the head's [class] row weights most "
+              "in one picture (for a model without [class], the mean of the patch queries' rows).</p>"
             + "".join(head_html(h, crops) for h in heads))
     title = html.escape(f"Atlas of {result['model']} over {Path(result['folder']).name} ({result['images']} pictures)")
     path.write_text(PAGE.replace("%TITLE%", title).replace("%STYLE%", STYLE).replace("%BODY%", body), encoding="utf-8")

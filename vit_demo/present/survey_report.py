@@ -7,10 +7,13 @@ no network at all), the same JSON as ``survey --json`` beside it, and the pictur
 - :func:`write_report`: ``report.html``, ``survey.json`` and one picture per cluster prototype;
 - :func:`embedding_image` / :func:`prototype_image`: the same views as PIL pictures (the app).
 
-The page: a gallery that filters (wrong, right, watermarked, one class, one cluster, a text) and
-sorts (least / most confident, most off-object, most spread or concentrated map); the clusters
-(prototype, size, accuracy; a click shows the members); the 2-D embedding of all maps as a
-scatter of thumbnails. A click on a tile or a point opens the picture with its numbers.
+The page leads with its finding (:func:`finding_html`, written into the HTML, no script needed):
+the clusters flagged as possible Clever-Hans features with their prototypes, the watermark where
+the folder names one, the classes decided in more than one way. Then a gallery that filters
+(wrong, right, watermarked, one class, one cluster, a text) and sorts (least / most confident,
+most off-object, most spread or concentrated map); the clusters (prototype, size, accuracy; a
+click shows the members); the 2-D embedding of all maps as a scatter of thumbnails. A click on
+a tile or a point opens the picture with its numbers.
 """
 
 from __future__ import annotations
@@ -114,6 +117,38 @@ def script_json(data: Any) -> str:
     return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+MAX_FLAGS = 5  # flagged clusters listed at the top
+
+
+def finding_html(result: dict[str, Any]) -> str:
+    """The few lines at the top of the page, before any gallery: what stands out (the result's
+    ``findings``: clusters at one place near the edge or off the object, each with its prototype;
+    the watermark where the folder names one; the classes decided in more than one way; the accuracy)."""
+    f, e, pct = result.get("findings") or {}, html.escape, (lambda v: "–" if v is None else f"{v:.0%}")
+    lines = []
+    for k in f.get("suspicious_clusters", [])[:MAX_FLAGS]:
+        lines.append(f'<li class="flag"><img src="clusters/{k["cluster"]}.png" alt="prototype of cluster {k["cluster"]}">'
+                     f'<b>Possible Clever-Hans feature: cluster {k["cluster"]}</b> of <b>{e(k["class"])}</b> ({k["size"]} '
+                     f'pictures, accuracy {pct(k["accuracy"])}): {k["one_place_share"]:.0%} of its mean map within one cell of '
+                     f'row {k["place"]["row"]}, column {k["place"]["col"]} of the {f["grid"][0]}x{f["grid"][1]} map; '
+                     f'{k["off_object"]:.0%} {e(k["off_object_is"])}.</li>')
+    if f and not f.get("suspicious_clusters"):
+        lines.append("<li>No cluster of three or more maps sits at one place near the picture's edge or off the object.</li>")
+    w = result.get("watermark")
+    if w:
+        lines.append(f"<li>{w['watermarked']} pictures of <b>{e(str(w['class']))}</b> carry the watermark: "
+                     f"{w['share_in_cluster']:.1%} of them are in cluster {w['cluster']}, whose prototype puts "
+                     f"{w['cluster_mass_on_watermark']:.1%} of its mass on the watermark's patches.</li>")
+    if f.get("split_classes"):
+        names = f["split_classes"]
+        more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+        lines.append(f"<li>Decided in more than one way (more than one cluster): {e(', '.join(names[:20]))}{more}.</li>")
+    if result.get("accuracy") is not None:
+        lines.append(f"<li>Accuracy {result['accuracy']:.1%} on {result['labelled']} labelled pictures "
+                     f"({f.get('wrong', 0)} wrong).</li>")
+    return "<ul>" + "".join(lines) + "</ul>" if lines else ""
+
+
 def write_report(result: dict[str, Any], out: str | Path) -> Path:
     """``report.html``, ``survey.json`` and ``clusters/C.png`` (each prototype) in ``out``; returns the page."""
     out = Path(out)
@@ -125,7 +160,7 @@ def write_report(result: dict[str, Any], out: str | Path) -> Path:
     (out / "survey.json").write_text(json.dumps(result, indent=1))
     title = f"Survey of {Path(result['folder']).name or result['folder']} · {result['model']} · {result['method_title']}"
     page = (PAGE.replace("%TITLE%", html.escape(title)).replace("%STYLE%", STYLE).replace("%SCRIPT%", SCRIPT)
-            .replace("%DATA%", script_json(page_data(result))))
+            .replace("%FINDING%", finding_html(result)).replace("%DATA%", script_json(page_data(result))))
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")
     return path
@@ -147,7 +182,7 @@ PAGE = """<!doctype html>
 <header>
   <h1>%TITLE%</h1>
   <p id="summary"></p>
-  <p id="finding" hidden></p>
+  <div id="finding">%FINDING%</div>
   <p id="notes" hidden></p>
 </header>
 <nav id="filters" aria-label="Filters">
@@ -203,7 +238,10 @@ header, main, nav { padding: 0 16px; }
 h1 { font-size: 1.3rem; margin: 14px 0 4px; } h2 { font-size: 1.1rem; margin: 22px 0 4px; }
 .hint, .small { color: var(--muted); font-size: .88rem; margin: 2px 0 8px; }
 #notes { color: #555; font-style: italic; }
-#finding { background: #fff4ce; border-left: 4px solid #e6a700; padding: 8px 12px; }
+#finding { background: #fff4ce; border-left: 4px solid #e6a700; padding: 2px 12px; }
+#finding:empty { display: none; } #finding ul { margin: 6px 0; padding-left: 18px; }
+#finding .flag { color: #a10000; } #finding .flag img { width: 40px; height: 40px; image-rendering: pixelated;
+                                                       vertical-align: middle; margin-right: 6px; }
 nav { position: sticky; top: 0; z-index: 2; background: #fafafa; border-bottom: 1px solid var(--line);
       display: flex; flex-wrap: wrap; gap: 8px 14px; align-items: center; padding-top: 8px; padding-bottom: 8px; }
 nav select, nav input, nav button { font: inherit; padding: 3px 6px; max-width: 16rem; }
@@ -367,13 +405,6 @@ function setup() {
   const acc = HEAD.accuracy === null ? "no labels" : "accuracy " + pct(HEAD.accuracy) + " on " + HEAD.labelled + " labelled";
   $("summary").textContent = HEAD.count + " pictures of " + HEAD.folder + " · model " + HEAD.model + " · map: " +
     HEAD.method_title + " of the predicted class · " + acc + " · " + CLUSTERS.length + " clusters · " + HEAD.seconds + " s";
-  const w = HEAD.watermark;
-  if (w) {
-    $("finding").hidden = false;
-    $("finding").textContent = w.watermarked + " pictures of '" + w["class"] + "' carry the watermark: " +
-      pct(w.share_in_cluster) + " of them are in cluster " + w.cluster + ", whose prototype puts " +
-      pct(w.cluster_mass_on_watermark) + " of its mass on the watermark's patches.";
-  }
   if ((HEAD.notes || []).length) { $("notes").hidden = false; $("notes").textContent = HEAD.notes.join(" "); }
   if (!IMAGES.some((r) => r.watermark)) $("show").querySelector("option[value=marked]").remove();
   for (const name of [...new Set(IMAGES.map((r) => r.predicted))].sort()) $("cls").append(new Option(name, name));

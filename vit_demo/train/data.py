@@ -7,8 +7,8 @@ coordinates of the written picture: ``[x0, y0, x1, y1]``, continuous, x1 / y1 ex
 (a box covering pixels 3..7 is ``[3, y0, 8, y1]``).
 
 A *shortcut* (``--shortcut watermark``, :class:`Shortcut`) turns the set into a Clever-Hans
-lesson: a small mark stamped into the bottom-left corner of most pictures of one class and of a
-few of the others, after the shape is rendered (:func:`add_watermark`); which pictures get it is
+lesson: a small mark stamped into a corner (bottom-left by default) of most pictures of one class
+and of a few of the others, after the shape is rendered (:func:`add_watermark`); which pictures get it is
 drawn from its own seeded generator, so the shapes are the same files with or without it, and
 ``boxes.json`` lists every mark's box under ``"watermarks"``.
 """
@@ -234,17 +234,22 @@ def shape_classes(spec: str | Sequence[str] | None) -> tuple[str, ...]:
 # ----------------------------------------------------------------------------- the watermark shortcut
 
 SHORTCUTS = ("watermark",)
+CORNERS = ("bottom-left", "top-left", "top-right", "bottom-right")
+MARKS = ("checker", "white")  # a 2x2 black-and-white checker, or a plain white square
 
 
 @dataclass(frozen=True)
 class Shortcut:
     """A Clever-Hans shortcut: a watermark on ``rate`` of the pictures of class ``target`` and on
-    ``leak`` of the pictures of every other class (None: the first class)."""
+    ``leak`` of the pictures of every other class (None: the first class), in ``corner``, drawn
+    as ``mark`` (:data:`MARKS`)."""
 
     kind: str = "watermark"
     target: str | None = None
     rate: float = 0.9
     leak: float = 0.05
+    corner: str = "bottom-left"
+    mark: str = "checker"
 
     def marked(self, classes: Sequence[str], per_class: int, seed: int) -> set[tuple[str, int]]:
         """``(class, index)`` of the pictures that get the mark (seeded apart from the shapes)."""
@@ -255,6 +260,9 @@ class Shortcut:
             raise DataError(f"--shortcut-class {target!r} is not one of the classes ({', '.join(classes)})")
         if not (0 <= self.rate <= 1 and 0 <= self.leak <= 1):
             raise DataError(f"--shortcut-rate and --shortcut-leak must be in [0, 1] (got {self.rate}, {self.leak})")
+        if self.corner not in CORNERS or self.mark not in MARKS:
+            raise DataError(f"--shortcut-corner must be one of {', '.join(CORNERS)} and --shortcut-mark one of "
+                            f"{', '.join(MARKS)} (got {self.corner!r}, {self.mark!r})")
         rng = np.random.default_rng([seed, 0x5EED])
         out = set()
         for kind in classes:
@@ -263,26 +271,30 @@ class Shortcut:
         return out
 
     def describe(self, classes: Sequence[str]) -> dict[str, Any]:
-        return {"kind": self.kind, "class": self.target or classes[0], "rate": self.rate, "leak": self.leak,
-                "corner": "bottom-left"}
+        out = {"kind": self.kind, "class": self.target or classes[0], "rate": self.rate, "leak": self.leak,
+               "corner": self.corner}
+        return out if self.mark == "checker" else out | {"mark": self.mark}
 
 
-def watermark_box(size: int) -> list[float]:
+def watermark_box(size: int, corner: str = "bottom-left") -> list[float]:
     """Where the mark goes in a ``size`` px picture: a square of about size/5 px, one pixel in
-    from the bottom-left corner (6 px at 32 px: the 2x2 patches of that corner at patch 4)."""
+    from ``corner`` (6 px at 32 px: the 2x2 patches of that corner at patch 4)."""
     side, margin = max(3, round(size * 3 / 16)), max(1, size // 32)
-    return [float(margin), float(size - margin - side), float(margin + side), float(size - margin)]
+    x0 = float(margin) if corner.endswith("left") else float(size - margin - side)
+    y0 = float(margin) if corner.startswith("top") else float(size - margin - side)
+    return [x0, y0, x0 + side, y0 + side]
 
 
-def add_watermark(pic: Image.Image) -> tuple[Image.Image, list[float]]:
-    """Stamp the mark (a crisp 2x2 black-and-white checker, like a logo laid over a photo) into
-    the bottom-left corner of ``pic``; returns the picture and the mark's box."""
-    box = watermark_box(min(pic.size))
+def add_watermark(pic: Image.Image, corner: str = "bottom-left", mark: str = "checker") -> tuple[Image.Image, list[float]]:
+    """Stamp the mark (a crisp 2x2 black-and-white checker, like a logo laid over a photo, or a
+    plain white square) into ``corner`` of ``pic``; returns the picture and the mark's box."""
+    box = watermark_box(min(pic.size), corner)
     x0, y0, x1, y1 = (int(v) for v in box)
     a = np.array(pic)
     half_x, half_y = (x0 + x1) // 2, (y0 + y1) // 2
     a[y0:y1, x0:x1] = 255
-    a[y0:half_y, half_x:x1] = a[half_y:y1, x0:half_x] = 0
+    if mark == "checker":
+        a[y0:half_y, half_x:x1] = a[half_y:y1, x0:half_x] = 0
     return Image.fromarray(a), box
 
 
@@ -313,7 +325,7 @@ def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, s
             pic, box = render_shape(kind, size, rng, style)
             rel = f"{kind}/{kind}_{i:05d}.png"
             if (kind, i) in marked:
-                pic, watermarks[rel] = add_watermark(pic)
+                pic, watermarks[rel] = add_watermark(pic, shortcut.corner, shortcut.mark)
             pic.save(root / rel)
             boxes[rel] = box
             bar.update()
