@@ -99,3 +99,34 @@ def test_blur_is_a_normalised_gaussian():
     torch.testing.assert_close(gaussian_blur(x, 2.0), want, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="mean, blur"):
         replacement(x, "noise")
+
+
+def test_faithfulness_cli_srg_saco(tmp_path, capsys):
+    """``faithfulness --srg-saco``: every score per replacement kind, the random map near 0, the costs timed."""
+    import json
+
+    import timm
+    from PIL import Image
+    from skimage import data
+
+    from vit_demo.checkpoints.files import save
+    from vit_demo.checkpoints.timm import from_timm
+    from vit_demo.cli.main import main
+
+    torch.manual_seed(0)
+    model, dc = from_timm(timm.create_model("deit_tiny_patch16_224", pretrained=False, depth=1, embed_dim=32,
+                                            num_heads=2, num_classes=10).eval())
+    weights = save(model, dc, tmp_path / "tiny.safetensors", name="tiny", source="test",
+                   class_names=[f"c{i}" for i in range(10)])
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    Image.fromarray(data.astronaut()).save(imgs / "astronaut.png")
+    args = ["faithfulness", "--images", str(imgs), "--weights", str(weights), "--methods", "gradcam", "--srg-saco"]
+    assert main([*args, "--replacement", "blur", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["images"] == 1 and r["kinds"] == ["blur"] and set(r["scores"]["blur"]) == {"gradcam", "random"}
+    assert set(r["scores"]["blur"]["gradcam"]) == {"deletion", "insertion", "srg", "saco"}
+    assert r["seconds_per_photo"]["forward"] > 0 and r["seconds_per_photo"]["gradcam"] > 0
+    assert -1 <= r["scores"]["blur"]["random"]["saco"]["mean"] <= 1
+    assert main([*args, "--replacement", "noise"]) == 2
+    assert "--replacement takes mean, blur" in capsys.readouterr().err
