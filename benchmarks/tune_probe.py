@@ -1,8 +1,6 @@
 """Probed LRP (an experiment) and Integrated Gradients' baselines, on tuning and held-out photos (issue 32).
 
-Not a test: tables to quote. Probed LRP lives here, not in vit_demo/methods/: on the held-out
-photos it did not beat the gated LRP map it starts from (docs/faithfulness.md), so it is not
-registered.
+Not a test: tables to quote (docs/faithfulness.md). Probed LRP is ``vit_demo/methods/probe.py``.
 
 Two disjoint sets of the 1000 shared ImageNet photos (sorted file order):
 
@@ -24,7 +22,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,69 +53,14 @@ def ig_candidates() -> dict:
     }
 
 
-@dataclass(frozen=True)
-class ProbeSettings:
-    groups: int = 8  # rank groups of the gated map, each hidden once: one forward pass each
-    show: bool = False  # also show each group alone on the blank input (groups more passes)
-    floor: float = 0.05  # the weakest group's factor, so the gated order still ranks its patches
-    chunk: int = 16  # masked inputs per forward pass
-
-
-def rank_groups(seed, groups: int):
-    """[B, gh, gw] map -> [B, n] group of every patch by the map's rank (0: the top; equal sizes)."""
-    n = seed[0].numel()
-    return seed.flatten(1).argsort(dim=1, descending=True, stable=True).argsort(dim=1) * groups // n
-
-
-def group_effects(model, x, group, t, clean, s: ProbeSettings):
-    """Each group's effect on the class probability [B, groups]: the fall from ``clean`` [B] when it
-    is hidden (and, with ``show``, plus the rise when it alone is shown on the blank input)."""
-    import torch
-
-    from vit_demo.methods.passes import masked_scores
-
-    B, n = group.shape
-    gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
-    alone = group[:, None, :] == torch.arange(s.groups, device=group.device)[:, None]  # [B, groups, n]
-    rows = [~alone]
-    if s.show:
-        rows += [torch.zeros(B, 1, n, dtype=torch.bool, device=group.device), alone]
-    scores = masked_scores(model, x, torch.cat(rows, dim=1).reshape(B, -1, gh, gw), t, s.chunk, "probes").double()
-    effect = clean.double()[:, None] - scores[:, : s.groups]
-    if s.show:
-        effect = effect + scores[:, s.groups + 1 :] - scores[:, s.groups, None]
-    return effect
-
-
-def probed_map(model, x, target, s: ProbeSettings):
-    """Probed LRP, the experiment of issue 32: the gated LRP map times the measured effect of its
-    rank groups (each hidden once, mean colour), both scaled to [0, 1], the weakest group floored:
-    u(max(gated, 0)) * (floor + u(effect of the patch's group)). Not registered: on held-out photos
-    it did not beat lrp-gated (docs/faithfulness.md)."""
-    import torch
-
-    from vit_demo.methods.lrp import gated_lrp_map
-    from vit_demo.methods.passes import targets
-    from vit_demo.methods.perturb import unit_range
-
-    with torch.no_grad():  # not inference mode: the targets index the seed's backward pass
-        logits = model(x).logits.float()
-        t = targets(target, logits)
-        clean = logits.softmax(dim=-1).gather(1, t[:, None])[:, 0]
-    seed = gated_lrp_map(model, x, t).detach()
-    group = rank_groups(seed, s.groups)
-    effect = unit_range(group_effects(model, x, group, t, clean, s)[:, :, None]).squeeze(-1)
-    return unit_range(seed.clamp(min=0)) * (s.floor + effect.float().gather(1, group).reshape(seed.shape))
-
-
 def candidates() -> dict:
-    """The settings tried, by name ("lrp-probed": the one run on the held-out photos)."""
+    """Other settings of probed LRP (``lrp-probed`` is groups=8), by name."""
+    from vit_demo.methods.probe import ProbeSettings, probed_map
 
     def probe(**kw):
         return lambda model, x, t: probed_map(model, x, t, ProbeSettings(**kw))
 
     return {
-        "lrp-probed": probe(groups=8),
         "probe g12": probe(groups=12),
         "probe g6 show": probe(groups=6, show=True),
     }
@@ -154,6 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--split", choices=list(SPLITS), required=True)
     ap.add_argument("--limit", type=int, default=0, help="first N photos of the split (0: all)")
+    ap.add_argument("--skip", type=int, default=0, help="leave out the split's first N photos (a later run)")
     ap.add_argument("--methods", default="", help="registered methods (default: the candidates on 'tune', "
                     "lrp-gated, lrp-probed, lrp-causal on 'heldout')")
     ap.add_argument("--candidates", action="store_true", help="add the tuning candidates")
@@ -177,14 +120,13 @@ def main() -> None:
         raise SystemExit(f"needs the 1000-photo ImageNet sample at {SAMPLE}")
     first, step = SPLITS[args.split]
     k, n = (int(v) for v in args.shard.split("/"))
-    paths = files[first::step][: args.limit or None][k::n]
+    paths = files[first::step][args.skip : args.limit or None][k::n]
     default = "lrp-gated" if args.split == "tune" else "lrp-gated,lrp-probed,lrp-causal"
-    named = {**candidates(), **{m: methods.get(m) for m in methods.names()}}
-    makers = {m: named[m] for m in (args.methods or default).split(",") if m}
+    makers = {m: methods.get(m) for m in (args.methods or default).split(",") if m}
     if args.ig:
         makers.update(ig_candidates())
     elif args.candidates or args.split == "tune":
-        makers.update({k: v for k, v in candidates().items() if k != "lrp-probed"})
+        makers.update(candidates())
     kinds = (args.kinds or ("mean" if args.split == "tune" else ",".join(KINDS))).split(",")
     lm = load_model(progress=False)
     runs = []

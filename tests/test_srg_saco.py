@@ -1,5 +1,5 @@
 """SRG (Blücher et al. 2024) and SaCo (Wu et al., CVPR 2024) against step-by-step loops written
-from the papers, on a small random model."""
+from the papers, and probed LRP against its definition, on a small random model."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import torch.nn.functional as F
 
 from vit_demo import methods
 from vit_demo.evaluate.srg_saco import gaussian_blur, measures, replacement, saco
+from vit_demo.methods.lrp import gated_lrp_map
+from vit_demo.methods.perturb import unit_range
+from vit_demo.methods.probe import ProbeSettings, probed_map
 from vit_demo.model import VisionTransformer, ViTConfig
 
 
@@ -130,3 +133,25 @@ def test_faithfulness_cli_srg_saco(tmp_path, capsys):
     assert -1 <= r["scores"]["blur"]["random"]["saco"]["mean"] <= 1
     assert main([*args, "--replacement", "noise"]) == 2
     assert "--replacement takes mean, blur" in capsys.readouterr().err
+
+
+def test_probed_lrp_is_its_definition(tiny):
+    """Rank groups of the gated map, each hidden alone, its fall in probability scaled to [0, 1]
+    with the floor, times the gated map scaled to [0, 1]."""
+    model, x, t, _ = tiny
+    s = ProbeSettings(groups=3)
+    got = probed_map(model, x, t, s)
+    for b in range(3):
+        seed = gated_lrp_map(model, x[b : b + 1], t[b : b + 1])[0]
+        values = seed.flatten().tolist()
+        order = sorted(range(16), key=lambda i: (-values[i], i))
+        cut = [[order[r] for r in range(16) if r * 3 // 16 == k] for k in range(3)]
+        p0 = prob(model, x[b], int(t[b]))
+        fall = torch.tensor([p0 - prob(model, without(x[b], torch.zeros_like(x[b]), g, 8, 4), int(t[b])) for g in cut])
+        fall = (fall - fall.min()) / (fall.max() - fall.min())
+        factor = torch.zeros(16)
+        for k, g in enumerate(cut):
+            factor[g] = s.floor + fall[k]
+        want = unit_range(seed.clamp(min=0)[None])[0] * factor.reshape(4, 4)
+        torch.testing.assert_close(got[b], want, atol=2e-5, rtol=0)
+    assert "lrp-probed" in methods.single_pass() and not methods.get("lrp-probed").slow
