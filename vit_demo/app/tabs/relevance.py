@@ -35,8 +35,8 @@ IG_NOTE = ("**Integrated Gradients** is a weak baseline on this ViT: hiding the 
            "class probability less than for any other class-specific map (deletion score 0.325 on 100 ImageNet "
            "photos, where a random order scores 0.390 and gated LRP 0.141; lower is better). Most of the weakness "
            "is its black starting image: on 8 other photos its SRG was 0.03 and its SaCo 0.04 (a random map: "
-           "-0.01 and 0.11); from the mean colour 0.11 and 0.32, still far below gated LRP (0.39 and 0.69 "
-           "on 18 held-out photos). "
+           "-0.01 and 0.11); from the mean colour 0.11 and 0.32, still far below gated LRP (0.38 and 0.77 "
+           "on 100 held-out photos). "
            "Details: docs/faithfulness.md.")
 
 
