@@ -65,12 +65,13 @@ def gradient_pass(model: nn.Module, x: Tensor) -> Iterator[Tensor]:
 
 @torch.inference_mode()
 def masked_scores(model: VisionTransformer, x: Tensor, masks: Tensor, target: Tensor, chunk: int,
-                  desc: str = "masked forward passes") -> Tensor:
+                  desc: str = "masked forward passes", fill: Tensor | None = None) -> Tensor:
     """Target probability of every image under every mask: x [B, 3, h, w], masks [M, gh, gw]
     (the same for every image) or [B, M, gh, gw] (one set per image), patch level, values in
-    [0, 1] (1 = the patch shows the image, 0 = it is blended to 0, the mean colour), target [B]
-    -> [B, M]. The B*M inputs are made and run ``chunk`` at a time; after every forward pass the
-    share done goes to :func:`vit_demo.progress.report` (with ``desc``)."""
+    [0, 1] (1 = the patch shows the image, 0 = it is blended to 0, the mean colour, or to
+    ``fill`` [B, 3, h, w] where given, e.g. a blurred copy), target [B] -> [B, M]. The B*M
+    inputs are made and run ``chunk`` at a time; after every forward pass the share done goes to
+    :func:`vit_demo.progress.report` (with ``desc``)."""
     p = model.cfg.patch_size
     B = x.shape[0]
     masks = masks.to(x.device).expand(B, *masks.shape[-3:])  # [B, M, gh, gw]
@@ -80,7 +81,10 @@ def masked_scores(model: VisionTransformer, x: Tensor, masks: Tensor, target: Te
         idx = torch.arange(start, min(start + chunk, B * M), device=x.device)
         b, m = idx // M, idx % M
         pixels = masks[b, m].to(x.dtype).repeat_interleave(p, dim=-2).repeat_interleave(p, dim=-1)  # [c, h, w]
-        probs = model(x[b] * pixels[:, None]).logits.float().softmax(dim=-1)
+        inputs = x[b] * pixels[:, None]
+        if fill is not None:
+            inputs = inputs + fill[b] * (1 - pixels[:, None])
+        probs = model(inputs).logits.float().softmax(dim=-1)
         out[start : start + len(idx)] = probs.gather(1, target[b][:, None])[:, 0]
         report((start + len(idx)) / (B * M), desc, done=start + len(idx), total=B * M)
     return out.reshape(B, M)
