@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from app_server import start_app  # noqa: E402
-from attacks import Raw, file_payload, rss_mb  # noqa: E402
+from attacks import Raw, crash_spawned_children, file_payload, rss_mb  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from vit_demo.app.workspace import folder_bytes  # noqa: E402
@@ -547,25 +547,11 @@ def served_paths(app, tmp: Path) -> None:
 def crashed_clustering(app, tmp: Path) -> None:
     """A SIGSEGV sent to the survey's clustering child as soon as it starts (a native crash
     there); another client predicts afterwards."""
-    import psutil
-
     raw = Raw(app.url)
     stored = [raw.upload(noise_png(tmp / f"n{i}.png", 48, 48, seed=i)) for i in range(4)]
     killed: list[int] = []
     stop = threading.Event()
-
-    def crash() -> None:
-        while not stop.is_set() and not killed:
-            for child in psutil.Process(app.proc.pid).children():
-                try:
-                    if "spawn_main" in " ".join(child.cmdline()):
-                        os.kill(child.pid, signal.SIGSEGV)
-                        killed.append(child.pid)
-                except (psutil.Error, OSError):
-                    continue
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=crash, daemon=True)
+    watcher = threading.Thread(target=crash_spawned_children, args=(app.proc.pid, stop, killed), daemon=True)
     watcher.start()
     out = survey(raw, stored)
     stop.set()

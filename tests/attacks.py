@@ -11,6 +11,9 @@ tests/test_app_lanes.py, ...) and by ``benchmarks/bench_attacks.py``.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -214,3 +217,21 @@ def still_open(socks: list) -> int:
         except OSError:
             pass
     return n
+
+
+def crash_spawned_children(pid: int, stop: threading.Event, killed: list[int]) -> None:
+    """Until ``stop`` is set or one is killed: send SIGSEGV (a native crash) to every spawned
+    child of process ``pid`` (multiprocessing's ``spawn_main``, e.g. the survey's clustering) as
+    soon as it appears; their pids go into ``killed``. Run it in a thread."""
+    import psutil
+
+    server = psutil.Process(pid)
+    while not stop.is_set() and not killed:
+        for child in server.children():
+            try:
+                if "spawn_main" in " ".join(child.cmdline()):
+                    os.kill(child.pid, signal.SIGSEGV)
+                    killed.append(child.pid)
+            except (psutil.Error, OSError):
+                continue
+        time.sleep(0.005)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import signal
 import threading
 import time
 import zipfile
@@ -24,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from app_server import running_app
-from attacks import Raw, file_payload, values_for
+from attacks import Raw, crash_spawned_children, file_payload, values_for
 from PIL import Image
 from test_survey import overlapping_zip, zeros_zip
 
@@ -145,7 +143,6 @@ def test_a_crash_in_the_clustering_fails_one_survey_not_the_server(app, tmp_path
     sent to that child as soon as it starts) fails that survey with a plain message, and the
     server and another client's /predict go on. Before: there was no child (the issue's t-SNE
     crash ended the server)."""
-    import psutil
 
     pictures = []
     for i in range(4):
@@ -156,19 +153,7 @@ def test_a_crash_in_the_clustering_fails_one_survey_not_the_server(app, tmp_path
     killed: list[int] = []
     stop = threading.Event()
 
-    def crash_the_child() -> None:
-        server = psutil.Process(app.proc.pid)
-        while not stop.is_set() and not killed:
-            for child in server.children():
-                try:
-                    if "spawn_main" in " ".join(child.cmdline()):
-                        os.kill(child.pid, signal.SIGSEGV)
-                        killed.append(child.pid)
-                except (psutil.Error, OSError):
-                    continue
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=crash_the_child, daemon=True)
+    watcher = threading.Thread(target=crash_spawned_children, args=(app.proc.pid, stop, killed), daemon=True)
     watcher.start()
     try:
         out = survey_call(raw, stored)

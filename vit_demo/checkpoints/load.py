@@ -39,7 +39,7 @@ def weights_dir() -> Path:
 
 
 @cache
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
+def file_sha256(path: str, size: int, mtime_ns: int) -> str:
     """sha256 of a file (cached per path, size and modification time)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -59,7 +59,7 @@ def default_checkpoint() -> Path:
             f"(it ships with the repository; see weights/README.md)"
         )
     st = p.stat()
-    digest = _sha256(str(p), st.st_size, st.st_mtime_ns)
+    digest = file_sha256(str(p), st.st_size, st.st_mtime_ns)
     if digest != DEFAULT_SHA256:
         raise CheckpointError(
             f"the default checkpoint {p} is corrupted or truncated ({st.st_size} bytes, sha256 "

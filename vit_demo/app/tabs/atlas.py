@@ -38,7 +38,7 @@ from scipy.optimize import nnls
 
 from ... import viz
 from ...analysis import Analysis
-from ...checkpoints.load import LoadedModel
+from ...checkpoints.load import LoadedModel, file_sha256
 from ...evaluate import atlas as atlas_code
 from ...present import atlas_report
 from ...present.atlas_report import Crops, write_report
@@ -81,20 +81,10 @@ def code_version() -> str:
     return h.hexdigest()[:12]
 
 
-@lru_cache(maxsize=16)
-def file_digest(path: Path, size: int, mtime: int) -> str:
-    """sha256 of a file's bytes (cached per path, size and modification time)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def cache_key(weights: Path, pictures: list[Path]) -> str:
     """The cache folder's name: the weights' hash, the atlas code's hash and the pictures' names and sizes."""
     st = weights.stat()
-    h = hashlib.sha256(file_digest(weights, st.st_size, st.st_mtime_ns).encode() + code_version().encode())
+    h = hashlib.sha256(file_sha256(str(weights), st.st_size, st.st_mtime_ns).encode() + code_version().encode())
     for p in pictures:
         h.update(f"{p.name}:{p.stat().st_size};".encode())
     return h.hexdigest()[:24]
