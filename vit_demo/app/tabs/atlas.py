@@ -373,7 +373,8 @@ class AtlasTab(Section):
                                                rows=2, height=300, allow_preview=False, object_fit="contain",
                                                elem_id="atlas-head-gallery", buttons=[], elem_classes="tiles")
             with gr.Column(min_width=300):
-                self.concept = gr.Dropdown([], label="Concept", elem_id="atlas-concept")
+                # a value from the start: the upload event reads it, and an API input without one is required
+                self.concept = gr.Dropdown([("concept 1", 1)], value=1, label="Concept", elem_id="atlas-concept")
                 self.concept_md = gr.Markdown(elem_id="atlas-concept-text", elem_classes="caption")
                 self.concept_gallery = gr.Gallery(label="Where this concept is strongest: one patch per picture",
                                                   columns=4, rows=2, height=300, allow_preview=False, object_fit="contain",
