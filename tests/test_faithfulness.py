@@ -130,11 +130,15 @@ def test_label_target_needs_wnid_names(deit_tiny, package_photos, tmp_path):
 ATTENTION_METHODS = ("attention", "rollout", "grad-rollout", "chefer")  # the LRP family: tests/test_lrp.py
 
 
-@pytest.mark.timeout(1800)  # ~18,400 DeiT-Tiny forward passes: ~7 min on 2 idle CPU cores, longer on busy ones
+@pytest.mark.timeout(1800)  # ~13,000 DeiT-Tiny forward passes: ~5 min on 2 idle CPU cores, longer on busy ones
 def test_acceptance_quick_subset(deit_tiny, quick_images):
     """The 100-image quick subset, true-label target: every map beats random orders under
-    deletion, and the class-specific gradient methods clearly beat them under insertion."""
-    r = evaluate(deit_tiny, quick_images, ATTENTION_METHODS, target="label", batch_size=10, progress=False)
+    deletion, and the class-specific gradient methods clearly beat them under insertion. One
+    random order per photo (seed 0; the CLI averages three), a mean over 100 photos: the margins
+    asserted are 0.03 and more (three seeds: random deletion 0.390, insertion 0.395, RESULTS.md),
+    and the two orders saved are 2/7 of the test's forward passes (369 s in the CI run of 69f0a9a)."""
+    r = evaluate(deit_tiny, quick_images, ATTENTION_METHODS, target="label", batch_size=10, progress=False,
+                 random_seeds=(0,))
     print("\n" + format_results(r))
     assert r["images"] == 100 and r["errors"] == []
     m = r["methods"]
