@@ -146,6 +146,7 @@ def save_view(img: Image.Image, fmt: str = "jpeg") -> str:
         if _view_count % 200 == 0:
             sweep(folder, 600)
             trim(folder, VIEWS_MB << 20)
+    folder.mkdir(parents=True, exist_ok=True)  # gone if a sweep removed it as empty: made again, not a failed upload
     path = folder / f"{secrets.token_hex(8)}.{'jpg' if fmt == 'jpeg' else 'png'}"
     if fmt == "jpeg":
         img.convert("RGB").save(path, "JPEG", quality=92)
