@@ -49,6 +49,18 @@ def survey_call(raw: Raw, stored: list[str], timeout: float = 300):
     return raw.call("on_run", data, timeout=timeout)
 
 
+def survey_beside(raw: Raw, stored: list[str], watch):
+    """:func:`survey_call` while ``watch(stop)`` runs in a thread; ``stop`` is set when the call returns."""
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(stop,), daemon=True)
+    watcher.start()
+    try:
+        return survey_call(raw, stored)
+    finally:
+        stop.set()
+        watcher.join(5)
+
+
 def test_identical_pictures_survey_and_the_server_lives(app, tmp_path: Path) -> None:
     """The issue's one request: one 32 x 32 PNG named 12 times. Before: a segmentation fault
     in t-SNE after 8 s, the server dead."""
@@ -72,21 +84,15 @@ def test_unpacked_pictures_stay_within_the_disk_budget(app, tmp_path: Path) -> N
     stored = [raw.upload(zeros_zip(tmp_path / f"z{i}.zip", 20, 3 * MiB // 2)) for i in range(3)]
     folder = app.folder()
     exports = folder / "gradio" / "exports"
-    start, peak, done = folder_bytes(exports), [0], threading.Event()
+    start, peak = folder_bytes(exports), [0]
     kept = set(exports.rglob("pictures"))  # earlier surveys' pictures (a click on a tile opens one)
 
-    def watch() -> None:
+    def watch(done: threading.Event) -> None:
         while not done.is_set():
             peak[0] = max(peak[0], folder_bytes(exports))
             time.sleep(0.05)
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        out = survey_call(raw, stored)
-    finally:
-        done.set()
-        watcher.join(5)
+    out = survey_beside(raw, stored, watch)
     print(f"exports folder: {start / MiB:.1f} MiB before, peak {peak[0] / MiB:.1f} MiB, "
           f"{folder_bytes(exports) / MiB:.1f} MiB after; {out.message}")
     assert out.refused and app.alive()
@@ -151,15 +157,7 @@ def test_a_crash_in_the_clustering_fails_one_survey_not_the_server(app, tmp_path
     raw = Raw(app.url)
     stored = [raw.upload(p) for p in pictures]
     killed: list[int] = []
-    stop = threading.Event()
-
-    watcher = threading.Thread(target=crash_spawned_children, args=(app.proc.pid, stop, killed), daemon=True)
-    watcher.start()
-    try:
-        out = survey_call(raw, stored)
-    finally:
-        stop.set()
-        watcher.join(5)
+    out = survey_beside(raw, stored, lambda stop: crash_spawned_children(app.proc.pid, stop, killed))
     assert killed, "no child process ran the survey's clustering"
     assert out.refused and "crashed" in out.message and "SIGSEGV" in out.message, out.message
     assert app.alive(), app.log()
