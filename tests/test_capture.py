@@ -5,7 +5,9 @@
   an attention-pool head;
 - rollout, computed as one row carried down the layers, is the row of the full rollout matrix,
   for every kind of query (the [class] token, the mean of the patch queries, the pool's probe),
-  head fusion, discard and start layer.
+  head fusion, discard and start layer;
+- rollout and the heads' maps read the one block as one [L, B, H, N, N] view (no copy) and give
+  the numbers they give on separate per-layer tensors.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from functools import cache
 import pytest
 import torch
 
-from vit_demo.methods.attention import class_row
+from vit_demo.methods.attention import class_row, head_maps, stacked
 from vit_demo.methods.rollout import rollout, rollout_matrix
 from vit_demo.model import VisionTransformer, ViTConfig
 
@@ -69,3 +71,23 @@ def test_rollout_is_the_row_of_the_rollout_matrix(kind: str, fusion: str, discar
     assert got.shape == (2, 4, 4)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
     assert not torch.allclose(got[0], got[1])  # two images, two maps
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_maps_read_the_block_as_one_view(kind: str) -> None:
+    torch.manual_seed(2)
+    with torch.inference_mode():
+        out = model_of(kind)(torch.randn(2, 3, 32, 32), capture=True)
+        every = stacked(out.attentions)
+        assert every is not None and every.shape == (3, *out.attentions[0].shape)
+        assert every.data_ptr() == out.attentions[0].data_ptr()  # a view of the block, not a copy
+        torch.testing.assert_close(every[2], out.attentions[2], atol=0, rtol=0)
+        apart = [a.clone() for a in out.attentions]  # one tensor per layer: the per-layer path
+        assert stacked(apart) is None and stacked(out.attentions[::-1]) is None
+        for fusion, discard, start in (("mean", 0.0, 0), ("max", 0.3, 1)):
+            torch.testing.assert_close(rollout(out.attentions, out.layout, fusion, discard, start),
+                                       rollout(apart, out.layout, fusion, discard, start), atol=1e-7, rtol=1e-6)
+        for query_patch in (None, 5):
+            got = head_maps(out.attentions, out.layout, query_patch=query_patch)
+            assert got.shape == (2, 3, 2, 4, 4)
+            torch.testing.assert_close(got, head_maps(apart, out.layout, query_patch=query_patch), atol=0, rtol=0)

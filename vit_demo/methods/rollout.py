@@ -16,20 +16,20 @@ import torch
 from torch import Tensor
 
 from ..model import TokenLayout, VisionTransformer
-from .attention import captured, class_row, on_grid, query_index
+from .attention import captured, class_row, on_grid, query_index, stacked
 from .registry import Target, register
 
 Fusion = Literal["mean", "max", "min"]
 
 
 def _fuse(a: Tensor, fusion: Fusion) -> Tensor:
-    """[B, H, N, N] -> [B, N, N]: combine the heads of one layer."""
+    """[..., H, N, N] -> [..., N, N]: combine the heads of one layer (of every layer)."""
     if fusion == "mean":
-        return a.mean(dim=1)
+        return a.mean(dim=-3)
     if fusion == "max":
-        return a.amax(dim=1)
+        return a.amax(dim=-3)
     if fusion == "min":
-        return a.amin(dim=1)
+        return a.amin(dim=-3)
     raise ValueError(f"unknown head fusion {fusion!r}: 'mean', 'max' or 'min'")
 
 
@@ -134,13 +134,18 @@ def rollout(
     Only that row is computed: the query vector carried down through the layers,
     v <- v M_l from the last layer to ``start_layer``, with v M = (v / s) F + v / s for
     M = (F + I) row-normalised (s = the rows' sums): a vector-matrix product per layer where
-    the full matrix costs N^3."""
+    the full matrix costs N^3. The heads' fusion, the discard and the sums run once over all
+    layers when the capture left them in one block (:func:`~vit_demo.methods.attention.stacked`):
+    then the loop is two small operations a layer."""
     _check_start(attentions, start_layer)
+    layers = attentions[start_layer:]
+    every = stacked(layers)
+    f = _discard_lowest(_fuse(every if every is not None else torch.stack(list(layers)), fusion), layout, discard)
+    s = f.sum(dim=-1) + 1.0  # [L, B, N]
     v = query_vector(layout, attentions[0])
-    for a in reversed(attentions[start_layer:]):
-        f = _discard_lowest(_fuse(a, fusion), layout, discard)  # [B, N, N]
-        w = v / (f.sum(dim=-1) + 1.0)[:, None, :]
-        v = torch.baddbmm(w, w, f)
+    for i in reversed(range(len(layers))):
+        w = v / s[i][:, None, :]
+        v = torch.baddbmm(w, w, f[i])
     return on_grid(v[:, 0, layout.num_prefix :], layout)
 
 
