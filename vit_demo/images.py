@@ -21,6 +21,10 @@ from PIL import Image, ImageFile, ImageOps
 MAX_FILE_BYTES = 64 * 1024 * 1024  # 64 MiB on disk
 MAX_PIXELS = 64_000_000  # 8000x8000; 8000x6000 (48 MP) is fine, 20000x20000 is refused
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+# The formats of those files, whatever a file is named (JPEG opens a camera's MPO too). Pillow reads
+# some 40 formats by their content, each with a decoder of its own (TGA, SGI, PCX, DDS, PSD, FLI, EPS
+# through Ghostscript...); a picture in another format is refused before any is used.
+FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP", "TIFF", "PPM")
 
 ImageSource = str | os.PathLike | bytes | Image.Image | np.ndarray
 
@@ -63,7 +67,7 @@ def _open(src: ImageSource, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
     if (isinstance(fp, Path) and fp.stat().st_size == 0) or (isinstance(fp, io.BytesIO) and not data):
         raise ImageError(f"{name}: the file is empty (0 bytes)")
     try:
-        img = Image.open(fp)  # reads the header only
+        img = Image.open(fp, formats=FORMATS)  # reads the header only
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageError(f"{name}: image declares too many pixels to decode safely") from e
     except Image.UnidentifiedImageError as e:  # its message is just the full path: say it in words

@@ -22,7 +22,7 @@ from typing import Any
 from PIL import Image
 
 from ..analysis import Analysis
-from ..images import MAX_FILE_BYTES, MAX_PIXELS, ImageError, load_image
+from ..images import FORMATS, MAX_FILE_BYTES, MAX_PIXELS, ImageError, load_image
 
 MIN_SIDE = 16  # px: smaller pictures hold less than one patch of information
 WORK_PIXELS = 1536 * 1536  # a session's picture (7 MB): the model sees 224 px, a slide shows 1200
@@ -47,7 +47,7 @@ def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_byt
     name = p.name
     notes = []
     try:
-        with Image.open(p) as probe:
+        with Image.open(p, formats=FORMATS) as probe:
             frames = getattr(probe, "n_frames", 1)
             fmt = probe.format or ""
     except Exception:  # load_image below says what is wrong, in words
