@@ -264,3 +264,37 @@ def test_free_heap_goes_back_to_the_system() -> None:
     freed = (held - me.memory_info().rss) / 2**20
     print(f"malloc_trim gave back {freed:.0f} MiB")
     assert freed > 100 and len(kept) == 100
+
+
+HEAPS_PROBE = """
+import ctypes, os, sys, threading
+sys.path.insert(0, {tests!r})
+from attacks import thread_heaps
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+ready, done = threading.Barrier(9), threading.Event()
+def work():
+    libc.malloc(4096)  # this thread's first block: glibc picks (or makes) its heap
+    ready.wait()
+    done.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]
+ready.wait()
+print(thread_heaps(os.getpid())[0])
+done.set()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heaps, /proc")
+def test_thread_heaps_are_counted() -> None:
+    """benchmarks/bench_attacks.py counts glibc's heaps of the threads (docs/security.md: 10 of
+    them, 275 MiB, after 200 sessions): 8 threads that allocate get 8 heaps of their own, and
+    none beyond one more when glibc may make only 2 (MALLOC_ARENA_MAX)."""
+    code = HEAPS_PROBE.format(tests=str(Path(__file__).resolve().parent))
+    counts = []
+    for cap in ({}, {"MALLOC_ARENA_MAX": "2"}):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **cap})
+        assert out.returncode == 0, out.stderr[-2000:]
+        counts.append(int(out.stdout.split()[-1]))
+    assert counts[0] >= min(8, 8 * (os.cpu_count() or 1) - 1) and counts[1] == 1, counts

@@ -213,7 +213,7 @@ def test_no_framework_schema_and_no_server_path_in_what_the_app_sends(app, tmp_p
 
 def test_gradio_release_not_in_what_the_app_sends(app, tmp_path: Path) -> None:
     """/config and the page named Gradio's exact release ("version": "6.31.0"), and the page's CSS
-    and JS its class name (gradio-container-6-31-0, in 7 files); a Range request read any part of
+    and JS its class name (gradio-container-6-31-0, in 6 files); a Range request read any part of
     them. Now they say the major version only, and gradio_client still reads it as a version above
     4.29 (the cancel route; without one it takes the app for Gradio 2) and predicts."""
     import gradio
