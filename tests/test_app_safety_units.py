@@ -298,3 +298,23 @@ def test_thread_heaps_are_counted() -> None:
         assert out.returncode == 0, out.stderr[-2000:]
         counts.append(int(out.stdout.split()[-1]))
     assert counts[0] >= min(8, 8 * (os.cpu_count() or 1) - 1) and counts[1] == 1, counts
+
+
+def test_a_tiff_of_many_pages_is_not_walked_through(tmp_path: Path) -> None:
+    """Pillow counts a TIFF's pages by walking them all, in time that grows with the square of
+    their number, and the app counted them twice per picture (the note on animated pictures,
+    then the first frame): a 5 MB file of 50,000 pages took 21 s of CPU, a 25 MB upload minutes,
+    outside any job's time limit. Now the first frame is found without a count, and the note
+    counts up to 1,000 pages."""
+    import hostile
+
+    from vit_demo.app.session import open_image
+
+    p = tmp_path / "pages.tif"
+    p.write_bytes(hostile.tiff_pages(20_000))
+    up = open_image(p)
+    assert up.size == (16, 16) and np.asarray(up.picture)[0, :3, 0].tolist() == [0, 1, 2]
+    assert up.notes == ["pages.tif is an animated TIFF with 1,000 or more frames: using the first frame"], up.notes
+    few = tmp_path / "few.tif"
+    few.write_bytes(hostile.tiff_pages(3))
+    assert open_image(few).notes == ["few.tif is an animated TIFF with 3 frames: using the first frame"]
