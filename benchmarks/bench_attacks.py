@@ -17,8 +17,9 @@ connections that never finish their headers. Rows of issue 33 (``--only mcp``): 
 tools of ``--exposed --mcp`` (URLs, server files, pictures past the upload budget, a flood of
 tool calls against another client's). Rows of issue 35's second part (``--only paths sessions``):
 the app's folder and Gradio's version in what an exposed app sends, a native crash in the
-survey's clustering, 200 fresh sessions' memory (and glibc's heaps of the threads). Takes 5-15
-minutes on 2 cores (the "before" longer: its slow jobs run to the end).
+survey's clustering, 200 fresh sessions' memory (and glibc's heaps of the threads); ``--only
+pages``: a TIFF of 50,000 pages. Takes 5-15 minutes on 2 cores (the "before" longer: its slow
+jobs run to the end).
 """
 
 from __future__ import annotations
@@ -201,6 +202,23 @@ def float_tiff(url: str, pid: int, tmp: Path) -> None:
     row(f"a {p.stat().st_size // 1024} KB float TIFF of 6300x6300 px (40 MP) to /predict",
         "predicted" if out.success else f"refused: {out.message[:60]}",
         f"{out.seconds:.1f} s, RSS peak +{max(peak) - before:.0f} MiB")
+
+
+def tiff_pages(app, tmp: Path, n: int = 50_000) -> None:
+    """A TIFF of ``n`` tiny pages (5 MB) to /predict: the CPU it costs (Pillow's page count grows
+    with the square of the pages)."""
+    import hostile
+
+    p = tmp / "pages.tif"
+    p.write_bytes(hostile.tiff_pages(n))
+    raw = Raw(app.url)
+    raw.call("predict", [file_payload(raw.upload(photo(tmp))), None, 3])  # the model loaded first
+    stored = raw.upload(p)
+    cpu0 = cpu_s(app.proc.pid)
+    out = raw.call("predict", [file_payload(stored), None, 3])
+    row(f"a TIFF of {n:,} pages of 16 x 16 px ({p.stat().st_size / MB:.1f} MB) to /predict",
+        "predicted" if out.success else f"refused: {out.message[:60]}",
+        f"{out.seconds:.1f} s, {cpu_s(app.proc.pid) - cpu0:.1f} CPU-s")
 
 
 def flood(url: str, tmp: Path, seconds: float = 150) -> None:
@@ -830,6 +848,8 @@ def run(root: Path, only: set[str] | None) -> None:
         if want("survey"):
             with_app(["--exposed", "--no-warm-up"], lambda app: identical_pictures(app, tmp))
             with_app(["--exposed"], lambda app: survey_paths(app, tmp))
+        if want("pages"):
+            with_app(["--exposed"], lambda app: tiff_pages(app, tmp))
         if want("paths"):
             with_app(["--exposed"], lambda app: (served_paths(app, tmp), crashed_clustering(app, tmp)))
         if want("sessions"):
@@ -849,7 +869,7 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app to attack (default: this one)")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
-                                              "timelimit temp survey unpack connections mcp paths sessions")
+                                              "timelimit temp survey unpack connections mcp paths sessions pages")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()
