@@ -17,8 +17,9 @@ connections that never finish their headers. Rows of issue 33 (``--only mcp``): 
 tools of ``--exposed --mcp`` (URLs, server files, pictures past the upload budget, a flood of
 tool calls against another client's). Rows of issue 35's second part (``--only paths sessions``):
 the app's folder and Gradio's version in what an exposed app sends, a native crash in the
-survey's clustering, 200 fresh sessions' memory. Takes 5-15 minutes on 2 cores (the "before"
-longer: its slow jobs run to the end).
+survey's clustering, 200 fresh sessions' memory (and glibc's heaps of the threads); ``--only
+pages``: a TIFF of 50,000 pages. Takes 5-15 minutes on 2 cores (the "before" longer: its slow
+jobs run to the end).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from app_server import start_app  # noqa: E402
-from attacks import Raw, crash_spawned_children, file_payload, rss_mb  # noqa: E402
+from attacks import Raw, crash_spawned_children, file_payload, rss_mb, thread_heaps  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from vit_demo.app.workspace import folder_bytes  # noqa: E402
@@ -201,6 +202,23 @@ def float_tiff(url: str, pid: int, tmp: Path) -> None:
     row(f"a {p.stat().st_size // 1024} KB float TIFF of 6300x6300 px (40 MP) to /predict",
         "predicted" if out.success else f"refused: {out.message[:60]}",
         f"{out.seconds:.1f} s, RSS peak +{max(peak) - before:.0f} MiB")
+
+
+def tiff_pages(app, tmp: Path, n: int = 50_000) -> None:
+    """A TIFF of ``n`` tiny pages (5 MB) to /predict: the CPU it costs (Pillow's page count grows
+    with the square of the pages)."""
+    import hostile
+
+    p = tmp / "pages.tif"
+    p.write_bytes(hostile.tiff_pages(n))
+    raw = Raw(app.url)
+    raw.call("predict", [file_payload(raw.upload(photo(tmp))), None, 3])  # the model loaded first
+    stored = raw.upload(p)
+    cpu0 = cpu_s(app.proc.pid)
+    out = raw.call("predict", [file_payload(stored), None, 3])
+    row(f"a TIFF of {n:,} pages of 16 x 16 px ({p.stat().st_size / MB:.1f} MB) to /predict",
+        "predicted" if out.success else f"refused: {out.message[:60]}",
+        f"{out.seconds:.1f} s, {cpu_s(app.proc.pid) - cpu0:.1f} CPU-s")
 
 
 def flood(url: str, tmp: Path, seconds: float = 150) -> None:
@@ -541,7 +559,24 @@ def served_paths(app, tmp: Path) -> None:
     works = picked.success and raw.call("predict", [file_payload(picked.output["data"][0]["path"]), None, 3]).success
     row("the app's folder (absolute paths) in what the exposed app sends", f"{sum(counts.values())} occurrences",
         ", ".join(f"{k} {n}" for k, n in counts.items()) + f"; an example picked and predicted: {'yes' if works else 'no'}")
-    row("Gradio's version in /config and the page", raw.config().get("version", "none"), "")
+    row("Gradio's version in /config and the page", raw.config().get("version", "none"), release_shown(app.url, raw))
+
+
+def release_shown(url: str, raw: Raw) -> str:
+    """Where the app names Gradio's exact release: /config, the page, the page's CSS and JS."""
+    import re
+
+    import gradio
+
+    release = gradio.__version__
+    forms = (release, release.replace(".", "-"))
+    page = raw.http.get(url).text
+    assets = set(re.findall(r'(?:src|href)="\./(assets/[^"]+)"', page))
+    built = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
+    assets |= {"assets/" + f.name for f in built.iterdir() if f.suffix in (".js", ".css") and forms[1].encode() in f.read_bytes()}
+    texts = {"/config": raw.http.get(url + "config").text, "the page": page,
+             "its CSS and JS": "".join(raw.http.get(url + a).text for a in sorted(assets))}
+    return ", ".join(f"{k} {sum(v.count(f) for f in forms)}" for k, v in texts.items()) + f" ({len(assets)} assets)"
 
 
 def crashed_clustering(app, tmp: Path) -> None:
@@ -593,8 +628,10 @@ def fresh_sessions(app, tmp: Path, n: int = 200) -> None:
     took = time.perf_counter() - t0
     time.sleep(90)  # (the session sweeper runs every minute)
     end = rss_mb(pid)
+    heaps, resident = thread_heaps(pid)
     row(f"{n} fresh sessions, each analysing a new 800 x 600 picture (4 at a time)", f"{ok} analysed in {took:.0f} s",
-        f"RSS {start:.0f} -> peak {peak:.0f} -> {end:.0f} MiB 90 s after (+{end - start:.0f})")
+        f"RSS {start:.0f} -> peak {peak:.0f} -> {end:.0f} MiB 90 s after (+{end - start:.0f}); "
+        f"threads' own heaps: {heaps}, {resident:.0f} MiB resident")
 
 
 def slow_connections_flood(app, n: int = 3000, hold_s: float = 60) -> None:
@@ -811,6 +848,8 @@ def run(root: Path, only: set[str] | None) -> None:
         if want("survey"):
             with_app(["--exposed", "--no-warm-up"], lambda app: identical_pictures(app, tmp))
             with_app(["--exposed"], lambda app: survey_paths(app, tmp))
+        if want("pages"):
+            with_app(["--exposed"], lambda app: tiff_pages(app, tmp))
         if want("paths"):
             with_app(["--exposed"], lambda app: (served_paths(app, tmp), crashed_clustering(app, tmp)))
         if want("sessions"):
@@ -830,7 +869,7 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app to attack (default: this one)")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
-                                              "timelimit temp survey unpack connections mcp paths sessions")
+                                              "timelimit temp survey unpack connections mcp paths sessions pages")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()

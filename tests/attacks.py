@@ -180,6 +180,33 @@ def rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / 2**20
 
 
+def thread_heaps(pid: int) -> tuple[int, float]:
+    """glibc's heaps of the threads' arenas in process ``pid``: how many, and how many MiB of them
+    are resident. Each is an anonymous 64 MiB reservation aligned to 64 MiB (its used part
+    read-write, the rest ``---p``), read from ``/proc/<pid>/smaps``."""
+    span = 64 << 20
+    blocks: dict[int, list[int]] = {}  # aligned start -> [bytes mapped from it without a gap, resident KiB]
+    last_end = -1
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:  # a mapping's first line
+                start, end = (int(x, 16) for x in head[0].split("-"))
+                anonymous = len(head) == 5
+                base = start - start % span
+                if anonymous and start == base and head[1] == "rw-p":
+                    blocks[base], current = [end - start, 0], base
+                elif anonymous and start == last_end and base in blocks and current == base:
+                    blocks[base][0] += end - start
+                else:
+                    current = None
+                last_end = end
+            elif head[0] == "Rss:" and current is not None:
+                blocks[current][1] += int(head[1])
+    heaps = [kib for size, kib in blocks.values() if size == span]
+    return len(heaps), sum(heaps) / 1024
+
+
 def slow_connections(port: int, n: int, source: str = "127.0.0.2", deadline_s: float = 60) -> list:
     """``n`` connections from ``source`` (another loopback address than the other clients'),
     each sending the start of a request's headers and never the end (slowloris). Connections

@@ -163,6 +163,21 @@ def animated_gif() -> bytes:
     return b.getvalue()
 
 
+def tiff_pages(n: int, side: int = 16) -> bytes:
+    """A TIFF of ``n`` pages, each a ``side`` x ``side`` grey picture, all pointing at the same
+    pixels: 102 bytes a page (Pillow's count of them grows with the square of ``n``)."""
+    pixels = bytes(range(256)) * (side * side // 256 + 1)
+    out = bytearray(b"II*\x00" + struct.pack("<I", 8 + side * side) + pixels[:side * side])
+    pos = len(out)
+    for i in range(n):
+        nxt = pos + 2 + 8 * 12 + 4 if i < n - 1 else 0
+        tags = [(256, 3, 1, side), (257, 3, 1, side), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+                (273, 4, 1, 8), (278, 3, 1, side), (279, 4, 1, side * side)]
+        out += struct.pack("<H", len(tags)) + b"".join(struct.pack("<HHII", *t) for t in tags) + struct.pack("<I", nxt)
+        pos = nxt
+    return bytes(out)
+
+
 def truncated_jpeg(keep: float = 0.6) -> bytes:
     rng = np.random.default_rng(0)  # noise: compressed data spread over the whole file
     data = _jpeg(Image.fromarray(rng.integers(0, 256, (120, 160, 3), dtype=np.uint8)))

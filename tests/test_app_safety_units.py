@@ -271,3 +271,57 @@ def test_free_heap_goes_back_to_the_system() -> None:
     freed = (held - me.memory_info().rss) / 2**20
     print(f"malloc_trim gave back {freed:.0f} MiB")
     assert freed > 100 and len(kept) == 100
+
+
+HEAPS_PROBE = """
+import ctypes, os, sys, threading
+sys.path.insert(0, {tests!r})
+from attacks import thread_heaps
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+ready, done = threading.Barrier(9), threading.Event()
+def work():
+    libc.malloc(4096)  # this thread's first block: glibc picks (or makes) its heap
+    ready.wait()
+    done.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]
+ready.wait()
+print(thread_heaps(os.getpid())[0])
+done.set()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heaps, /proc")
+def test_thread_heaps_are_counted() -> None:
+    """benchmarks/bench_attacks.py counts glibc's heaps of the threads (docs/security.md: 10 of
+    them, 275 MiB, after 200 sessions): 8 threads that allocate get 8 heaps of their own, and
+    none beyond one more when glibc may make only 2 (MALLOC_ARENA_MAX)."""
+    code = HEAPS_PROBE.format(tests=str(Path(__file__).resolve().parent))
+    counts = []
+    for cap in ({}, {"MALLOC_ARENA_MAX": "2"}):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **cap})
+        assert out.returncode == 0, out.stderr[-2000:]
+        counts.append(int(out.stdout.split()[-1]))
+    assert counts[0] >= min(8, 8 * (os.cpu_count() or 1) - 1) and counts[1] == 1, counts
+
+
+def test_a_tiff_of_many_pages_is_not_walked_through(tmp_path: Path) -> None:
+    """Pillow counts a TIFF's pages by walking them all, in time that grows with the square of
+    their number, and the app counted them twice per picture (the note on animated pictures,
+    then the first frame): a 5 MB file of 50,000 pages took 21 s of CPU, a 25 MB upload minutes,
+    outside any job's time limit. Now the first frame is found without a count, and the note
+    counts up to 1,000 pages."""
+    import hostile
+
+    from vit_demo.app.session import open_image
+
+    p = tmp_path / "pages.tif"
+    p.write_bytes(hostile.tiff_pages(20_000))
+    up = open_image(p)
+    assert up.size == (16, 16) and np.asarray(up.picture)[0, :3, 0].tolist() == [0, 1, 2]
+    assert up.notes == ["pages.tif is an animated TIFF with 1,000 or more frames: using the first frame"], up.notes
+    few = tmp_path / "few.tif"
+    few.write_bytes(hostile.tiff_pages(3))
+    assert open_image(few).notes == ["few.tif is an animated TIFF with 3 frames: using the first frame"]

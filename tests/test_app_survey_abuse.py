@@ -7,7 +7,8 @@
   unpacked pictures; now the app's folder stays within it, and a failed survey's files go at once;
 - a zip of 400 entries over one 26 MiB stream: each was read in full, uncounted, past the job's
   time limit; now unpacking stops within the limit;
-- the survey's report and JSON name no server path; FastAPI's schema route is closed.
+- the survey's report and JSON name no server path; FastAPI's schema route is closed;
+- Gradio's exact release is named nowhere the app sends (the config, the page, its CSS and JS).
 """
 
 from __future__ import annotations
@@ -208,3 +209,34 @@ def test_no_framework_schema_and_no_server_path_in_what_the_app_sends(app, tmp_p
     client = Client(app.url, verbose=False)
     answer = client.predict(handle_file(str(package_photos["coffee"])), None, 3, api_name="/predict")
     assert answer["topk"][0]["label"] == "espresso", answer
+
+
+def test_gradio_release_not_in_what_the_app_sends(app, tmp_path: Path) -> None:
+    """/config and the page named Gradio's exact release ("version": "6.31.0"), and the page's CSS
+    and JS its class name (gradio-container-6-31-0, in 6 files); a Range request read any part of
+    them. Now they say the major version only, and gradio_client still reads it as a version above
+    4.29 (the cancel route; without one it takes the app for Gradio 2) and predicts."""
+    import gradio
+    from gradio_client import Client, handle_file
+    from packaging.version import Version
+
+    release, major = gradio.__version__, gradio.__version__.split(".")[0]
+    dashed = release.replace(".", "-")
+    raw = Raw(app.url)
+    assert raw.config()["version"] == major
+    page = raw.http.get(app.url).text
+    assert release not in page and dashed not in page and f'"version":"{major}"' in page
+    built = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
+    carrying = sorted(f.name for f in built.iterdir() if f.suffix in (".js", ".css") and dashed.encode() in f.read_bytes())
+    assert len(carrying) >= 2  # the CSS and the JS that makes the class name
+    for name in carrying:
+        whole = raw.http.get(app.url + "assets/" + name)
+        part = raw.http.get(app.url + "assets/" + name, headers={"Range": "bytes=0-4000"})
+        assert whole.status_code == 200 and part.status_code == 200, (name, whole.status_code, part.status_code)
+        assert dashed not in whole.text and whole.text == part.text, name
+        assert f"container-{major}" in whole.text or f"version:`{major}`" in whole.text, name
+    client = Client(app.url, verbose=False)
+    assert client.app_version == Version(major) > Version("4.29.0")
+    pic = tmp_path / "p.png"
+    Image.new("RGB", (32, 32), (10, 200, 30)).save(pic)
+    assert len(client.predict(handle_file(str(pic)), None, 3, api_name="/predict")["topk"]) == 3

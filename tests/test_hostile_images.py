@@ -312,6 +312,28 @@ def test_every_good_file_gives_a_model_input(corpus, name):
     assert load_image(corpus[name].read_bytes()).tobytes() == img.tobytes()  # bytes == path
 
 
+@pytest.mark.parametrize("fmt", ["TGA", "SGI", "PCX", "DDS", "ICO", "IM"])
+def test_other_formats_are_refused_whatever_their_name(tmp_path, fmt):
+    """Pillow read some 40 formats by their content, each with a native decoder of its own (a
+    history of overflows in TGA, SGI, PCX, FLI, PSD...), whatever the file was named: a TGA named
+    .png was decoded as a TGA. Only the formats of the app's pictures are read now."""
+    p = tmp_path / "picture.png"
+    Image.new("RGB", (32, 32), (0, 200, 0)).save(p, format=fmt)
+    assert Image.open(p).format == fmt  # Pillow itself reads it
+    with pytest.raises(ImageError, match="picture.png: not an image file this app can read"):
+        load_image(p)
+
+
+@pytest.mark.parametrize("fmt", ["MPO", "PPM", "BMP", "TIFF"])
+def test_the_app_formats_still_load(tmp_path, fmt):
+    """The control: a camera's MPO (a JPEG with a second picture), PPM, BMP and TIFF load."""
+    p = tmp_path / "picture.img"
+    pic = Image.new("RGB", (32, 32), (0, 200, 0))
+    pic.save(p, format=fmt, **({"save_all": True, "append_images": [pic]} if fmt == "MPO" else {}))
+    assert Image.open(p).format == fmt
+    assert np.abs(rgb(p).astype(int) - [0, 200, 0]).max() <= 3
+
+
 # ----------------------------------------------------------------------------- the CLI
 
 

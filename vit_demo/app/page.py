@@ -157,8 +157,8 @@ def app_kwargs(limits: Any, mcp_calls: Any = None) -> dict[str, Any]:
     mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
     middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
                              calls=mcp_calls)]
-    if limits.exposed:  # inside the gate: no server path in what the app sends (vit_demo.app.masking)
-        middleware.append(Middleware(PathMask, folder=get_upload_folder()))
+    if limits.exposed:  # inside the gate: no server path, nor Gradio's exact release, in what the app sends
+        middleware.append(Middleware(PathMask, folder=get_upload_folder(), release=gr.__version__))
     return {"middleware": middleware,
             "exception_handlers": {RequestValidationError: invalid},
             "openapi_url": None}  # FastAPI's own schema (/openapi.json): routes and models the page never uses

@@ -22,7 +22,7 @@ from typing import Any
 from PIL import Image
 
 from ..analysis import Analysis
-from ..images import MAX_FILE_BYTES, MAX_PIXELS, ImageError, load_image
+from ..images import FORMATS, FRAMES_COUNTED, MAX_FILE_BYTES, MAX_PIXELS, ImageError, count_frames, load_image
 
 MIN_SIDE = 16  # px: smaller pictures hold less than one patch of information
 WORK_PIXELS = 1536 * 1536  # a session's picture (7 MB): the model sees 224 px, a slide shows 1200
@@ -47,8 +47,8 @@ def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_byt
     name = p.name
     notes = []
     try:
-        with Image.open(p) as probe:
-            frames = getattr(probe, "n_frames", 1)
+        with Image.open(p, formats=FORMATS) as probe:
+            frames = count_frames(probe)
             fmt = probe.format or ""
     except Exception:  # load_image below says what is wrong, in words
         frames, fmt = 1, ""
@@ -58,7 +58,8 @@ def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_byt
         raise ImageError(f"{name}: the image is only {w}x{h} px; it needs at least {min_side} px on each side "
                          f"(one {min_side}-px patch) to show anything")
     if frames > 1:
-        notes.append(f"{name} is an animated {fmt or 'image'} with {frames} frames: using the first frame")
+        many = f"{frames:,} or more" if fmt == "TIFF" and frames >= FRAMES_COUNTED else f"{frames}"
+        notes.append(f"{name} is an animated {fmt or 'image'} with {many} frames: using the first frame")
     return Upload(img, name, (w, h), notes)
 
 
