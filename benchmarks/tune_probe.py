@@ -172,6 +172,64 @@ def quick_candidates() -> dict:
     }
 
 
+def path_effects(model, x, t, seed, groups: int, fills: tuple[str, ...], both: bool, bf16: bool):
+    """Each rank group's conditional effect along the curves [B, groups]: its rise when it is shown
+    after the groups above it (insertion / LeRF order), and with ``both`` also its fall when it is
+    hidden after the groups above it (deletion order), summed over the kinds of replacement."""
+    import torch
+
+    from vit_demo.evaluate.srg_saco import gaussian_blur
+    from vit_demo.methods.passes import masked_scores
+    from vit_demo.methods.probe import rank_groups
+
+    B, gh, gw = seed.shape
+    group = rank_groups(seed, groups)  # [B, n], 0 = top
+    upto = group[:, None, :] < torch.arange(groups + 1)[:, None]  # [B, groups + 1, n]: groups above k shown
+    shown = torch.cat([upto, ~upto], 1) if both else upto
+    eff = 0
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+        for kind in fills:
+            fill = None if kind == "mean" else gaussian_blur(x, 8.0)
+            sc = masked_scores(model, x, shown.reshape(B, -1, gh, gw), t, 16, "probes", fill=fill).double()
+            eff = eff + sc[:, 1 : groups + 1] - sc[:, :groups]
+            if both:
+                d = sc[:, groups + 1 :]
+                eff = eff + d[:, :groups] - d[:, 1:]
+    return eff
+
+
+def path_candidates() -> dict:
+    """Probed LRP with conditional effects along the curves instead of each group hidden alone."""
+    from vit_demo.methods.lrp import gated_lrp_map
+    from vit_demo.methods.passes import targets
+    from vit_demo.methods.perturb import unit_range
+    from vit_demo.methods.probe import rank_groups
+
+    memo: dict = {}
+
+    def path(groups=8, fills=("mean",), both=False, floor=0.05, bf16=False):
+        def make(model, x, t):
+            if memo.get("x") is not x:
+                memo.clear()
+                memo["x"] = x
+            key = (groups, fills, both, bf16)
+            if key not in memo:
+                tt = targets(t, model(x).logits)
+                seed = gated_lrp_map(model, x, tt).detach()
+                memo[key] = (seed, path_effects(model, x, tt, seed, groups, fills, both, bf16))
+            seed, eff = memo[key]
+            factor = unit_range(eff[:, :, None].float())[:, :, 0].gather(1, rank_groups(seed, groups)) + floor
+            return unit_range(seed.clamp(min=0)) * factor.reshape(seed.shape)
+        return make
+
+    return {
+        "path ins m": path(),
+        "path ins m f.3": path(floor=0.3),
+        "path both m": path(both=True),
+        "path ins mb": path(fills=("mean", "blur"), bf16=True),
+    }
+
+
 def free_candidates() -> dict:
     """Rules on the passes the gated map already makes (CP-LRP and grad-rollout): no pass more."""
     import torch.nn.functional as F
@@ -312,6 +370,7 @@ def main() -> None:
     ap.add_argument("--candidates", action="store_true", help="add the tuning candidates")
     ap.add_argument("--ig", action="store_true", help="Integrated Gradients' candidates instead")
     ap.add_argument("--quick", action="store_true", help="quick causal LRP's candidates instead")
+    ap.add_argument("--path", action="store_true", help="probed LRP with effects along the curves instead")
     ap.add_argument("--ensemble", action="store_true", help="products with other single-pass maps instead")
     ap.add_argument("--free", action="store_true", help="rules on the gated map's own passes instead")
     ap.add_argument("--kinds", default="", help="replacement kinds (default: mean on 'tune', mean,blur on 'heldout')")
@@ -340,6 +399,8 @@ def main() -> None:
         makers.update(ig_candidates())
     elif args.quick:
         makers.update(quick_candidates())
+    elif args.path:
+        makers.update(path_candidates())
     elif args.ensemble:
         makers.update(ensemble_candidates())
     elif args.free:
