@@ -15,6 +15,13 @@ Cost: the gated map (one forward and two backward passes, about 16 forward passe
 plain forward pass that picks the class, and ``groups`` masked forward passes, batched. The
 masks follow each image's own ranking, so a batch gives the same maps as single images.
 
+Path-probed LRP (``lrp-path``, :func:`path_effects`) tests the same groups along the curves the
+faithfulness scores integrate instead of alone: the top k groups shown on the blank input and
+hidden from the photo (k = 1 .. groups - 1, and the blank input: 2 groups - 1 masked passes); a
+group's effect is its rise when it joins the groups above it plus its fall when it leaves after
+them. A middle group hidden alone from the whole photo rarely changes the probability; along the
+curves it does, and that is where causal LRP's 256 masks gain over the gated map.
+
 Measured on held-out ImageNet photos (docs/faithfulness.md): SaCo above the gated map's on both
 replacement kinds, SRG, deletion and insertion level with it; settings fixed before any held-out
 photo was scored, not tuned.
