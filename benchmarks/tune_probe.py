@@ -59,12 +59,13 @@ def ig_candidates() -> dict:
 
 def candidates() -> dict:
     """Other settings of probed LRP (``lrp-probed`` is groups=8), by name."""
-    from vit_demo.methods.probe import ProbeSettings, probed_map
+    from vit_demo.methods.probe import PATH, ProbeSettings, probed_map
 
     def probe(**kw):
         return lambda model, x, t: probed_map(model, x, t, ProbeSettings(**kw))
 
     return {
+        "lrp-path": lambda model, x, t: probed_map(model, x, t, PATH),  # not registered: an experiment
         "probe g12": probe(groups=12),
         "probe g6 show": probe(groups=6, show=True),
     }
@@ -394,7 +395,8 @@ def main() -> None:
     k, n = (int(v) for v in args.shard.split("/"))
     paths = files[first::step][args.skip : args.limit or None][k::n]
     default = "lrp-gated" if args.split == "tune" else "lrp-gated,lrp-probed,lrp-causal"
-    makers = {m: methods.get(m) for m in (args.methods or default).split(",") if m}
+    extra = candidates()  # "--methods lrp-path" names the experiment
+    makers = {m: extra[m] if m in extra else methods.get(m) for m in (args.methods or default).split(",") if m}
     if args.ig:
         makers.update(ig_candidates())
     elif args.quick:
