@@ -1,5 +1,5 @@
 """SRG (Blücher et al. 2024) and SaCo (Wu et al., CVPR 2024) against step-by-step loops written
-from the papers, and probed LRP against its definition, on a small random model."""
+from the papers, and probed LRP (both kinds) against its definition, on a small random model."""
 
 from __future__ import annotations
 
@@ -155,3 +155,28 @@ def test_probed_lrp_is_its_definition(tiny):
         want = unit_range(seed.clamp(min=0)[None])[0] * factor.reshape(4, 4)
         torch.testing.assert_close(got[b], want, atol=2e-5, rtol=0)
     assert "lrp-probed" in methods.single_pass() and not methods.get("lrp-probed").slow
+
+
+def test_path_probed_lrp_is_its_definition(tiny):
+    """Rank groups of the gated map; each group's rise when shown after the groups above it plus its
+    fall when hidden after them, scaled to [0, 1] with the floor, times the gated map scaled to [0, 1]."""
+    model, x, t, _ = tiny
+    s = ProbeSettings(groups=3, path=True)
+    got = probed_map(model, x, t, s)
+    for b in range(3):
+        seed = gated_lrp_map(model, x[b : b + 1], t[b : b + 1])[0]
+        values = seed.flatten().tolist()
+        order = sorted(range(16), key=lambda i: (-values[i], i))
+        cut = [[order[r] for r in range(16) if r * 3 // 16 == k] for k in range(3)]
+        blank = torch.zeros_like(x[b])
+        shown = [prob(model, without(x[b], blank, sum(cut[k:], []), 8, 4), int(t[b])) for k in range(4)]  # top k shown
+        hidden = [prob(model, without(x[b], blank, sum(cut[:k], []), 8, 4), int(t[b])) for k in range(4)]
+        effect = torch.tensor([shown[k + 1] - shown[k] + hidden[k] - hidden[k + 1] for k in range(3)])
+        effect = (effect - effect.min()) / (effect.max() - effect.min())
+        factor = torch.zeros(16)
+        for k, g in enumerate(cut):
+            factor[g] = s.floor + effect[k]
+        want = unit_range(seed.clamp(min=0)[None])[0] * factor.reshape(4, 4)
+        torch.testing.assert_close(got[b], want, atol=2e-5, rtol=0)
+    assert not torch.equal(got, probed_map(model, x, t, ProbeSettings(groups=3)))  # not the groups hidden alone
+    assert "lrp-path" not in methods.names()  # an experiment (benchmarks/tune_probe.py), not registered
