@@ -89,12 +89,12 @@ def _session_with(pixels: int):
 
 
 def test_session_budget_least_recently_used_and_idle() -> None:
-    budget = SessionBudget(max_bytes=10 * MB, idle_s=3600)
-    sessions = [_session_with(1_000_000) for _ in range(5)]  # 3 MB each
+    budget = SessionBudget(max_bytes=12 * MB, idle_s=3600)
+    sessions = [_session_with(1_000_000) for _ in range(5)]  # 4 MB each (Pillow: 4 bytes an RGB pixel)
     for s in sessions:
         budget.touch(s)
     kept = [s.upload is not None for s in sessions]
-    assert kept == [False, False, True, True, True] and budget.nbytes <= 10 * MB
+    assert kept == [False, False, True, True, True] and budget.nbytes <= 12 * MB
     assert sessions[0].forgotten and sessions[0].analysis is None
     budget.touch(sessions[2])  # used again: the least recent is now sessions[3]
     budget.touch(_session_with(1_000_000))

@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from . import methods
-from .budget import DEFAULT_CACHE_MB, MB, ByteLRU, tensor_nbytes
+from .budget import DEFAULT_CACHE_MB, MB, ByteLRU, image_nbytes, tensor_nbytes
 from .checkpoints.load import LoadedModel
 from .labels import topk as topk_of
 from .model import TokenLayout, ViTConfig
@@ -166,8 +166,7 @@ def backward_working_set(lm: LoadedModel) -> int:
 def analysis_nbytes(a: Analysis) -> int:
     """Bytes one analysis holds: attention (it dominates: layers x heads x N x N floats), the
     input tensor, the logits, the class-specific maps so far and the model-input picture."""
-    pic = a.picture.width * a.picture.height * len(a.picture.getbands())
-    return pic + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
+    return image_nbytes(a.picture) + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
 
 
 def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = None,

@@ -22,10 +22,11 @@ from typing import Any
 from PIL import Image
 
 from ..analysis import Analysis
+from ..budget import image_nbytes
 from ..images import FORMATS, FRAMES_COUNTED, MAX_FILE_BYTES, MAX_PIXELS, ImageError, count_frames, load_image
 
 MIN_SIDE = 16  # px: smaller pictures hold less than one patch of information
-WORK_PIXELS = 1536 * 1536  # a session's picture (7 MB): the model sees 224 px, a slide shows 1200
+WORK_PIXELS = 1536 * 1536  # a session's picture (9.4 MB, 4 bytes an RGB pixel): the model sees 224 px, a slide 1200
 
 
 @dataclass
@@ -119,10 +120,7 @@ class Session:
 
 def picture_nbytes(sess: Session) -> int:
     """Bytes of the pictures a session keeps (its upload)."""
-    up = sess.upload
-    if up is None:
-        return 0
-    return up.picture.width * up.picture.height * len(up.picture.getbands())
+    return 0 if sess.upload is None else image_nbytes(sess.upload.picture)
 
 
 class SessionBudget:
