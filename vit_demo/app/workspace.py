@@ -6,8 +6,7 @@ uploads and cache (``gradio/``, made Gradio's ``GRADIO_TEMP_DIR`` by app.py), an
 pictures sent to the browser (``gradio/views/``) and the slide PNGs, decks and animations
 (``gradio/exports/``): inside Gradio's cache, so Gradio serves them without copying them. The
 running app holds a lock on ``.lock`` in its folder; at start, the folders of apps that are no
-longer running (their lock is free: killed, crashed; and the lock file a minute old, so that an
-app between making its folder and locking it is not taken for a dead one) are removed, with the folders older
+longer running (their lock is free: killed, crashed) are removed, with the folders older
 versions left behind (``vit_demo_views_*``, ``vit_demo_exports_*``, unused for six hours); on a
 normal exit (Ctrl-C, SIGTERM) the app removes its own. :func:`trim` keeps a folder within a
 disk budget, the oldest files first. Standard library only: app.py imports this before Gradio.
@@ -26,7 +25,6 @@ from pathlib import Path
 PREFIX = "vit_demo_"
 LEGACY = ("vit_demo_views_", "vit_demo_exports_")  # older versions' folders (no lock)
 LEGACY_AGE_S = 6 * 3600
-START_GRACE_S = 60  # a folder whose lock file is younger may belong to an app between making it and locking it
 
 try:
     import fcntl
@@ -63,7 +61,7 @@ def clean_stale(parent: str | os.PathLike | None = None) -> list[Path]:
             if not d.is_dir() or d.is_symlink() or not mine:
                 continue
             if d.name.startswith(PREFIX) and (d / ".lock").is_file():
-                if fcntl is None or now - (d / ".lock").stat().st_mtime < START_GRACE_S:
+                if fcntl is None:
                     continue
                 held = _lock(d / ".lock")
                 stale = held is not None
@@ -86,7 +84,7 @@ class Workspace:
 
     def __init__(self, parent: str | os.PathLike | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
-        self._lockfile = _lock(self.root / ".lock")  # a new name: nobody else holds it
+        self._lockfile = _lock(self.root / ".lock")
         self.gradio = self.root / "gradio"
         self.views = self.gradio / "views"
         self.exports = self.gradio / "exports"
