@@ -58,6 +58,29 @@ def test_stale_folders_go_live_ones_stay(tmp_path: Path) -> None:
     assert ws.clean_stale(tmp_path) == [live]  # its app is gone now
 
 
+def test_a_starting_app_is_never_taken_for_a_dead_one(tmp_path: Path) -> None:
+    """Another process makes 300 workspaces while this one sweeps for stale folders all along:
+    none of them is removed. Before the lock file was locked under a temporary name, a sweep
+    could find it between its creation and its lock (10 of 400 removed in a trial; the maker
+    then failed with FileNotFoundError, as an app did in a CI run: its gradio/views/ gone)."""
+    maker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from vit_demo.app.workspace import Workspace
+        made = [Workspace({str(tmp_path)!r}) for _ in range(300)]
+        print(len(made), flush=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    removed = []
+    try:
+        while maker.poll() is None and len(list(tmp_path.iterdir())) < 300:
+            removed += ws.clean_stale(tmp_path)
+        assert maker.stdout.readline().strip() == "300" and removed == []
+    finally:
+        maker.kill()
+        maker.wait()
+
+
 def test_trim_removes_the_oldest_first(tmp_path: Path) -> None:
     now = time.time()
     for i in range(6):

@@ -5,7 +5,7 @@ and a disk budget for what it writes.
 uploads and cache (``gradio/``, made Gradio's ``GRADIO_TEMP_DIR`` by app.py), and inside it the
 pictures sent to the browser (``gradio/views/``) and the slide PNGs, decks and animations
 (``gradio/exports/``): inside Gradio's cache, so Gradio serves them without copying them. The
-running app holds a lock on ``.lock`` in its folder; at start, the folders of apps that are no
+running app holds a lock on ``.lock`` in its folder (locked before it has that name); at start, the folders of apps that are no
 longer running (their lock is free: killed, crashed) are removed, with the folders older
 versions left behind (``vit_demo_views_*``, ``vit_demo_exports_*``, unused for six hours); on a
 normal exit (Ctrl-C, SIGTERM) the app removes its own. :func:`trim` keeps a folder within a
@@ -43,6 +43,18 @@ def _lock(path: Path):
     except OSError:
         f.close()
         return None
+
+
+def _lock_new(path: Path):
+    """``path`` made already locked: locked under a temporary name, then renamed (the lock stays
+    with the file). A sweep at another app's start never sees ``path`` unlocked while its app
+    lives, as it could between creating the file and locking it."""
+    if fcntl is None:  # Windows: no locks to race for (and no renaming an open file)
+        return _lock(path)
+    tmp = path.with_name(path.name + ".new")
+    held = _lock(tmp)
+    os.replace(tmp, path)
+    return held
 
 
 def clean_stale(parent: str | os.PathLike | None = None) -> list[Path]:
@@ -84,7 +96,7 @@ class Workspace:
 
     def __init__(self, parent: str | os.PathLike | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
-        self._lockfile = _lock(self.root / ".lock")
+        self._lockfile = _lock_new(self.root / ".lock")
         self.gradio = self.root / "gradio"
         self.views = self.gradio / "views"
         self.exports = self.gradio / "exports"
