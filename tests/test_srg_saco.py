@@ -135,6 +135,23 @@ def test_faithfulness_cli_srg_saco(tmp_path, capsys):
     assert "--replacement takes mean, blur" in capsys.readouterr().err
 
 
+def seed_and_groups(model, x, t) -> tuple[torch.Tensor, list[list[int]]]:
+    """The gated map of one image [4, 4] and its 3 rank groups (patch indices, the top first)."""
+    seed = gated_lrp_map(model, x, t)[0]
+    values = seed.flatten().tolist()
+    order = sorted(range(16), key=lambda i: (-values[i], i))
+    return seed, [[order[r] for r in range(16) if r * 3 // 16 == k] for k in range(3)]
+
+
+def weighted(seed: torch.Tensor, cut: list[list[int]], effect: torch.Tensor, floor: float) -> torch.Tensor:
+    """The gated map scaled to [0, 1] times its group's effect scaled to [0, 1] plus the floor."""
+    effect = (effect - effect.min()) / (effect.max() - effect.min())
+    factor = torch.zeros(16)
+    for k, g in enumerate(cut):
+        factor[g] = floor + effect[k]
+    return unit_range(seed.clamp(min=0)[None])[0] * factor.reshape(4, 4)
+
+
 def test_probed_lrp_is_its_definition(tiny):
     """Rank groups of the gated map, each hidden alone, its fall in probability scaled to [0, 1]
     with the floor, times the gated map scaled to [0, 1]."""
@@ -142,18 +159,10 @@ def test_probed_lrp_is_its_definition(tiny):
     s = ProbeSettings(groups=3)
     got = probed_map(model, x, t, s)
     for b in range(3):
-        seed = gated_lrp_map(model, x[b : b + 1], t[b : b + 1])[0]
-        values = seed.flatten().tolist()
-        order = sorted(range(16), key=lambda i: (-values[i], i))
-        cut = [[order[r] for r in range(16) if r * 3 // 16 == k] for k in range(3)]
+        seed, cut = seed_and_groups(model, x[b : b + 1], t[b : b + 1])
         p0 = prob(model, x[b], int(t[b]))
         fall = torch.tensor([p0 - prob(model, without(x[b], torch.zeros_like(x[b]), g, 8, 4), int(t[b])) for g in cut])
-        fall = (fall - fall.min()) / (fall.max() - fall.min())
-        factor = torch.zeros(16)
-        for k, g in enumerate(cut):
-            factor[g] = s.floor + fall[k]
-        want = unit_range(seed.clamp(min=0)[None])[0] * factor.reshape(4, 4)
-        torch.testing.assert_close(got[b], want, atol=2e-5, rtol=0)
+        torch.testing.assert_close(got[b], weighted(seed, cut, fall, s.floor), atol=2e-5, rtol=0)
     assert "lrp-probed" in methods.single_pass() and not methods.get("lrp-probed").slow
 
 
@@ -164,19 +173,11 @@ def test_path_probed_lrp_is_its_definition(tiny):
     s = ProbeSettings(groups=3, path=True)
     got = probed_map(model, x, t, s)
     for b in range(3):
-        seed = gated_lrp_map(model, x[b : b + 1], t[b : b + 1])[0]
-        values = seed.flatten().tolist()
-        order = sorted(range(16), key=lambda i: (-values[i], i))
-        cut = [[order[r] for r in range(16) if r * 3 // 16 == k] for k in range(3)]
+        seed, cut = seed_and_groups(model, x[b : b + 1], t[b : b + 1])
         blank = torch.zeros_like(x[b])
         shown = [prob(model, without(x[b], blank, sum(cut[k:], []), 8, 4), int(t[b])) for k in range(4)]  # top k shown
         hidden = [prob(model, without(x[b], blank, sum(cut[:k], []), 8, 4), int(t[b])) for k in range(4)]
         effect = torch.tensor([shown[k + 1] - shown[k] + hidden[k] - hidden[k + 1] for k in range(3)])
-        effect = (effect - effect.min()) / (effect.max() - effect.min())
-        factor = torch.zeros(16)
-        for k, g in enumerate(cut):
-            factor[g] = s.floor + effect[k]
-        want = unit_range(seed.clamp(min=0)[None])[0] * factor.reshape(4, 4)
-        torch.testing.assert_close(got[b], want, atol=2e-5, rtol=0)
+        torch.testing.assert_close(got[b], weighted(seed, cut, effect, s.floor), atol=2e-5, rtol=0)
     assert not torch.equal(got, probed_map(model, x, t, ProbeSettings(groups=3)))  # not the groups hidden alone
     assert "lrp-path" not in methods.names()  # an experiment (benchmarks/tune_probe.py), not registered
