@@ -1,8 +1,9 @@
 """The fast capture path (issue 30) gives the numbers of the slow one:
 
-- without autograd every layer's attention lands in one block: the same values as a capture
-  with autograd on (one tensor per layer), for a plain ViT, a relative-bias model, registers and
-  an attention-pool head;
+- without autograd every layer's attention lands in one block, its scores written into the block
+  itself: the same values, bit for bit, as a capture with autograd on (one tensor per layer), for a
+  plain ViT, a relative-bias model, registers, an attention-pool head and a head size whose scale
+  1/sqrt(d) is not a power of 2;
 - rollout, computed as one row carried down the layers, is the row of the full rollout matrix,
   for every kind of query (the [class] token, the mean of the patch queries, the pool's probe),
   head fusion, discard and start layer;
@@ -27,13 +28,14 @@ KINDS = {
     "no class token (average pool)": dict(class_token=False, global_pool="avg", fc_norm=True),
     "attention-pool head": dict(class_token=False, global_pool="map"),
     "registers, relative bias": dict(reg_tokens=2, pos_embed=False, rel_pos="mlp", rel_pos_hidden=16),
+    "head size 24 (a scale that is not a power of 2)": dict(embed_dim=48),
 }
 
 
 @cache
 def model_of(kind: str) -> VisionTransformer:
     torch.manual_seed(0)
-    model = VisionTransformer(ViTConfig(**SMALL, **KINDS[kind])).eval()
+    model = VisionTransformer(ViTConfig(**{**SMALL, **KINDS[kind]})).eval()
     with torch.no_grad():  # no zeros anywhere: every parameter moves the numbers
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))

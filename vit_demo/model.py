@@ -479,6 +479,24 @@ class RelPosMlp(nn.Module):
 # ----------------------------------------------------------------------------- attention and MLP
 
 
+def scores_into(capture: bool | torch.Tensor, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale * q k^T [B, H, N, N], the same numbers whichever way it is computed. When ``capture``
+    is a tensor of that shape and dtype (a slot of the block that a forward pass without autograd
+    keeps, see ``forward_features``), the product is written straight into it, so that the softmax
+    can run in place on numbers still in cache; a power-of-2 scale (head size 64: 1/8) is applied
+    by the matrix product itself, exactly as a multiply after it would (other scales: multiplied
+    after, as always)."""
+    B, H, N, D = q.shape
+    if not (isinstance(capture, torch.Tensor) and capture.dtype == q.dtype and capture.is_contiguous()
+            and capture.shape == (B, H, N, k.shape[-2])):
+        return torch.matmul(q, k.transpose(-2, -1)).mul_(scale)
+    exact = math.frexp(scale)[0] == 0.5  # a power of 2
+    out = capture.view(B * H, N, -1)
+    torch.baddbmm(out, q.reshape(B * H, N, D), k.transpose(-2, -1).reshape(B * H, D, -1), beta=0,
+                  alpha=scale if exact else 1.0, out=out)
+    return capture if exact else capture.mul_(scale)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention. Two paths, same numbers: a fused kernel for speed, and an
     explicit softmax(q k^T / sqrt(d) + bias) that also returns the attention probabilities.
@@ -554,11 +572,10 @@ class Attention(nn.Module):
         if self.relevance_rule is not None:  # same values, gradients shaped by an LRP rule
             q, k, v = self.relevance_rule(q, k, v)
         bias = self.position_bias(grid or self.grid, bias)
-        if capture is not False:  # scaled in place (the same numbers as scaling q when the scale is a power of 2)
-            logits = torch.matmul(q, k.transpose(-2, -1)).mul_(self.scale)
-            logits = logits if bias is None else logits.add_(bias)
-            into = isinstance(capture, torch.Tensor) and capture.dtype == logits.dtype
-            attn = torch.softmax(logits, -1, out=capture) if into else logits.softmax(dim=-1)  # [B, H, N, N]
+        if capture is not False:  # the scale applied to q k^T (the same numbers as scaling q when it is a power of 2)
+            attn = scores_into(capture, q, k, self.scale)  # [B, H, N, N]
+            attn = attn if bias is None else attn.add_(bias)
+            attn = torch.softmax(attn, -1, out=attn) if attn is capture else attn.softmax(dim=-1)
             x = attn @ v
         else:
             attn = None
