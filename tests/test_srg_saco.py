@@ -6,25 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import decisive_tiny_vit
 
 from vit_demo import methods
 from vit_demo.evaluate.srg_saco import gaussian_blur, measures, replacement, saco
 from vit_demo.methods.lrp import gated_lrp_map
 from vit_demo.methods.perturb import unit_range
 from vit_demo.methods.probe import ProbeSettings, probed_map
-from vit_demo.model import VisionTransformer, ViTConfig
 
 
 @pytest.fixture(scope="module")
 def tiny():
     """A 4x4-patch model with a decisive head, 3 images, their top-1 classes and two maps each."""
-    torch.manual_seed(0)
-    model = VisionTransformer(ViTConfig(img_size=(32, 32), patch_size=8, embed_dim=32, depth=2, num_heads=2,
-                                        num_classes=5)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-        model.head.weight.mul_(4)
+    model = decisive_tiny_vit()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(3, 3, 32, 32, generator=g)
     with torch.no_grad():

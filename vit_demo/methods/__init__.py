@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .registry import Method, get, names, register, reuse, shared, single_pass, slow
+from .registry import Method, get, names, register, reuse, shared, sharing, single_pass, slow
 
 INFRASTRUCTURE = ("registry", "passes")  # the modules every family builds on: no methods in them
 
@@ -33,4 +33,4 @@ def _import_families() -> None:
 
 _import_families()
 
-__all__ = ["Method", "get", "names", "register", "reuse", "shared", "single_pass", "slow"]
+__all__ = ["Method", "get", "names", "register", "reuse", "shared", "sharing", "single_pass", "slow"]

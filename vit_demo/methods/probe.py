@@ -112,12 +112,19 @@ def path_effects(model: VisionTransformer, x: Tensor, group: Tensor, t: Tensor, 
 def probed_map(model: VisionTransformer, x: Tensor, target: Target = None, settings: ProbeSettings | None = None
                ) -> Tensor:
     """The probed map [B, gh, gw] with ``settings`` (see the module docstring)."""
-    s = settings or ProbeSettings()
     with torch.no_grad():  # not inference mode: the targets index the seed's backward pass
         logits = model(x).logits.float()
         t = targets(target, logits)
         clean = logits.softmax(dim=-1).gather(1, t[:, None])[:, 0]
-    seed = gated_lrp_map(model, x, t).detach()
+    return probe_seed(model, x, t, clean, gated_lrp_map(model, x, t).detach(), settings)
+
+
+def probe_seed(model: VisionTransformer, x: Tensor, t: Tensor, clean: Tensor, seed: Tensor,
+               settings: ProbeSettings | None = None) -> Tensor:
+    """Any map ``seed`` [B, gh, gw] for the classes ``t`` [B] (``clean`` [B]: their probabilities on
+    the whole image) weighted by the measured effect of its rank groups:
+    u(max(seed, 0)) * (floor + u(effect of the patch's group))."""
+    s = settings or ProbeSettings()
     group = rank_groups(seed, s.groups)
     effects = path_effects if s.path else group_effects
     effect = unit_range(effects(model, x, group, t, clean, s)[:, :, None]).squeeze(-1)  # [B, groups], [0, 1]

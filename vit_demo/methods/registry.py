@@ -138,6 +138,18 @@ def reuse(model: VisionTransformer, x: Tensor, known: Mapping[tuple[str, Target]
         _local.scope = outer
 
 
+@contextmanager
+def sharing(model: VisionTransformer, x: Tensor) -> Iterator[None]:
+    """:func:`reuse` for ``model`` and ``x``, unless a scope for exactly them is open already: then
+    that one (a method that calls others shares what its caller computed, and the caller what it computes)."""
+    scope: _Scope | None = getattr(_local, "scope", None)
+    if scope is not None and scope.model is model and scope.x is x:
+        yield
+        return
+    with reuse(model, x):
+        yield
+
+
 def shared(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for ``fn(model, x, target=None, ...)``: inside :func:`reuse` for this model
     and input, the result is computed once per target (calls with more arguments, e.g.

@@ -1,8 +1,8 @@
 """The "Rollout & relevance" tab: raw attention, attention rollout (head fusion, discard,
 start layer), and the class-specific maps (gradient rollout, Chefer relevance) for a class
 picked from the top-k, side by side; below them the relevance methods for the same class
-(CP-LRP, AttnLRP, CP-LRP gated by gradient rollout, GradCAM, Integrated Gradients with a note
-on its weakness) and, on request only, the
+(CP-LRP, AttnLRP, CP-LRP gated by gradient rollout, probed and amortised LRP, GradCAM, Integrated
+Gradients with a note on its weakness) and, on request only, the
 perturbation methods (RISE, causal LRP). The class-specific maps need one backward pass each per
 class: they follow the first render (:meth:`MethodsTab.follow_up`). The perturbation methods
 (hundreds of forward passes) run only when their button is pressed, with a progress bar; never on
