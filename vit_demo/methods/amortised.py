@@ -40,11 +40,12 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from ..model import VisionTransformer
-from .attention import captured
+from .attention import captured, cls_attention
 from .passes import targets
 from .perturb import unit_range
 from .probe import probe_seed
 from .registry import Target, get, register, sharing
+from .rollout import rollout
 
 INPUTS = ("lrp", "lrp-gated", "grad-rollout", "chefer", "gradcam", "rollout", "attention")
 CHANNELS = 6 * len(INPUTS)  # each map scaled and as ranks, then their 3x3 means and maxima
@@ -120,10 +121,12 @@ def amortised_seed(maps: dict[str, Tensor], net: EffectPredictor | None = None) 
 def amortised_lrp(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """Amortised LRP [B, gh, gw] (see the module docstring). Inside
     :func:`~vit_demo.methods.registry.reuse`, the input maps already computed are reused."""
-    with sharing(model, x):
-        logits = captured(model, x).logits.float()  # the pass raw attention and rollout read
-        t = targets(target, logits)
-        clean = logits.softmax(dim=-1).gather(1, t[:, None])[:, 0]
-        # the classes as a tensor, as the gated map passes them on to CP-LRP: computed once
-        maps = {name: get(name)(model, x, t).detach() for name in INPUTS}
+    out = captured(model, x)  # one pass: the class, and the registered raw-attention and rollout maps' values
+    logits = out.logits.float()
+    t = targets(target, logits)
+    clean = logits.softmax(dim=-1).gather(1, t[:, None])[:, 0]
+    maps = {"attention": cls_attention(out.attentions, out.layout, layer=-1), "rollout": rollout(out.attentions, out.layout)}
+    del out  # every layer's attention: not kept through the gradient passes
+    with sharing(model, x):  # the classes as a tensor, as the gated map passes them on to CP-LRP: computed once
+        maps |= {name: get(name)(model, x, t).detach() for name in INPUTS if name not in maps}
     return probe_seed(model, x, t, clean, amortised_seed(maps))

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model import TokenLayout, VisionTransformer, ViTOutput
-from .registry import Target, register, shared
+from .registry import Target, register
 
 # ----------------------------------------------------------------------------- reading a map off a matrix
 
@@ -129,10 +129,8 @@ def head_maps(
     return torch.stack([one(a) for a in attentions], dim=1)
 
 
-@shared("capture")
-def captured(model: VisionTransformer, x: Tensor, target: Target = None) -> ViTOutput:
-    """One forward pass without gradients that captures every layer's attention (``target`` unused;
-    inside :func:`~vit_demo.methods.registry.reuse` one pass serves every map that reads it)."""
+def captured(model: VisionTransformer, x: Tensor) -> ViTOutput:
+    """One forward pass without gradients that captures every layer's attention."""
     with torch.no_grad():
         return model(x, capture=True)
 
