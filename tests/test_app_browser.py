@@ -274,3 +274,51 @@ def test_presentation_downloads(page, app, package_photos: dict[str, Path], tmp_
     shot(pg, "10_present_tab")
     assert not pg.outside, f"the page fetched from outside this machine: {pg.outside[:5]}"
     assert "Traceback" not in app.log(20_000), app.log()
+
+
+def placeholder_share(pg, selector: str) -> float:
+    """The share of a tile picture's pixels in the grey of a "computing…" placeholder (236, 236, 236;
+    JPEG moves it a little): 0 when every map is drawn, about a third per row of waiting tiles."""
+    import numpy as np
+
+    src = img_src(pg, selector)
+    if not src:
+        return 1.0
+    px = np.asarray(Image.open(io.BytesIO(pg.request.get(src).body())).convert("RGB"), dtype=np.int16)
+    return float((np.abs(px - 236).max(-1) <= 4).mean())
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5, 2.0, 5.0])
+def test_relevance_tab_opened_while_maps_compute(browser, app, package_photos: dict[str, Path], tmp_path: Path,
+                                                  delay: float) -> None:
+    """Issue 46: opened at once, or 0.5, 2 or 5 s after an upload (a fresh page each time, a picture
+    the server has not seen), the "Rollout & relevance" tab draws every class-specific tile within
+    30 s; before, a tab opened while the background pass ran kept its placeholders for good."""
+    import numpy as np
+
+    arr = np.asarray(Image.open(package_photos["coffee"]).convert("RGB")).copy()
+    arr[:4, :4] = np.random.default_rng(int(delay * 10) + int(time.time())).integers(0, 255, (4, 4, 3))  # new content
+    photo = tmp_path / f"coffee-{delay}.png"
+    Image.fromarray(arr).save(photo)
+    ctx = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.set_default_timeout(TIMEOUT_MS)
+        pg.goto(app.url)
+        pg.wait_for_selector("#upload")
+        upload(pg, photo)
+        time.sleep(delay)
+        pg.get_by_role("tab", name="Rollout & relevance").click()
+        pg.wait_for_selector("#methods img")
+        pg.wait_for_selector("#relevance img")
+        deadline, shares = time.monotonic() + 30, (1.0, 1.0)
+        while time.monotonic() < deadline:
+            shares = placeholder_share(pg, "#methods"), placeholder_share(pg, "#relevance")
+            if max(shares) < 0.02 and "Computing" not in pg.inner_text("#methods-caption"):
+                break
+            time.sleep(0.5)
+        shot(pg, f"11_relevance_opened_after_{delay}s")
+        assert max(shares) < 0.02, f"tiles still computing 30 s after opening the tab: grey share {shares}"
+        assert "Computing" not in pg.inner_text("#methods-caption")
+    finally:
+        ctx.close()

@@ -8,6 +8,7 @@ then a cheap function of the cached record, which is what makes the app feel ins
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -53,6 +54,9 @@ class Analysis:
     class_maps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     # set by the AnalysisCache that keeps it: room(nbytes) makes room in the cache's budget for work on it
     room: Callable[[int], Any] | None = field(default=None, repr=False, compare=False)
+    # held while class-specific maps are computed: a second caller (a tab opened meanwhile) waits for them
+    # and reads them, instead of running the same backward passes beside the first
+    busy: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def probs(self) -> torch.Tensor:
@@ -122,15 +126,16 @@ def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequ
     if lm.model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
     cls = a.top1 if cls is None else int(cls)
-    maps = dict(a.class_maps.get(cls, {}))
     wanted = methods.names(slow=False, class_specific=True) if names is None else list(names)
-    todo = [n for n in wanted if n not in maps]
-    if todo:
-        with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x):
-            for name in todo:
-                maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
-        a.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
-    return a.class_maps.setdefault(cls, maps)  # the record's own dict: on_demand_map adds to it
+    with a.busy:  # one computation per record at a time; whoever waited finds the maps cached
+        maps = dict(a.class_maps.get(cls, {}))
+        todo = [n for n in wanted if n not in maps]
+        if todo:
+            with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x):
+                for name in todo:
+                    maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
+            a.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
+        return a.class_maps.setdefault(cls, maps)  # the record's own dict: on_demand_map adds to it
 
 
 def _room(a: Analysis, nbytes: int):

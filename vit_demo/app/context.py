@@ -99,6 +99,11 @@ class Section:
         """Slower pictures, drawn once per analysis when the tab is open."""
         return {}
 
+    def on_open(self, dep: Any, ctx: Context) -> Any:
+        """Chain work onto the tab's selection ``dep`` (after :meth:`show`), e.g. finishing pictures
+        it drew as placeholders because their pass was still running."""
+        return dep
+
     def redisplay(self, sess: Session, vals: dict[Component, Any]) -> dict:
         """Redraw for a new colormap, opacity or smoothing."""
         return {}

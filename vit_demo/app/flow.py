@@ -167,6 +167,6 @@ def wire(ctx: Context) -> None:
                                 trigger_mode="always_last", preprocess=False, **ctx.heavy))
     for s in ctx.sections:
         if s.gr_tab is not None:
-            s.gr_tab.select(flow.tab_handler(s), [ctx.state, *s.show_inputs],
-                            union([[ctx.state], s.views, s.controls, s.lazy_outputs]), api_visibility="private",
-                            show_progress="minimal", preprocess=False)
+            s.on_open(s.gr_tab.select(flow.tab_handler(s), [ctx.state, *s.show_inputs],
+                                      union([[ctx.state], s.views, s.controls, s.lazy_outputs]),
+                                      api_visibility="private", show_progress="minimal", preprocess=False), ctx)

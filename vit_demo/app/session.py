@@ -84,6 +84,7 @@ class Session:
     open_tab: str = "patches"
     rendered: dict[str, str] = field(default_factory=dict)  # lazily drawn tab -> analysis it shows
     drawn: dict[str, str] = field(default_factory=dict)  # tab -> analysis its show() pictures are of
+    placeholders: dict[str, str] = field(default_factory=dict)  # tab -> analysis whose picture it drew unfinished
     comparison: dict[str, Any] | None = None
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled
     last_pick: tuple[str, float] | None = None  # (model key, time) of the last menu pick
@@ -174,7 +175,7 @@ class SessionBudget:
             self.forgotten += 1
         sess.upload = None
         sess.analysis = None
-        sess.rendered, sess.drawn, sess.comparison, sess.shown = {}, {}, None, None
+        sess.rendered, sess.drawn, sess.placeholders, sess.comparison, sess.shown = {}, {}, {}, None, None
         sess.forgotten = True
 
     def sweep(self) -> None:

@@ -30,6 +30,7 @@ from ..motion import AnimationRow, animation_files
 from ..session import Session, Upload
 
 FUSIONS = ("mean", "max", "min")
+COMPUTING = "⏳ *Computing the class-specific maps: they appear here in a moment.*"
 TOP_ROW = ("grad-rollout", "chefer")  # class-specific maps beside raw attention and rollout; the rest below
 IG_NOTE = ("**Integrated Gradients** is a weak baseline on this ViT: hiding the patches it ranks first lowers the "
            "class probability less than for any other class-specific map (deletion score 0.325 on 100 ImageNet "
@@ -261,12 +262,21 @@ class RelevanceTab(Section):
         pending = [] if lm is not None else pending_titles(a, cls)
         rel = relevance_maps(a, lm, cls)
         rel_pending = [] if lm is not None else relevance_pending(a, cls)
+        caption = methods_caption(a, fu, di, st, cls)
+        if pending or rel_pending:  # finished when the pass ends (follow_up), and after the tab's opening (on_open)
+            sess.placeholders[self.name] = sess.view_key
+            caption = f"{COMPUTING}\n\n{caption}"
         return {self.methods_img: jpeg(viz.with_colorbar(viz.tiles_image(a.picture, maps, cm, al, sm, pending=pending),
                                                          cm)),
                 self.relevance_img: jpeg(viz.with_colorbar(viz.tiles_image(a.picture, rel, cm, al, sm,
                                                                            pending=rel_pending), cm))
                 if rel or rel_pending else None,
-                self.methods_md: methods_caption(a, fu, di, st, cls)}
+                self.methods_md: caption}
+
+    def unfinished(self, sess: Session) -> bool:
+        """Whether the tab drew a picture of this analysis with placeholders (maps still being computed)
+        that :meth:`on_open` has not finished yet."""
+        return sess.ready and sess.placeholders.get(self.name) == sess.view_key
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a = sess.analysis
@@ -294,11 +304,29 @@ class RelevanceTab(Section):
                 fu, di, st, cl = rest[:4]
                 a = sess.analysis
                 method_maps(a, self._reg.get(sess.model_key), fu, di, start_index(st, a.depth), chosen_class(a, cl))
-                return gr.skip()
+                if not self.unfinished(sess) or sess.open_tab != self.name:
+                    return gr.skip()  # (opened while the pass ran: its placeholders are replaced now)
             return self.picture(sess, *rest, True)
 
         return dep.success(on_class_maps, [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
                            show_progress="minimal", preprocess=False, **ctx.heavy)
+
+    def on_open(self, dep: Any, ctx: Context) -> Any:
+        """Opened while the class-specific maps were being computed: the tab showed placeholders,
+        so it waits for the maps (:func:`~vit_demo.analysis.class_maps` lets one computation run
+        per analysis) and draws them. Opened later, nothing to do."""
+        @friendly
+        def on_open_finish(*args):
+            *rest, sess = args
+            sess = ctx.session(sess)
+            if sess.open_tab != self.name or not self.unfinished(sess) or not sess.analysis.logits.numel():
+                return gr.skip()
+            # sent after the opening's own picture, so whichever pass drew first, the last one is whole
+            sess.placeholders.pop(self.name, None)
+            return self.picture(sess, *rest, True)
+
+        return dep.then(on_open_finish, [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
+                        show_progress="minimal", preprocess=False, **ctx.heavy)
 
     def wire(self, ctx: Context) -> None:
         @friendly
