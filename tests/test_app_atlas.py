@@ -166,7 +166,7 @@ def test_built_from_uploads_within_the_survey_limits(world, monkeypatch: pytest.
     at, atlas_id = tab.build_from(ctx, sess, [str(p) for p in pictures])
     assert at.result["images"] == (4 if exposed else 5)
     assert tab.store[atlas_id] is at and tab.current(ctx, sess, atlas_id) is at
-    report = at.crops.out.parent / "report.zip"
+    report = at.crops.out.parent / "atlas-report.zip"  # named for what it is (it downloaded as report.zip)
     with zipfile.ZipFile(report) as z:
         public = z.read("report/atlas.json").decode()
     assert str(at.crops.out.parent) not in public and str(Path(pictures[0]).parent) not in public

@@ -74,6 +74,16 @@ def no_horizontal_overflow(pg, where: str) -> None:
     assert not out, f"{where}: sticking out to the right: {out[:5]}"
 
 
+def menu_fits_its_box(pg, selector: str) -> None:
+    """A menu's text ends before its arrow (a long one in "…"): it ran under the arrow on a phone and
+    in presentation mode."""
+    text_right, arrow_left, ellipsis = pg.locator(f"{selector} input[role=combobox]").first.evaluate(
+        "e => { const s = getComputedStyle(e), a = e.closest('.wrap-inner').querySelector('.icon-wrap');"
+        " return [e.getBoundingClientRect().right - parseFloat(s.paddingRight), a.getBoundingClientRect().left,"
+        " s.textOverflow]; }")
+    assert text_right <= arrow_left + 1 and ellipsis == "ellipsis", (selector, text_right, arrow_left, ellipsis)
+
+
 def settled(pg) -> None:
     """No event in flight (Gradio's "processing | 0.2s" labels gone), for a clean screenshot."""
     pg.wait_for_function("!document.body.innerText.includes('processing |')", timeout=TIMEOUT_MS)
@@ -101,6 +111,16 @@ def test_view_size(browser, app, package_photos, width: int, height: int) -> Non
             assert box and box["x"] >= 0 and box["x"] + box["width"] <= width + 1, f"tab {name!r} off screen: {box}"
             tab.click()
             no_horizontal_overflow(pg, f"{width}x{height}, tab {name!r}")
+        rows = pg.evaluate("new Set([...document.querySelectorAll('#tabs button[role=tab]')]"
+                           ".map(b => Math.round(b.getBoundingClientRect().top))).size")
+        assert rows <= 2, f"{width}x{height}: the tabs wrap into {rows} rows (the README says at most two)"
+        menu_fits_its_box(pg, "#model")
+        if width < 1000:  # a phone: the maps side by side in two columns, so that each one can be read
+            pg.get_by_role("tab", name="Rollout & relevance").click()
+            pg.wait_for_function("!document.querySelector('#relevance').innerText.includes('processing')")
+            nw, nh = pg.locator("#relevance img").first.evaluate("e => [e.naturalWidth, e.naturalHeight]")
+            shown = pg.locator("#relevance img").first.bounding_box()
+            assert nh > nw and shown["width"] >= 0.8 * width, (nw, nh, shown)  # 7 tiles: 4 rows of 2, screen-wide
         pg.get_by_role("tab", name="Attention").click()
         pg.wait_for_selector("#attention img")
         settled(pg)
@@ -117,6 +137,9 @@ def test_view_size(browser, app, package_photos, width: int, height: int) -> Non
         pg.wait_for_selector("#attention img")
         time.sleep(0.5)  # the layout settles
         assert on_screen(pg, "#predictions"), "presentation mode: the prediction is not on screen"
+        hint = pg.locator("#present-mode .info-text").first
+        assert hint.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "presentation mode: its hint is cut off"
+        menu_fits_its_box(pg, "#model")
         assert on_screen(pg, "#attention img"), "presentation mode: the attention map is not on screen with it"
         assert on_screen(pg, "#layer"), "presentation mode: the map's layer control is not on screen"
         settled(pg)

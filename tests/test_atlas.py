@@ -248,3 +248,13 @@ def test_atlas_finds_the_watermark_unprompted(lesson_models: Path, tmp_path: Pat
     assert f"Possible Clever-Hans feature: concept {found[0]}</b>" in finding and "circle" in finding
     assert finding.index("Possible Clever-Hans") < finding.index("Most important heads")
     assert res["faithfulness"]["passed"], res["faithfulness"]
+
+
+def test_accuracy_change_never_reads_minus_zero() -> None:
+    """Issue 46: a head whose removal changed no prediction read "accuracy -0.0%"."""
+    from vit_demo.present.atlas_report import accuracy_change
+
+    assert accuracy_change(0.0) == ", accuracy ±0.0%"
+    assert accuracy_change(-0.0) == accuracy_change(0.0004) == accuracy_change(-0.0004) == ", accuracy ±0.0%"
+    assert accuracy_change(0.125) == ", accuracy -12.5%" and accuracy_change(-0.05) == ", accuracy +5.0%"
+    assert accuracy_change(None) == ""

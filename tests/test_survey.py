@@ -593,3 +593,35 @@ def test_clever_hans_lesson_on_a_small_model(lesson: dict[str, dict], tmp_path: 
     g = clean["watermark"]
     assert g["share_in_cluster"] < 0.9 and g["cluster_mass_on_watermark"] < 0.5, g
     assert not [(share, mass) for share, mass in marked_shares(clean) if share >= 0.9 and mass > 0.5]
+
+
+def test_finding_thumbnail_shows_the_picture_under_the_prototype(tmp_path: Path) -> None:
+    """Issue 46: a flagged cluster's thumbnail at the top of the report was its prototype alone, a
+    black square around one bright cell; it is now the prototype over the cluster's most
+    confident picture, so one sees where on a picture the cluster looks."""
+    import numpy as np
+    from PIL import Image
+
+    from vit_demo.present.survey_report import prototype_image, write_report
+
+    (tmp_path / "thumbs").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):  # mid-grey pictures with some texture
+        Image.fromarray(rng.integers(90, 170, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "thumbs" / f"{i:05d}.jpg")
+    proto = np.zeros((8, 8))
+    proto[7, 0] = 1.0  # all the mass in the bottom-left cell: a corner watermark
+    recs = [{"index": i, "path": f"p{i}.png", "label": "circle", "predicted": "circle", "correct": True,
+             "confidence": c, "cluster": 0, "thumb": f"thumbs/{i:05d}.jpg", "overlay": f"thumbs/{i:05d}.jpg"}
+            for i, c in enumerate((0.5, 0.9, 0.7))]
+    cluster = {"id": 0, "class": "circle", "size": 3, "accuracy": 1.0, "prototype": proto.tolist()}
+    result = {"folder": "f", "model": "m", "method": "attention", "method_title": "Attention", "images": recs,
+              "clusters": [cluster], "findings": {"grid": [8, 8], "suspicious_clusters": [
+                  {"cluster": 0, "class": "circle", "size": 3, "accuracy": 1.0, "one_place_share": 1.0,
+                   "place": {"row": 7, "col": 0}, "off_object": 1.0, "off_object_is": "off the shape"}]}}
+    page = write_report(result, tmp_path).read_text()
+    assert 'src="clusters/0-finding.png"' in page
+    shown = np.asarray(Image.open(tmp_path / "clusters" / "0-finding.png").convert("L"), dtype=float)
+    alone = np.asarray(prototype_image(proto).convert("L"), dtype=float)
+    assert alone.mean() < 40 and shown.mean() > 60, (alone.mean(), shown.mean())  # a picture, not a black square
+    corner = shown[-shown.shape[0] // 8:, : shown.shape[1] // 8].mean()
+    assert corner > shown[: shown.shape[0] // 2, shown.shape[1] // 2:].mean()  # the bright cell is on it, where it was

@@ -306,3 +306,21 @@ def test_colour_bars_legends_and_zero_differences(scene):
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts.count("0") == 12 and any("exactly 0" in t for t in texts)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()][:2] == ["1", "2"]  # layers from 1
+
+
+def test_tiles_in_rows_of_columns() -> None:
+    """Issue 46: on a phone the tiles come two a row (seven tiles: four rows), each as large as in one row."""
+    import numpy as np
+    from PIL import Image
+
+    from vit_demo import viz
+
+    pic = Image.new("RGB", (64, 64), (128, 128, 128))
+    maps = {f"map {i}\nfor it": np.random.default_rng(i).random((4, 4)) for i in range(5)}
+    one = viz.tiles_image(pic, maps, tile=100, pending=["late one", "late two"])
+    two = viz.tiles_image(pic, maps, tile=100, pending=["late one", "late two"], columns=2)
+    assert one.size == (7 * 100 + 6 * 12, 100 + 46)
+    assert two.size == (2 * 100 + 12, 4 * (100 + 46) + 3 * 12)
+    grey = np.asarray(two)[3 * (146 + 12) + 46 + 10, 10]  # row 4, column 1: the last placeholder (off its text)
+    assert tuple(grey) == (236, 236, 236)
+    assert viz.tiles_image(pic, maps, tile=100, columns=9).size == (5 * 100 + 4 * 12, 146)  # fewer tiles than columns

@@ -13,6 +13,9 @@ CSS = """
 #title h1 {margin-bottom: 0.1em;}
 #title-row {align-items: flex-start;}
 #present-mode {align-self: center; white-space: nowrap;}
+#present-mode .info-text {white-space: normal;}
+/* a model menu's long name ends in "…" before the menu's arrow (it ran under it) */
+#page input[role=combobox] {text-overflow: ellipsis; padding-right: 26px !important;}
 #status:empty {display: none;}
 #status .prose {font-size: 1.0em;}
 .caption {color: var(--body-text-color-subdued); font-size: 0.95em;}
@@ -38,6 +41,8 @@ CSS = """
            font-variant-numeric: tabular-nums; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; display: block;}
 /* a gallery of small tiles (elem_classes="tiles"): its columns shrink to fit a phone (Gradio's are at least 100 px) */
 .tiles .grid-container {grid-template-columns: repeat(var(--grid-cols), minmax(0, 1fr)) !important;}
+/* ... and its first row starts under the gallery's label, which covered the top of it */
+.tiles .grid-wrap {padding-top: 2.2em !important;}
 /* toasts at the bottom: at the top they covered the model's description */
 .toast-wrap {top: auto !important; bottom: var(--size-4) !important;}
 
@@ -81,9 +86,16 @@ HEAD = """<style>
   #title p {font-size: 0.95em;}
   #present-mode {display: none !important;}
   #page .row > .column, #page .row > .block, #page .row > .form, #page .row .form > .block {min-width: 100% !important;}
+  /* the tabs in two rows, not three */
+  #tabs button[role=tab] {padding: 4px 6px !important; font-size: 0.82em !important;}
+  /* the maps side by side come in two columns (Session.narrow): as tall as they need, as wide as the screen */
+  #methods, #relevance, #methods .image-container, #relevance .image-container {height: auto !important;}
+  #methods img, #relevance img {width: 100%; height: auto; object-fit: contain;}
 }
 </style>"""
 
+# On page load: whether the screen is a phone's (HEAD's phone rules start at the same width).
+NARROW_JS = "() => window.matchMedia('(max-width: 640px)').matches"
 # Runs in the browser when the checkbox changes: the page's layout follows (page.CSS).
 PRESENT_JS = "(on) => { document.body.classList.toggle('present-mode', !!on); }"
 # On page load: ?present=1 in the address starts in presentation mode (a bookmark for the lecture hall).

@@ -26,6 +26,7 @@ from ..budget import image_nbytes
 from ..images import FORMATS, FRAMES_COUNTED, MAX_FILE_BYTES, MAX_PIXELS, ImageError, count_frames, load_image
 
 MIN_SIDE = 16  # px: smaller pictures hold less than one patch of information
+NARROW_COLUMNS = 2  # tiles a row on a phone's screen (Session.narrow)
 WORK_PIXELS = 1536 * 1536  # a session's picture (9.4 MB, 4 bytes an RGB pixel): the model sees 224 px, a slide 1200
 
 
@@ -82,6 +83,7 @@ class Session:
     query: int | None = None  # the query patch of the attention explorer (None: the [class] token)
     extra_models: list[str] = field(default_factory=list)  # checkpoints this session loaded itself
     open_tab: str = "patches"
+    narrow: bool = False  # a phone's screen (the page says so at load): rows of tiles drawn in fewer columns
     rendered: dict[str, str] = field(default_factory=dict)  # lazily drawn tab -> analysis it shows
     drawn: dict[str, str] = field(default_factory=dict)  # tab -> analysis its show() pictures are of
     placeholders: dict[str, str] = field(default_factory=dict)  # tab -> analysis whose picture it drew unfinished

@@ -112,8 +112,17 @@ def concept_html(c: dict[str, Any], crops: Crops) -> str:
             f'{gallery(c["top"], crops)}</section>')
 
 
+def accuracy_change(drop: float | None) -> str:
+    """``", accuracy -1.2%"`` for a head whose removal costs that much accuracy; a change that rounds
+    to nothing reads ``±0.0%`` (never ``-0.0%``); "" when the atlas had no labels."""
+    if drop is None:
+        return ""
+    change = round(-float(drop), 3)
+    return ", accuracy ±0.0%" if change == 0 else f", accuracy {change:+.1%}"
+
+
 def head_html(h: dict[str, Any], crops: Crops) -> str:
-    acc = "" if h["accuracy_drop"] is None else f", accuracy {-h['accuracy_drop']:+.1%}"
+    acc = accuracy_change(h["accuracy_drop"])
     return (f'<section class="item" id="head-{h["layer"]}-{h["head"]}"><h3>Layer {h["layer"]}, head {h["head"]}: '
             f'{html.escape(h["summary"])}</h3><p class="small">Ablated: logit {-h["importance"]:+.3f}{acc} · entropy '
             f'{h["entropy"]:.2f} · on [class] {h["class_share"]:.0%} · on other prefix tokens {h["prefix_share"]:.0%} · '

@@ -73,6 +73,26 @@ def prototype_image(proto: Any, mark: tuple[float, float, float, float] | None =
     return img
 
 
+def finding_image(result: dict[str, Any], cluster: dict[str, Any], root: str | Path,
+                  mark: tuple[float, float, float, float] | None = None) -> Image.Image:
+    """A flagged cluster's prototype over its most confident member's picture (the prototype alone,
+    mostly black around one bright cell, read as a black square at thumbnail size), at :data:`PROTO` px."""
+    members = [r for r in result["images"] if r.get("cluster") == cluster["id"] and r.get("thumb")]
+    best = max(members, key=lambda r: r.get("confidence") or 0.0, default=None)
+    path = Path(root) / best["thumb"] if best is not None else None
+    if path is None or not path.is_file():
+        return prototype_image(cluster["prototype"], mark)
+    p = np.asarray(cluster["prototype"], dtype=np.float64)
+    with Image.open(path) as im:
+        img = overlay_image(im.convert("RGB"), p, CMAP, 0.45, smooth=False, size=PROTO, vmin=0.0,
+                            vmax=float(p.max()) or 1.0)
+    if mark is not None:
+        x0, y0, x1, y1 = mark
+        ImageDraw.Draw(img).rectangle((x0 * PROTO, y0 * PROTO, x1 * PROTO - 1, y1 * PROTO - 1), outline=(0, 229, 255),
+                                      width=2)
+    return img
+
+
 def embedding_image(result: dict[str, Any], root: str | Path, size: int = 720, thumb: int = 40) -> Image.Image:
     """All maps' 2-D embedding as a picture: each picture's map thumbnail at its point, framed red
     when the prediction is wrong, green when right, grey without a label."""
@@ -127,7 +147,8 @@ def finding_html(result: dict[str, Any]) -> str:
     f, e, pct = result.get("findings") or {}, html.escape, (lambda v: "–" if v is None else f"{v:.0%}")
     lines = []
     for k in f.get("suspicious_clusters", [])[:MAX_FLAGS]:
-        lines.append(f'<li class="flag"><img src="clusters/{k["cluster"]}.png" alt="prototype of cluster {k["cluster"]}">'
+        lines.append(f'<li class="flag"><img src="clusters/{k["cluster"]}-finding.png" '
+                     f'alt="cluster {k["cluster"]}: its prototype over its most confident picture">'
                      f'<b>Possible Clever-Hans feature: cluster {k["cluster"]}</b> of <b>{e(k["class"])}</b> ({k["size"]} '
                      f'pictures, accuracy {pct(k["accuracy"])}): {k["one_place_share"]:.0%} of its mean map within one cell of '
                      f'row {k["place"]["row"]}, column {k["place"]["col"]} of the {f["grid"][0]}x{f["grid"][1]} map; '
@@ -157,6 +178,10 @@ def write_report(result: dict[str, Any], out: str | Path) -> Path:
     for c in result["clusters"]:
         prototype_image(c["prototype"], mark).save(out / "clusters" / f"{c['id']}.png")
         c["image"] = f"clusters/{c['id']}.png"
+    flagged = {k["cluster"] for k in (result.get("findings") or {}).get("suspicious_clusters", [])}
+    for c in result["clusters"]:
+        if c["id"] in flagged:
+            finding_image(result, c, out, mark).save(out / "clusters" / f"{c['id']}-finding.png")
     (out / "survey.json").write_text(json.dumps(result, indent=1))
     title = f"Survey of {Path(result['folder']).name or result['folder']} · {result['model']} · {result['method_title']}"
     page = (PAGE.replace("%TITLE%", html.escape(title)).replace("%STYLE%", STYLE).replace("%SCRIPT%", SCRIPT)
@@ -240,7 +265,7 @@ h1 { font-size: 1.3rem; margin: 14px 0 4px; } h2 { font-size: 1.1rem; margin: 22
 #notes { color: #555; font-style: italic; }
 #finding { background: #fff4ce; border-left: 4px solid #e6a700; padding: 2px 12px; }
 #finding:empty { display: none; } #finding ul { margin: 6px 0; padding-left: 18px; }
-#finding .flag { color: #a10000; } #finding .flag img { width: 40px; height: 40px; image-rendering: pixelated;
+#finding .flag { color: #a10000; } #finding .flag img { width: 72px; height: 72px;
                                                        vertical-align: middle; margin-right: 6px; }
 nav { position: sticky; top: 0; z-index: 2; background: #fafafa; border-bottom: 1px solid var(--line);
       display: flex; flex-wrap: wrap; gap: 8px 14px; align-items: center; padding-top: 8px; padding-bottom: 8px; }

@@ -262,15 +262,19 @@ def tiles_image(
     smooth: bool = True,
     tile: int = 260,
     pending: Sequence[str] = (),
+    columns: int | None = None,
 ) -> Image.Image:
     """Labelled overlays side by side (fast: PIL). A title's first line is bold, a second line
     (after "\\n") smaller. ``pending``: titles of maps still being computed, drawn as grey
-    placeholders so the layout does not jump when they arrive."""
+    placeholders so the layout does not jump when they arrive. ``columns``: at most this many
+    tiles a row (a phone's screen), the rest in rows below; default one row."""
     titles = list(maps) + list(pending)
     bold, small = text_font(16, bold=True), text_font(14)
     gap, label_h = 12, 46
     n = len(titles)
-    canvas = Image.new("RGB", (n * tile + (n - 1) * gap, tile + label_h), "white")
+    cols = max(1, min(n, columns or n))
+    rows = -(-n // cols)
+    canvas = Image.new("RGB", (cols * tile + (cols - 1) * gap, rows * (tile + label_h) + (rows - 1) * gap), "white")
     draw = ImageDraw.Draw(canvas)
 
     def fit(text: str, font) -> str:
@@ -279,16 +283,16 @@ def tiles_image(
         return text
 
     for i, title in enumerate(titles):
-        x = i * (tile + gap)
+        x, y = (i % cols) * (tile + gap), (i // cols) * (tile + label_h + gap)
         if title in maps:
-            canvas.paste(overlay_image(picture, maps[title], cmap, alpha, smooth, size=(tile, tile)), (x, label_h))
+            canvas.paste(overlay_image(picture, maps[title], cmap, alpha, smooth, size=(tile, tile)), (x, y + label_h))
         else:
-            draw.rectangle((x, label_h, x + tile - 1, label_h + tile - 1), fill=(236, 236, 236))
-            draw.text((x + tile / 2, label_h + tile / 2), "computing…", font=bold, fill=(120, 120, 120), anchor="mm")
+            draw.rectangle((x, y + label_h, x + tile - 1, y + label_h + tile - 1), fill=(236, 236, 236))
+            draw.text((x + tile / 2, y + label_h + tile / 2), "computing…", font=bold, fill=(120, 120, 120), anchor="mm")
         first, _, second = title.partition("\n")
-        draw.text((x + tile / 2, 12), fit(first, bold), font=bold, fill=(34, 34, 34), anchor="mm")
+        draw.text((x + tile / 2, y + 12), fit(first, bold), font=bold, fill=(34, 34, 34), anchor="mm")
         if second:
-            draw.text((x + tile / 2, 33), fit(second, small), font=small, fill=(102, 102, 102), anchor="mm")
+            draw.text((x + tile / 2, y + 33), fit(second, small), font=small, fill=(102, 102, 102), anchor="mm")
     return canvas
 
 

@@ -7,6 +7,7 @@ import gradio as gr
 
 from ..common import friendly
 from ..context import Context, Section, union, values
+from ..page import NARROW_JS
 
 COLORMAPS = ("inferno", "magma", "viridis", "plasma", "turbo", "jet", "gray")
 
@@ -19,8 +20,21 @@ class DisplayControls(Section):
             ctx.cmap = gr.Dropdown(list(COLORMAPS), value="inferno", label="Colormap", scale=1)
             ctx.alpha = gr.Slider(0, 1, value=0.6, step=0.05, label="Overlay opacity", scale=2)
             ctx.smooth = gr.Checkbox(True, label="Smooth (bilinear) maps", scale=1)
+        # the screen's width, told by the page at load (NARROW_JS): a phone gets tiles in two columns
+        self.narrow = gr.Checkbox(False, visible=False, elem_id="narrow-screen")
 
     def wire(self, ctx: Context) -> None:
+        def on_narrow(narrow, sess):
+            sess = ctx.session(sess)
+            sess.narrow = bool(narrow)
+            return sess
+
+        ctx.demo.load(None, None, [self.narrow], js=NARROW_JS, api_visibility="private", show_progress="hidden")
+        self.narrow.change(on_narrow, [self.narrow, ctx.state], [ctx.state], api_visibility="private",
+                           show_progress="hidden", queue=False)
+        self.wire_redisplay(ctx)
+
+    def wire_redisplay(self, ctx: Context) -> None:
         sections = [s for s in ctx.sections if s.redisplay_outputs]
         inputs = union(s.redisplay_inputs for s in sections)
 

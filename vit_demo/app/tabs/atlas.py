@@ -41,7 +41,7 @@ from ...analysis import Analysis
 from ...checkpoints.load import LoadedModel, file_sha256
 from ...evaluate import atlas as atlas_code
 from ...present import atlas_report
-from ...present.atlas_report import Crops, write_report
+from ...present.atlas_report import Crops, accuracy_change, write_report
 from ...present.deck import atlas_slide
 from ...present.slides import write_pdf, write_pptx
 from ...progress import check, part, reporting
@@ -53,6 +53,8 @@ from ..motion import present_dir
 from ..registry import ModelError, ModelRegistry
 from ..session import Session
 from .folder import FolderTab, received, unreadable
+
+REPORT_ZIP = "atlas-report.zip"  # what the report downloads as (the survey's: survey-report.zip)
 
 CACHE_ENV = "VIT_DEMO_CACHE"  # where the example photos' atlases are kept (default: ~/.cache/vit_demo)
 FORMAT = 1  # the cache folder's layout (part of its key, with the atlas code's hash)
@@ -279,7 +281,7 @@ def tiles(at: Atlas, top: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def head_text(at: Atlas, h: dict[str, Any]) -> str:
     heads = sorted(at.result["heads"], key=lambda x: -x["importance"])
     rank = next(i for i, x in enumerate(heads) if x is h) + 1
-    acc = "" if h["accuracy_drop"] is None else f", accuracy {-h['accuracy_drop']:+.1%}"
+    acc = accuracy_change(h["accuracy_drop"])
     patch = at.crops.patch
     return (f"**Layer {h['layer']}, head {h['head']}** {h['summary']}.  \nRemoved (its output replaced by its mean): "
             f"the true class's logit {-h['importance']:+.3f}{acc}; **#{rank} of {len(heads)}** by importance.  \n"
@@ -370,14 +372,14 @@ class AtlasTab(Section):
                     self.head = gr.Dropdown([], label="Head", elem_id="atlas-head", min_width=150)
                 self.head_md = gr.Markdown(elem_id="atlas-head-text", elem_classes="caption")
                 self.head_gallery = gr.Gallery(label="Where this head looks: its best patch in each picture", columns=4,
-                                               rows=2, height=300, allow_preview=False, object_fit="contain",
+                                               rows=2, height=340, allow_preview=False, object_fit="contain",
                                                elem_id="atlas-head-gallery", buttons=[], elem_classes="tiles")
             with gr.Column(min_width=300):
                 # a value from the start: the upload event reads it, and an API input without one is required
                 self.concept = gr.Dropdown([("concept 1", 1)], value=1, label="Concept", elem_id="atlas-concept")
                 self.concept_md = gr.Markdown(elem_id="atlas-concept-text", elem_classes="caption")
                 self.concept_gallery = gr.Gallery(label="Where this concept is strongest: one patch per picture",
-                                                  columns=4, rows=2, height=300, allow_preview=False, object_fit="contain",
+                                                  columns=4, rows=2, height=340, allow_preview=False, object_fit="contain",
                                                   elem_id="atlas-concept-gallery", buttons=[], elem_classes="tiles")
         with gr.Row(equal_height=False):
             self.picture = gr.Image(label="Your picture: the concept above over it (click a patch)", interactive=False,
@@ -539,8 +541,8 @@ class AtlasTab(Section):
             *their_files, sess, atlas_id, layer, head, concept, cmap, alpha = rest
             sess = ctx.session(sess)
             at, atlas_id = self.build_from(ctx, sess, files or (their_files[0] if their_files else None))
-            report = gr.update(visible=False) if atlas_id is None else gr.update(value=str(at.crops.out.parent / "report.zip"),
-                                                                               visible=True)
+            report = gr.update(visible=False) if atlas_id is None else gr.update(
+                value=str(at.crops.out.parent / REPORT_ZIP), visible=True)
             return {self.atlas_id: atlas_id, self.report: report, **self.atlas_views(ctx, sess, at),
                     **self.picture_views(ctx, sess, at, None, cmap, alpha)}
 
@@ -566,7 +568,7 @@ class AtlasTab(Section):
                     t["path"] = Path(t["path"]).name
             public["folder"], public["report"] = "the upload", "report.html"
             (out / "report" / "atlas.json").write_text(json.dumps(public, indent=1), encoding="utf-8")
-            shutil.make_archive(str(out / "report"), "zip", out, "report")
+            shutil.make_archive(str(out / Path(REPORT_ZIP).stem), "zip", out, "report")
         within_budget()
         atlas_id = secrets.token_hex(16)
         with self.lock:

@@ -27,7 +27,7 @@ from ..context import Context, Section
 from ..exports import export_row, save, slug, wire_export
 from ..jobs import LongAction
 from ..motion import AnimationRow, animation_files
-from ..session import Session, Upload
+from ..session import NARROW_COLUMNS, Session, Upload
 
 FUSIONS = ("mean", "max", "min")
 COMPUTING = "⏳ *Computing the class-specific maps: they appear here in a moment.*"
@@ -263,13 +263,14 @@ class RelevanceTab(Section):
         rel = relevance_maps(a, lm, cls)
         rel_pending = [] if lm is not None else relevance_pending(a, cls)
         caption = methods_caption(a, fu, di, st, cls)
+        cols = NARROW_COLUMNS if sess.narrow else None
         if pending or rel_pending:  # finished when the pass ends (follow_up), and after the tab's opening (on_open)
             sess.placeholders[self.name] = sess.view_key
             caption = f"{COMPUTING}\n\n{caption}"
-        return {self.methods_img: jpeg(viz.with_colorbar(viz.tiles_image(a.picture, maps, cm, al, sm, pending=pending),
-                                                         cm)),
+        return {self.methods_img: jpeg(viz.with_colorbar(viz.tiles_image(a.picture, maps, cm, al, sm, pending=pending,
+                                                                         columns=cols), cm)),
                 self.relevance_img: jpeg(viz.with_colorbar(viz.tiles_image(a.picture, rel, cm, al, sm,
-                                                                           pending=rel_pending), cm))
+                                                                           pending=rel_pending, columns=cols), cm))
                 if rel or rel_pending else None,
                 self.methods_md: caption}
 
