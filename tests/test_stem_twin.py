@@ -69,7 +69,7 @@ def test_default_model_compares_block_by_block_from_the_tokens(conv: tuple[Loade
     assert c["max_abs_logit_diff"] <= TOL and max(c["layer_attn_max_diff"]) <= TOL and c["topk_agree"]
     v = verdict(c)
     assert v.startswith("Identical to 0.0001 from the tokens on:") and v.endswith(STEM_SCOPE)
-    assert "no timm counterpart" in v and "`train --stem patch`" in v
+    assert "no timm counterpart" in v and "train --stem patch trains a model that timm builds whole" in v
 
 
 def test_a_broken_block_weight_fails_the_check(conv: tuple[LoadedModel, Path]) -> None:
@@ -111,7 +111,7 @@ def test_cli_says_what_was_compared(conv: tuple[LoadedModel, Path], capsys: pyte
     out = capsys.readouterr().out
     assert "compared:            from the tokens on (each block's output and attention" in out
     assert "PASSED: identical to 0.0001 from the tokens on" in out and "has no timm counterpart" in out
-    assert "`train --stem patch` trains a model that timm builds whole" in out
+    assert "train --stem patch trains a model that timm builds whole" in out
     assert main(["verify", "--weights", str(path), "--device", "cpu", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["starts_at"] == "tokens" and r["scope"] == STEM_SCOPE and r["passed"] is True
@@ -165,7 +165,7 @@ def test_compare_tab_on_a_default_model(conv: tuple[LoadedModel, Path], package_
     assert c["verdict"].startswith("Identical to 0.0001 from the tokens on") and STEM_SCOPE in c["verdict"]
     assert '<span class="badge">PASS</span> <b>Identical to 0.0001 from the tokens on</b>' in verdict_html(c)
     table = compare_markdown(c)
-    assert table.startswith("*Compared from the tokens on.* The convolutional stem")
+    assert table.startswith("**Compared from the tokens on** (the convolutional stem has no timm counterpart)")
     assert "block output difference\\| per layer" in table and "| layer 4 |" in table
     assert STEM_SCOPE in press_note(lm) and "compared from the tokens on" in model_summary(lm)
     assert "no timm twin" not in model_summary(lm)

@@ -20,7 +20,7 @@ from ..model import PatchEmbed, ViTConfig
 
 STEM_SCOPE = ("The convolutional stem (CCT's convolutions) has no timm counterpart, so the check starts at the tokens "
               "it makes: timm's VisionTransformer takes over from there (position embedding, every block, final norm, "
-              "pooling and head); `train --stem patch` trains a model that timm builds whole.")
+              "pooling and head); train --stem patch trains a model that timm builds whole.")
 STAGES = ("tokens", "blocks", "norm", "pooled")  # what :func:`traced` records, in forward order
 
 

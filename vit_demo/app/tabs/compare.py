@@ -55,7 +55,8 @@ def compare_markdown(c: dict[str, Any]) -> str:
     block_rows = ["", "**Max \\|block output difference\\| per layer** (every token, every channel):", "",
                   f"| {rows} |", f"| {sep} |", "| " + " | ".join(f"{d:.1e}" for d in st["blocks"]) + " |"] if st else []
     return "\n".join([
-        *([f"*Compared from the tokens on.* {c['scope']}", ""] if st else []),
+        *(["**Compared from the tokens on** (the convolutional stem has no timm counterpart): the tokens, every "
+           "block's output and attention, the final norm, the pooled features and the logits.", ""] if st else []),
         "| Measure | Scratch vs timm |", "|---|---|",
         *stage_rows,
         f"| max \\|logit difference\\| | {c['max_abs_logit_diff']:.2e} |",
