@@ -175,20 +175,14 @@ def verify(
     report = compare(lm.model, tm, inputs, batch_size, progress)
     if reference is None:
         report["timm_ms_per_image"] = report["reference_ms_per_image"]  # the name scripts already use
+    stages = report.get("stage_max_abs_diff")  # a convolutional stem: compared from the tokens on
     report.update(
-        model=lm.name,
-        timm_model=lm.timm_name,
-        reference=ref_name,
-        weights=str(weights) if weights else lm.source,
-        inputs=what,
-        input_size=list(dc.input_size),
-        device=str(resolve_device(device)),
-        tolerance=tol,
+        model=lm.name, timm_model=lm.timm_name, reference=ref_name, weights=str(weights) if weights else lm.source,
+        inputs=what, input_size=list(dc.input_size), device=str(resolve_device(device)), tolerance=tol,
+        starts_at="tokens" if stages else "pixels", scope=STEM_SCOPE if stages else "",
+        passed=(report["max_abs_logit_diff"] <= tol and report["top1_agreement"] == 1.0
+                and (stages is None or stages_within(stages, tol))),
     )
-    stages = report.get("stage_max_abs_diff")
-    report.update(starts_at="tokens" if stages else "pixels", scope=STEM_SCOPE if stages else "")
-    report["passed"] = (report["max_abs_logit_diff"] <= tol and report["top1_agreement"] == 1.0
-                        and (stages is None or stages_within(stages, tol)))
     return report
 
 
