@@ -1,6 +1,6 @@
 """The convolutional stem (a scratch-model option, Xiao et al. 2021): off by default and for every
-port (the plain model's modules and keys are unchanged), saved and loaded strictly, refused by the
-timm twin in one line, and every explanation method runs on it; LRP's gamma rule for its 3x3
+port (the plain model's modules and keys are unchanged), saved and loaded strictly, compared with
+timm from the tokens on (tests/test_stem_twin.py), and every explanation method runs on it; LRP's gamma rule for its 3x3
 stride-2 convolutions equals the linear gamma rule applied to the unfolded patches."""
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ def test_plain_model_is_unchanged_and_the_stem_is_extra() -> None:
         ViTConfig(patch_size=6, conv_stem=True)
 
 
-def test_saved_and_loaded_strictly_no_timm_twin(tmp_path: Path) -> None:
+def test_saved_and_loaded_strictly_timm_from_the_tokens(tmp_path: Path) -> None:
     from vit_demo.checkpoints.files import save
     from vit_demo.checkpoints.load import load_model
+    from vit_demo.checkpoints.stem_twin import is_stem_twin
     from vit_demo.checkpoints.verify import timm_twin
     from vit_demo.train.recipe import scratch_data_config
 
@@ -60,8 +61,10 @@ def test_saved_and_loaded_strictly_no_timm_twin(tmp_path: Path) -> None:
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(lm.model(x).logits, model(x).logits, atol=0, rtol=0)  # BatchNorm statistics too
-    with pytest.raises(ValueError, match="convolutional stem .* has no timm twin"):
-        timm_twin(lm, path)
+    tm = timm_twin(lm, path)  # the stride-2 stem (not CCT's pooled one): timm's blocks fed its tokens
+    assert is_stem_twin(tm)
+    with torch.no_grad():
+        assert (tm(x) - model(x).logits).abs().max() <= 1e-5
 
 
 def test_conv_gamma_rule_equals_the_linear_rule_on_unfolded_patches() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..model import VisionTransformer, ViTConfig
 from ..preprocess import DataConfig
@@ -35,12 +36,12 @@ class UnsupportedModelError(ValueError):
 # ----------------------------------------------------------------------------- strict loading
 
 
-def expected_state(model: VisionTransformer) -> dict[str, tuple[int, ...]]:
-    """Every parameter the scratch model needs, with its shape (timm's key names)."""
+def expected_state(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Every parameter the model needs (the scratch model, or timm's), with its shape (timm's key names)."""
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def check_state_dict(model: VisionTransformer, sd: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+def check_state_dict(model: nn.Module, sd: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
     """Raise :class:`CheckpointError` naming missing, unexpected, mis-shaped and non-finite keys."""
     want = expected_state(model)
     missing = [k for k in want if k not in sd]

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,9 @@ from ..images import find_images
 from ..model import VisionTransformer, ViTConfig, diff_lambda, window_map
 from ..preprocess import load_inputs
 from ..progress import batches
-from .files import is_timm_layout, read_checkpoint
+from .files import check_state_dict, is_timm_layout, read_checkpoint
 from .load import LoadedModel, default_checkpoint, load_model, resolve_device
+from .stem_twin import STEM_SCOPE, StemEmbed, is_stem_twin, stage_diffs, traced
 from .timm import timm_keys, timm_model
 
 TIMM_LOCK = threading.Lock()  # timm_attentions hooks the model it runs: no other forward of timm while they are on
@@ -41,6 +43,8 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
                          f"a transformers port: use `verify --weights FILE --reference DIR` instead)")
     if weights is not None:
         sd, _ = read_checkpoint(weights)
+        if not lm.timm_name:  # built from the config: every key and shape checked first, an error naming them
+            check_state_dict(tm, sd, f"{Path(weights).name} (for timm's VisionTransformer built from its config)")
         if is_timm_layout(sd):
             tm.load_state_dict(sd, strict=True)
         else:  # big_vision .npz: timm's own loader
@@ -48,7 +52,10 @@ def timm_twin(lm: LoadedModel, weights: str | os.PathLike | None = None, **kwarg
 
             _load_weights(tm, str(weights))
     else:  # random init / hub: the scratch model holds the same weights as timm's would
-        tm.load_state_dict(timm_keys(lm.model.state_dict(), cfg), strict=True)
+        sd = timm_keys(lm.model.state_dict(), cfg)
+        if not lm.timm_name:
+            check_state_dict(tm, sd, f"{lm.name} (for timm's VisionTransformer built from its config)")
+        tm.load_state_dict(sd, strict=True)
     return tm.to(lm.device).eval()
 
 
@@ -60,7 +67,9 @@ def takes_any_size(cfg: ViTConfig) -> bool:
 
 def timm_from_config(cfg: ViTConfig, **kwargs: Any) -> nn.Module:
     """timm's ``VisionTransformer`` built from one of our configs (a checkpoint trained here has
-    no timm model name). Only for the plain variants timm's class builds the same way."""
+    no timm model name). Only for the plain variants timm's class builds the same way. A
+    convolutional stem has no timm counterpart: timm's class is then built with ours as its patch
+    embedding (:class:`~.stem_twin.StemEmbed`), so that it compares from the tokens on."""
     from functools import partial
 
     from timm.models.vision_transformer import VisionTransformer as TimmViT
@@ -68,7 +77,7 @@ def timm_from_config(cfg: ViTConfig, **kwargs: Any) -> nn.Module:
     if cfg.dist_token or cfg.act != "gelu" or cfg.layer_scale:
         raise ValueError("timm's VisionTransformer has no distillation token / QuickGELU / LayerScale by config")
     if cfg.conv_stem:
-        raise ValueError("a convolutional stem (trained here) has no timm twin: timm's VisionTransformer has no such stem")
+        kwargs = {"embed_layer": partial(StemEmbed, cfg), **kwargs}
     return TimmViT(img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
                    global_pool=cfg.global_pool, embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
                    mlp_ratio=cfg.mlp_ratio, qkv_bias=cfg.qkv_bias, class_token=cfg.class_token,
@@ -88,6 +97,7 @@ def compare(
     scratch(warm), tm(warm)  # first-call overheads out of the timing
     diffs, pdiffs, top1, top5 = [], [], 0, 0
     t_scratch = t_timm = 0.0
+    stages: dict[str, Any] | None = None
     for chunk in batches(list(inputs), batch_size, "verify", progress):
         x = torch.stack(list(chunk)).to(dev)
         t0 = time.perf_counter()
@@ -96,6 +106,8 @@ def compare(
         b = tm(x)
         t2 = time.perf_counter()
         t_scratch, t_timm = t_scratch + t1 - t0, t_timm + t2 - t1
+        if is_stem_twin(tm):  # from the tokens on: every stage too, outside the timing
+            stages = worst_stages(stages, both_traced(scratch, tm, x, trace=True)[3])
         a, b = a.float().cpu(), b.float().cpu()
         diffs.append((a - b).abs().max().item())
         pdiffs.append((a.softmax(-1) - b.softmax(-1)).abs().max().item())
@@ -104,6 +116,7 @@ def compare(
         top5 += sum(set(r.tolist()) == set(s.tolist()) for r, s in zip(a.topk(k).indices, b.topk(k).indices))
     n = len(inputs)
     return {
+        **({"stage_max_abs_diff": stages} if stages is not None else {}),
         "images": n,
         "max_abs_logit_diff": max(diffs),
         "max_abs_prob_diff": max(pdiffs),
@@ -162,17 +175,14 @@ def verify(
     report = compare(lm.model, tm, inputs, batch_size, progress)
     if reference is None:
         report["timm_ms_per_image"] = report["reference_ms_per_image"]  # the name scripts already use
+    stages = report.get("stage_max_abs_diff")  # a convolutional stem: compared from the tokens on
     report.update(
-        model=lm.name,
-        timm_model=lm.timm_name,
-        reference=ref_name,
-        weights=str(weights) if weights else lm.source,
-        inputs=what,
-        input_size=list(dc.input_size),
-        device=str(resolve_device(device)),
-        tolerance=tol,
+        model=lm.name, timm_model=lm.timm_name, reference=ref_name, weights=str(weights) if weights else lm.source,
+        inputs=what, input_size=list(dc.input_size), device=str(resolve_device(device)), tolerance=tol,
+        starts_at="tokens" if stages else "pixels", scope=STEM_SCOPE if stages else "",
+        passed=(report["max_abs_logit_diff"] <= tol and report["top1_agreement"] == 1.0
+                and (stages is None or stages_within(stages, tol))),
     )
-    report["passed"] = report["max_abs_logit_diff"] <= tol and report["top1_agreement"] == 1.0
     return report
 
 
@@ -201,8 +211,6 @@ class TransformersReference(nn.Module):
 
 def transformers_reference(folder: str | os.PathLike, interpolate: bool = False) -> TransformersReference:
     """The folder's model built by transformers itself (local files only, eager attention)."""
-    from pathlib import Path
-
     from .hf import architecture_of, read_json
 
     try:
@@ -219,13 +227,33 @@ def transformers_reference(folder: str | os.PathLike, interpolate: bool = False)
     return TransformersReference(model.float().eval(), arch, interpolate)
 
 
+def stage_lines(st: dict[str, Any]) -> list[str]:
+    """The report's lines for a comparison from the tokens on (:func:`both_traced`'s stages)."""
+    worst = int(np.argmax(st["blocks"]))
+    n = len(st["blocks"])
+    return [
+        "  compared:            from the tokens on (each block's output and attention, final norm, pooling, logits)",
+        f"  max |token diff|:    {st['tokens']:.3e} (after the position embedding)",
+        f"  max |block diff|:    output {max(st['blocks']):.3e} (worst: block {worst + 1} of {n}), "
+        f"attention {max(st['attention']):.3e}",
+        f"  max |norm diff|:     {st['norm']:.3e} (the tokens after the last block and the final norm, if any)",
+        f"  max |pooled diff|:   {st['pooled']:.3e} (the head's input: pooled, then normed by fc_norm, if any)",
+    ]
+
+
 def format_report(r: dict[str, Any]) -> str:
+    stages = r.get("stage_max_abs_diff")
     verdict = f"PASSED: identical to {r['tolerance']:g}" if r["passed"] else "FAILED"
+    if stages:
+        import textwrap
+
+        verdict += " from the tokens on\n" + textwrap.fill(r["scope"], 100, initial_indent="  ", subsequent_indent="  ")
     ref = r.get("reference", "timm")
     lib = ref.split()[0]
     return "\n".join([
         f"scratch ViT vs {ref}: {r['model']} ({r['weights']})",
         f"  inputs:              {r['inputs']} at {r['input_size'][0]}x{r['input_size'][1]} on {r['device']}",
+        *(stage_lines(stages) if stages else []),
         f"  max |logit diff|:    {r['max_abs_logit_diff']:.3e}",
         f"  max |prob diff|:     {r['max_abs_prob_diff']:.3e}",
         f"  top-1 agreement:     {r['top1_agreement'] * 100:.1f}%",
@@ -281,6 +309,37 @@ def timm_attentions(tm: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[
 
 
 @torch.inference_mode()
+def both_traced(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, trace: bool
+                ) -> tuple[Any, torch.Tensor, list[torch.Tensor], dict[str, Any] | None]:
+    """Both models on ``x`` with every layer's attention: our output, timm's logits and attention,
+    and with ``trace`` the max |difference| of each stage (:func:`~.stem_twin.traced`: the tokens,
+    every block's output and attention, the final norm, the pooled features), else None."""
+    from contextlib import nullcontext
+
+    with traced(scratch) if trace else nullcontext() as ours_stages:
+        ours = scratch(x, capture=True)
+    with traced(tm) if trace else nullcontext() as ref_stages:
+        ref_logits, ref_attn = timm_attentions(tm, x)
+    if not trace:
+        return ours, ref_logits, ref_attn, None
+    stages = stage_diffs(ours_stages, ref_stages)
+    stages["attention"] = [(p.float() - q.float()).abs().max().item() for p, q in zip(ours.attentions, ref_attn)]
+    return ours, ref_logits, ref_attn, stages
+
+
+def worst_stages(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    """The larger difference of two :func:`both_traced` stage records, stage by stage."""
+    if a is None:
+        return b
+    return {k: [max(p, q) for p, q in zip(a[k], b[k])] if isinstance(b[k], list) else max(a[k], b[k]) for k in b}
+
+
+def stages_within(stages: dict[str, Any], tol: float) -> bool:
+    """Whether every stage of a :func:`both_traced` record is within ``tol``."""
+    return all(d <= tol for v in stages.values() for d in (v if isinstance(v, list) else [v]))
+
+
+@torch.inference_mode()
 def compare_one(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, k: int = 5, repeats: int = 3) -> dict[str, Any]:
     """Both models on one input [1, 3, H, W]: logits, top-k, per-layer attention, and timings."""
 
@@ -296,13 +355,14 @@ def compare_one(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, k: i
         with TIMM_LOCK:  # never while another thread's timm_attentions has its hooks on tm
             return tm(t)
 
-    ours = scratch(x, capture=True)
-    ref_logits, ref_attn = timm_attentions(tm, x)
+    stem = is_stem_twin(tm)
+    ours, ref_logits, ref_attn, stages = both_traced(scratch, tm, x, trace=stem)
     a, b = ours.logits.float().cpu()[0], ref_logits.float().cpu()[0]
     k = min(k, a.numel())
     ta, tb = a.topk(k).indices.tolist(), b.topk(k).indices.tolist()
     layer_diffs = [(p.cpu() - q.cpu()).abs().max().item() for p, q in zip(ours.attentions, ref_attn)]
     return {
+        **({"stages": stages, "scope": STEM_SCOPE} if stem else {}),
         "max_abs_logit_diff": (a - b).abs().max().item(),
         "max_abs_prob_diff": (a.softmax(-1) - b.softmax(-1)).abs().max().item(),
         "top1_agree": ta[0] == tb[0],
@@ -318,11 +378,16 @@ def compare_one(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, k: i
 
 
 def verdict(c: dict[str, Any], tol: float = DEFAULT_TOL) -> str:
-    """One sentence a presenter can read out."""
+    """One sentence a presenter can read out (two for a model compared from the tokens on: what
+    was compared, then why not from the pixels)."""
     worst_attn = max(c["layer_attn_max_diff"]) if c["layer_attn_max_diff"] else 0.0
-    if c["max_abs_logit_diff"] <= tol and c["topk_agree"] and worst_attn <= tol:
-        return (f"Identical to {tol:g}: max logit difference {c['max_abs_logit_diff']:.1e}, "
-                f"max attention difference {worst_attn:.1e}, same top-{len(c['scratch_topk'])}.")
+    stages = c.get("stages")
+    start, scope = (" from the tokens on", f" {c['scope']}") if stages else ("", "")
+    if (c["max_abs_logit_diff"] <= tol and c["topk_agree"] and worst_attn <= tol
+            and (stages is None or stages_within(stages, tol))):
+        blocks = f"max block-output difference {max(stages['blocks'], default=0.0):.1e}, " if stages else ""
+        return (f"Identical to {tol:g}{start}: max logit difference {c['max_abs_logit_diff']:.1e}, "
+                f"max attention difference {worst_attn:.1e}, {blocks}same top-{len(c['scratch_topk'])}.{scope}")
     parts = []
     if c["max_abs_logit_diff"] > tol:
         parts.append(f"logits differ by up to {c['max_abs_logit_diff']:.2e}")
@@ -330,5 +395,12 @@ def verdict(c: dict[str, Any], tol: float = DEFAULT_TOL) -> str:
         parts.append("the top-k lists differ")
     if worst_attn > tol:
         layer = int(np.argmax(c["layer_attn_max_diff"]))
-        parts.append(f"attention differs by {worst_attn:.2e} (first worst at layer {layer})")
-    return "Mismatch: " + "; ".join(parts) + "."
+        parts.append(f"attention differs by {worst_attn:.2e} (first worst at layer {layer + 1})")
+    for name, what in (("tokens", "the tokens differ"), ("norm", "the final norm's output differs"),
+                       ("pooled", "the pooled features differ")):
+        if stages and stages[name] > tol:
+            parts.append(f"{what} by {stages[name]:.2e}")
+    if stages and max(stages["blocks"], default=0.0) > tol:
+        block = int(np.argmax(stages["blocks"])) + 1
+        parts.append(f"block outputs differ by {max(stages['blocks']):.2e} (first worst at block {block})")
+    return f"Mismatch{start}: " + "; ".join(parts) + "." + scope

@@ -11,7 +11,8 @@ on-request buttons), the analysis cache, the deck's scores, side-by-side and the
 - families: :mod:`.attention` (raw attention, head maps, attention distance, position
   embeddings), :mod:`.rollout`, :mod:`.gradients` (gradient rollout, Chefer relevance),
   :mod:`.lrp` (CP-LRP, AttnLRP, gated LRP), :mod:`.gradcam`, :mod:`.perturb` (RISE, causal
-  LRP), and any other module here.
+  LRP), and any other module here; :mod:`.stem` (a convolutional stem's stages, for the Patches
+  tab) registers none.
 """
 
 from __future__ import annotations

@@ -368,11 +368,12 @@ def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: st
     sentence = verdict(worst, DEFAULT_TOL)
     ok = sentence.startswith("Identical")
     attn = max(max(c["layer_attn_max_diff"]) for c in checks)
+    arch = lm.timm_name or "VisionTransformer, built from the stored config,"
     return Slide(
         "Checked against timm: " + ("identical" if ok else "MISMATCH"),
         [_render(timm_check_figure(checks, names, DEFAULT_TOL), width_px)],
         f"Everything in this talk comes from a Vision Transformer written from scratch. To trust it, we run timm's "
-        f"reference {lm.timm_name} on the same weights and the same {len(xs)} image(s): the largest logit difference is "
+        f"reference {arch} on the same weights and the same {len(xs)} image(s): the largest logit difference is "
         f"{worst['max_abs_logit_diff']:.1e} and the largest attention difference {attn:.1e}, against a tolerance of "
         f"{DEFAULT_TOL:g}. {sentence} (architecture: {PAPERS['vit']})",
         "The model", sentence, {"checks": checks, "passed": ok},

@@ -6,7 +6,7 @@ Everything here takes numbers (numpy arrays or torch tensors, already computed b
 
 - a ``PIL.Image`` from the *fast* renderers in :mod:`~vit_demo.viz.previews`
   (:func:`overlay_image`, :func:`heads_image`, :func:`patch_grid_image`, :func:`sequence_image`,
-  :func:`tiles_image`):
+  :func:`stem_image`, :func:`tiles_image`):
   numpy + PIL only, meant for the interactive app where a slider re-renders on every move; or
 - a ``matplotlib.figure.Figure`` from the *figure* functions (``*_figure``), for slides and
   papers: pictures of maps in :mod:`~vit_demo.viz.figures`, several images side by side in
@@ -46,7 +46,16 @@ from .figures import (
     topk_figure,
     uniform_attention_distance,
 )
-from .previews import draw_windows, heads_image, overlay_image, patch_grid_image, sequence_image, tiles_image, with_colorbar
+from .previews import (
+    draw_windows,
+    heads_image,
+    overlay_image,
+    patch_grid_image,
+    sequence_image,
+    stem_image,
+    tiles_image,
+    with_colorbar,
+)
 from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
@@ -73,7 +82,7 @@ __all__ = [
     "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "WINDOW_RGB", "Picture", "SequenceSlot", "as_array", "check_cmap",
     "colorize", "colormap_lut", "compare_figure", "draw_windows", "distance_figure", "figure_to_image", "heads_figure",
     "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
-    "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image",
+    "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image", "stem_image",
     "sequence_slots", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
     "uniform_attention_distance", "upsample", "with_colorbar",
 ]

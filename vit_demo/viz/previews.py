@@ -317,6 +317,38 @@ def with_colorbar(img: Image.Image, cmap: str = "inferno", note: str = "each map
     return out
 
 
+def stem_image(picture: Picture, stages: Sequence[tuple[str, str, Any]], tile: int = 150, cmap: str = "inferno"
+               ) -> Image.Image:
+    """A convolutional stem at work (fast: PIL): the picture, then each stage's map at its own
+    resolution (flat squares, each scaled to its own range), arrows between them. ``stages``:
+    (title, second line, map ``[h, w]``) each, e.g. ("stage 1 · 16×16", "mean of 32 channels", map)."""
+    pic = picture_array(picture)
+    h0, w0 = pic.shape[:2]
+    size = target_size(w0, h0, tile)
+    panels = [(f"input · {w0}×{h0}", "3 channels (RGB)", Image.fromarray(pic).resize(size, Image.Resampling.NEAREST))]
+    panels += [(t, sub, overlay_image(None, m, cmap, smooth=False, size=size)) for t, sub, m in stages]
+    arrow = text_font(22, bold=True)
+    gap, label_h = 34, 44
+
+    def font(text: str, px: int, bold: bool = False):  # the largest size down to 10 px that fits the panel
+        while px > 10 and text_width(text, text_font(px, bold)) > size[0] + gap - 8:
+            px -= 1
+        return text_font(px, bold)
+
+    width = len(panels) * size[0] + (len(panels) - 1) * gap
+    canvas = Image.new("RGB", (width, size[1] + label_h), "white")
+    draw = ImageDraw.Draw(canvas)
+    for i, (title, sub, img) in enumerate(panels):
+        x = i * (size[0] + gap)
+        canvas.paste(img, (x, label_h))
+        draw.rectangle((x, label_h, x + size[0] - 1, label_h + size[1] - 1), outline=(136, 136, 136))
+        draw.text((x + size[0] / 2, 11), title, font=font(title, 15, bold=True), fill=_INK, anchor="mm")
+        draw.text((x + size[0] / 2, 31), sub, font=font(sub, 13), fill=_MUTED, anchor="mm")
+        if i:
+            draw.text((x - gap / 2, label_h + size[1] / 2), "→", font=arrow, fill=_MUTED, anchor="mm")
+    return canvas
+
+
 _SEQ_TAIL = 3  # the last patches a sequence picture always shows
 _SEQ_BOX, _SEQ_GAP, _SEQ_Y = 56, 10, 86  # px: a token's box, the gap between boxes, the boxes' top
 _INK, _MUTED, _POSITION_RGB = (34, 34, 34), (102, 102, 102), (155, 143, 184)
@@ -329,6 +361,7 @@ def sequence_image(
     highlight: int | None = None,
     width: int = 1120,
     embed_dim: int | None = None,
+    tokenizer: str | None = None,
 ) -> Image.Image:
     """The flattened sequence the transformer reads (fast: PIL), ``width`` x 250 px: the
     prefix tokens (``prefix_names``, e.g. ``TokenLayout.names()``), then the patches left to
@@ -336,7 +369,8 @@ def sequence_image(
     patch wherever it sits), each with its patch number above and its position in the
     sequence below. As many patches are shown as fit the width (slots from
     :func:`~vit_demo.viz.sequence.sequence_slots`). ``embed_dim``: the token vectors' size,
-    for the caption.
+    for the caption; ``tokenizer``: how a token is made, in place of the caption's "Each p×p×3-pixel
+    patch is flattened and projected to ..." (a convolutional stem's tokens are not).
     """
     pic = picture_array(picture)
     p = int(patch_size)
@@ -361,7 +395,7 @@ def sequence_image(
             draw.text((x + _SEQ_BOX / 2, _SEQ_Y + _SEQ_BOX / 2), "…", font=text_font(17, bold=True), fill=_MUTED, anchor="mm")
             continue
         _sequence_position(draw, x, slot.position)
-    _sequence_caption(draw, width, p, names, embed_dim)
+    _sequence_caption(draw, width, p, names, embed_dim, tokenizer)
     return img
 
 
@@ -404,11 +438,12 @@ def _sequence_position(draw: ImageDraw.ImageDraw, x: int, position: int) -> None
     draw.text((x + _SEQ_BOX / 2, y + 16), str(position), font=text_font(12, bold=True), fill="white", anchor="mm")
 
 
-def _sequence_caption(draw: ImageDraw.ImageDraw, width: int, p: int, names: list[str], embed_dim: int | None) -> None:
+def _sequence_caption(draw: ImageDraw.ImageDraw, width: int, p: int, names: list[str], embed_dim: int | None,
+                      tokenizer: str | None = None) -> None:
     """Two lines under the sequence: how a patch becomes a token, and the position embedding."""
     dim = f"a {embed_dim}-number vector" if embed_dim else "one vector"
     lines = [
-        f"Each {p}×{p}×3-pixel patch is flattened and projected to {dim}; "
+        (tokenizer or f"Each {p}×{p}×3-pixel patch is flattened and projected to {dim}") + "; "
         + (f"{' and '.join(names)} {'are learned vectors' if len(names) > 1 else 'is a learned vector'} "
            "of the same size." if names else "there are no extra tokens."),
         "A learned position embedding is added to every token: the model is told where each patch came from.",

@@ -34,9 +34,9 @@ def model_summary(lm: LoadedModel) -> str:
     warn = "  **Random weights**: the machinery is real, the predictions are noise." if lm.random_weights else ""
     source = f"`{Path(lm.source[5:]).name}`" if lm.source.startswith("file ") else lm.source
     variants = f" Variants: {', '.join(cfg.variants())}." if cfg.variants() else ""
+    stem = " (a convolutional stem makes them: timm, which has none, is compared from the tokens on)" if cfg.conv_stem else ""
     return (f"**{lm.name}**: {cfg.depth} layers × {cfg.num_heads} heads, width {cfg.embed_dim}, "
-            f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches"
-            f"{' (a convolutional stem makes them; no timm twin)' if cfg.conv_stem else ''}, tokens: {prefix}; "
+            f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches{stem}, tokens: {prefix}; "
             f"{head}.{variants} Weights: {source}.{warn}")
 
 

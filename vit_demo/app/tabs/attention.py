@@ -88,6 +88,23 @@ def _query_label(a: Analysis, query: int | None) -> str:
     return f"patch {query} (row {r + 1}, column {c + 1})"
 
 
+def model_query(a: Analysis | None) -> str:
+    """What the maps read when no patch is the query: the [class] token, the attention pool's
+    query, or, for a model without either, the mean of the patch queries."""
+    if a is not None and a.layout.probe is not None:
+        return "the attention pool's query"
+    if a is not None and a.layout.cls_index is None:
+        return "the mean of the patch queries (no [class] token)"
+    return "the [class] token"
+
+
+def query_choices(a: Analysis | None) -> list[tuple[str, str]]:
+    """The query menu, (label, value): the first entry's value stays ``CLASS_TOKEN`` (the API's
+    word for "the model's own query"), its label says what that is for this model."""
+    label = model_query(a)
+    return [(CLASS_TOKEN if label == "the [class] token" else label, CLASS_TOKEN), (PATCH_QUERY, PATCH_QUERY)]
+
+
 def prefix_share(a: Analysis, layer: int, head: str | int, query: int | None) -> float | None:
     """The fraction of the query's attention that goes to the prefix tokens (not on the map)."""
     P = a.layout.num_prefix
@@ -197,7 +214,8 @@ def export_attention(a: Analysis, up: Upload, layer: int, head: str | int | None
     head = _head(head)
     layer = int(np.clip(int(layer), 0, a.depth - 1))
     maps = attention_maps(a, layer, head, query)
-    who = "[class]" if query is None else f"patch {query}"
+    short = "pool query" if a.layout.probe is not None else "[class]" if a.layout.cls_index is not None else "mean of patches"
+    who = short if query is None else f"patch {query}"
     where = f"layer {layer + 1} of {a.depth}"
     if head == HEAD_LAYERS:
         fig = viz.heads_figure(a.picture, maps, cmap, alpha, smooth, title=f"Attention of {who}, every layer and head",
@@ -228,10 +246,10 @@ def query_and_note(a: Analysis | None, mode: str, patch: Any) -> tuple[int | Non
     try:
         q = int(patch)
     except (TypeError, ValueError):
-        return None, f"Patch {patch!r} is not a number: showing the [class] token. "
+        return None, f"Patch {patch!r} is not a number: showing {model_query(a)}. "
     if a is not None and not 0 <= q < a.layout.num_patches:
         return None, (f"There is no patch {q} (patches are numbered 0 to {a.layout.num_patches - 1}): "
-                      "showing the [class] token. ")
+                      f"showing {model_query(a)}. ")
     return q, ""
 
 
@@ -289,7 +307,7 @@ class AttentionTab(Section):
             self.att_md: caption,
             self.layer: gr.update(maximum=a.depth, value=ly + 1),
             self.head: gr.update(choices=head_choices(a.num_heads), value=hd),
-            self.qmode: gr.update(value=PATCH_QUERY if q is not None else CLASS_TOKEN),
+            self.qmode: gr.update(choices=query_choices(a), value=PATCH_QUERY if q is not None else CLASS_TOKEN),
             self.qpatch: gr.update(maximum=a.layout.num_patches - 1, value=q if q is not None else 0),
         }
 

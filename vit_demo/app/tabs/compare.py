@@ -12,6 +12,7 @@ import gradio as gr
 
 from ...analysis import Analysis
 from ...checkpoints.load import LoadedModel
+from ...checkpoints.stem_twin import STEM_SCOPE
 from ...viz.charts import layer_diff_figure
 from ..common import display_label, friendly
 from ..context import Context, Section
@@ -45,8 +46,19 @@ def compare_markdown(c: dict[str, Any]) -> str:
     vals = " | ".join(f"{d:.1e}" for d in diffs)
     sep = " | ".join("---" for _ in diffs)
     k = len(c["scratch_topk"])
+    st = c.get("stages")
+    stage_rows = [
+        f"| max \\|token difference\\| (the stem's tokens + position embedding) | {st['tokens']:.2e} |",
+        f"| max \\|final-norm difference\\| (every token) | {st['norm']:.2e} |",
+        f"| max \\|pooled-feature difference\\| (the head's input) | {st['pooled']:.2e} |",
+    ] if st else []
+    block_rows = ["", "**Max \\|block output difference\\| per layer** (every token, every channel):", "",
+                  f"| {rows} |", f"| {sep} |", "| " + " | ".join(f"{d:.1e}" for d in st["blocks"]) + " |"] if st else []
     return "\n".join([
+        *(["**Compared from the tokens on** (the convolutional stem has no timm counterpart): the tokens, every "
+           "block's output and attention, the final norm, the pooled features and the logits.", ""] if st else []),
         "| Measure | Scratch vs timm |", "|---|---|",
+        *stage_rows,
         f"| max \\|logit difference\\| | {c['max_abs_logit_diff']:.2e} |",
         f"| max \\|probability difference\\| | {c['max_abs_prob_diff']:.2e} |",
         f"| same top-1 | {'yes' if c['top1_agree'] else '**no**'} |",
@@ -56,6 +68,7 @@ def compare_markdown(c: dict[str, Any]) -> str:
         "**Max \\|attention difference\\| per layer** (every head, every token pair):",
         "",
         f"| {rows} |", f"| {sep} |", f"| {vals} |",
+        *block_rows,
     ])
 
 
@@ -69,6 +82,12 @@ def verdict_html(c: dict) -> str:
     head, _, text = c["verdict"].partition(":")
     return (f'<div class="verdict {kind}"><span class="badge">{word}</span> <b>{html.escape(head)}</b>: '
             f"{html.escape(text.strip())}</div>")
+
+
+def press_note(lm: LoadedModel) -> str:
+    """What the tab says before the button is pressed (and, for a convolutional stem, what it will compare)."""
+    note = "*Press the button to run timm's model on this image.*"
+    return f"{note} {STEM_SCOPE}" if lm.model.cfg.conv_stem else note
 
 
 def need_comparison(sess: Session) -> dict:
@@ -86,7 +105,9 @@ class CompareTab(Section):
     def layout(self, ctx: Context) -> None:
         gr.Markdown("timm's own model, loaded with **the same weights file** (timm reads the file itself, so a "
                     "porting bug would show), runs on **the same input tensor**. Both top-k lists, the largest "
-                    "differences, and each model's time.", elem_classes="caption")
+                    "differences, and each model's time. A model trained here: timm's VisionTransformer built from its stored "
+                    "config; with a convolutional stem (which timm does not have), the check starts at the tokens.",
+                    elem_classes="caption")
         self.timm_btn = gr.Button(RUN_TIMM, variant="primary", elem_id="run-timm")
         self.verdict_md = gr.Markdown(elem_id="verdict")
         with gr.Row():
@@ -98,8 +119,7 @@ class CompareTab(Section):
         self.exports = [self.btn]
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
-        return {self.verdict_md: "*Press the button to run timm's model on this image.*", self.ours_lbl: None,
-                self.timm_lbl: None, self.timm_md: ""}
+        return {self.verdict_md: press_note(lm), self.ours_lbl: None, self.timm_lbl: None, self.timm_md: ""}
 
     def wire(self, ctx: Context) -> None:
         reg, state = ctx.reg, ctx.state
