@@ -132,3 +132,23 @@ def test_attention_notes_without_a_class_token(shape_picture: Image.Image) -> No
     assert query_choices(b) == [(CLASS_TOKEN, CLASS_TOKEN), (PATCH_QUERY, PATCH_QUERY)]
     up = Upload(shape_picture, "shape.png", (32, 32))
     assert "mean-of-patches" in export_attention(a, up, 3, "mean", None, "inferno", 0.6, True).name
+
+
+def test_rollout_caption_and_deck_name_the_reader(shape_picture: Image.Image) -> None:
+    """The Rollout & relevance caption and the deck's slides say whose attention they show: the [class]
+    token for the plain ViT, the patch tokens on average for the default trained model (no [class])."""
+    from vit_demo.app.tabs.relevance import methods_caption
+    from vit_demo.present import deck
+
+    for stem, reader, absent in (("patch", "the [class] token", "the patch tokens, on average"),
+                                 ("conv", "the patch tokens, on average", "[class] token (the extra")):
+        lm = scratch(stem)
+        a = analysed(lm, shape_picture)
+        cap = methods_caption(a, "mean", 0.0, 0, None)
+        assert f"where {reader}" in cap and absent not in cap, cap
+        slides = [deck.tokens_slide(a, "x", 400), deck.heads_slide(a, "x", 400, "inferno"),
+                  deck.layers_slide(a, "x", 400, "inferno")]
+        text = " ".join(f"{s.notes} {s.subtitle}" for s in slides)
+        assert reader in text
+        if stem == "conv":
+            assert "[class] token" not in text.replace("no [class] token", ""), text

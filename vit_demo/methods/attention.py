@@ -43,6 +43,24 @@ def query_index(layout: TokenLayout) -> int | None:
     return layout.cls_index
 
 
+def reader(layout: TokenLayout, long: bool = False) -> str:
+    """Whose attention the maps read, in words: the [class] token, an attention pool's query, or, for a
+    model with neither (the default recipe of ``train``), the patch tokens on average. ``long``: with
+    why that is the one (for a caption's first mention)."""
+    if layout.probe is not None:
+        return "the attention pool's query" + (" (the learned query whose reading the model answers from)"
+                                               if long else "")
+    if layout.cls_index is None:
+        return "the patch tokens, on average" + (" (this model has no [class] token: it answers from their mean)"
+                                                 if long else "")
+    return "the [class] token" + (" (the extra token whose final state the model answers from)" if long else "")
+
+
+def many_readers(layout: TokenLayout) -> bool:
+    """Whether :func:`reader` is the patch tokens (a plural: "where they look")."""
+    return layout.probe is None and layout.cls_index is None
+
+
 def on_grid(v: Tensor, layout: TokenLayout) -> Tensor:
     """[..., gh*gw] -> [..., gh, gw]."""
     return v.reshape(*v.shape[:-1], *layout.grid)

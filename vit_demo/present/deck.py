@@ -47,7 +47,7 @@ from ..analysis import Analysis, analyze, class_maps
 from ..checkpoints.verify import DEFAULT_TOL, compare_one, timm_twin, verdict
 from ..evaluate.curves import RANDOM_SEEDS, auc_table, method_curves
 from ..evaluate.faithfulness import method_maps
-from ..methods.attention import cls_attention, head_maps
+from ..methods.attention import cls_attention, head_maps, many_readers, reader
 from ..methods.rollout import rollout
 from ..progress import part
 from ..viz.charts import faithfulness_figure, model_card_figure, shorten, timm_check_figure
@@ -163,12 +163,23 @@ def tokens_slide(a: Analysis, name: str, width_px: int) -> Slide:
         "From pixels to tokens",
         [_render(viz.patch_grid_figure(a.picture, p, a.layout.names(), title=" "), width_px)],
         f"The image is cut into {p}x{p}-pixel patches, a {gh}x{gw} grid of {gh * gw} patches, read left to right and "
-        f"top to bottom. Each patch becomes one token; a learned [class] token goes first: it gathers what the other "
-        f"tokens say, and its final state is all the classifier reads. This is the core idea of {PAPERS['vit']}: an "
-        "image is a sequence of words.",
+        f"top to bottom. Each patch becomes one token; {readout_sentence(a)} This is the core idea of {PAPERS['vit']}: "
+        "an image is a sequence of words.",
         f"Image: {name}", f"{gh * gw} patches + {a.layout.num_prefix} extra token(s) = {gh * gw + a.layout.num_prefix} "
-                          "tokens; the [class] token collects the answer",
+                          f"tokens; {reader(a.layout)} {'give' if many_readers(a.layout) else 'collects'} the answer",
     )
+
+
+def readout_sentence(a: Analysis) -> str:
+    """Where the answer is read, for the tokens slide: the [class] token, an attention pool, or the patches' mean."""
+    if a.layout.probe is not None:
+        return ("no [class] token: an attention-pool head, a learned query, reads the final tokens, and the classifier "
+                "reads what it gathers.")
+    if a.layout.cls_index is None:
+        return ("no [class] token here: the classifier reads the mean of the patch tokens' final states, so every patch "
+                "speaks for itself.")
+    return ("a learned [class] token goes first: it gathers what the other tokens say, and its final state is all the "
+            "classifier reads.")
 
 
 def heads_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
@@ -178,10 +189,12 @@ def heads_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     return Slide(
         f"The {H} heads of the last layer",
         [_render(viz.heads_figure(a.picture, heads, cmap=cmap, layer=L - 1), width_px)],
-        f"Each attention head of layer {L} of {L} looks at the image its own way: here is where the [class] token looks, "
+        f"Each attention head of layer {L} of {L} looks at the image its own way: here is where {reader(a.layout)} "
+        f"look{'' if many_readers(a.layout) else 's'}, "
         f"one panel per head, each scaled to its own range. Heads specialise, some on the object, some on the "
         f"background, as observed in {PAPERS['vit']}.",
-        f"Image: {name}", f"Where the [class] token looks, layer {L} of {L}, head by head (bright = more attention)",
+        f"Image: {name}", f"Where {reader(a.layout)} look{'' if many_readers(a.layout) else 's'}, layer {L} of {L}, "
+                          "head by head (bright = more attention)",
     )
 
 
@@ -192,10 +205,11 @@ def layers_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     return Slide(
         "Attention across the layers",
         [_render(viz.compare_figure(a.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
-        "The [class] token's attention, averaged over heads, in every layer from the first to the last. Early layers "
+        f"The attention of {reader(a.layout)}, averaged over heads, in every layer from the first to the last. Early layers "
         "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
-        f"Image: {name}", f"Where the [class] token looks, layer 1 to layer {L} (mean of the heads, each map its own scale)",
+        f"Image: {name}", f"Where {reader(a.layout)} look{'' if many_readers(a.layout) else 's'}, layer 1 to layer {L} "
+                          "(mean of the heads, each map its own scale)",
     )
 
 
@@ -203,10 +217,10 @@ def rollout_slide(a: Analysis, name: str, width_px: int, cmap: str, roll: torch.
     """Attention rollout through all the layers."""
     return Slide(
         "Attention rollout",
-        [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label="rollout: share of the [class] token's input",
+        [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label=f"rollout: share of the input of {reader(a.layout)}",
                                     show_input=True), width_px)],
         f"Rollout multiplies the attention of all {a.depth} layers, with the skip connection added as an identity, to "
-        f"follow how much each input patch flows into the [class] token ({PAPERS['rollout']}). It is class-agnostic: "
+        f"follow how much each input patch flows into {reader(a.layout)} ({PAPERS['rollout']}). It is class-agnostic: "
         "it shows where the model looks, not why it chose this class.",
         f"Image: {name}", "Where information flows from, all layers together; it does not say which class it supports",
     )
@@ -401,10 +415,20 @@ def closing_slide(lm, width_px: int) -> Slide:
         f"{lm.name} has {params / 1e6:.1f} million parameters in {cfg.depth} transformer blocks of {cfg.num_heads} heads. "
         f"The code follows {PAPERS['vit']} line by line; the weights come from {source}. "
         + (f"The DeiT recipe ({PAPERS['deit']}) is what lets a model this small learn from ImageNet alone." if _is_deit(lm)
-           else f"Its {cfg.num_classes:,}-way classifier reads the final state of the [class] token."),
+           else f"Its {cfg.num_classes:,}-way classifier reads {readout_of(cfg)}."),
         "The model", f"{params / 1e6:.1f} M parameters  ·  {cfg.depth} layers x {cfg.num_heads} heads",
         {"rows": rows},
     )
+
+
+def readout_of(cfg: Any) -> str:
+    """What a model's classifier reads, from its config (the model card has no analysis at hand)."""
+    if cfg.global_pool == "map":
+        return "what its attention-pool head gathers from the final tokens"
+    if cfg.class_token and cfg.global_pool == "token":
+        return "the final state of the [class] token"
+    pool = {"avg": "mean", "max": "maximum", "avgmax": "mean and maximum"}.get(cfg.global_pool, "pooled features")
+    return f"the {pool} of the final patch tokens"
 
 
 def _is_deit(lm) -> bool:

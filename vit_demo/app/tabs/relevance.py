@@ -19,7 +19,7 @@ import numpy as np
 from ... import methods, viz
 from ...analysis import Analysis, class_maps, on_demand_map
 from ...checkpoints.load import LoadedModel
-from ...methods.attention import cls_attention
+from ...methods.attention import cls_attention, many_readers, reader
 from ...methods.rollout import rollout
 from ...progress import part
 from ..common import friendly, jpeg
@@ -124,9 +124,9 @@ def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, 
     """What each map lets you conclude, one sentence each; the methods' papers in a details line.
     ``start_layer``: the index (from 0)."""
     parts = [
-        f"**Raw attention**: where the [class] token (the extra token whose final state the model answers from) "
-        f"looks in layer {a.depth} of {a.depth}. It shows where the model looks, not why.",
-        "**Attention rollout**: where information reaches the [class] token from, through all the layers. It is the "
+        f"**Raw attention**: where {reader(a.layout, long=True)} look{'' if many_readers(a.layout) else 's'} "
+        f"in layer {a.depth} of {a.depth}. It shows where the model looks, not why.",
+        f"**Attention rollout**: where information reaches {reader(a.layout)} from, through all the layers. It is the "
         "same for every class, so it cannot say which answer the evidence supports.",
     ]
     if a.logits.numel():
