@@ -99,10 +99,10 @@ def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: i
                 budget_words: str = "") -> SizeChoice:
     """The training size for pictures mostly ``picture`` (h, w; ``share`` of them). Small ones: their
     own (:func:`small_size`). Larger: the largest of :func:`size_candidates` at which ``seconds`` hold
-    :func:`wanted_epochs` of ``steps_per_epoch`` training steps and a validation pass of ``val_steps``
-    training batches' pictures,
-    each step timed by ``probe(size)``; the smallest when none does. ``budget_words`` names the
-    budget in the note (default: ``the N-minute budget``)."""
+    :func:`wanted_epochs` of ``steps_per_epoch`` training steps and a validation pass over
+    ``val_steps`` training batches' worth of pictures, each step timed by ``probe(size)``; the
+    smallest when none does. ``budget_words`` names the budget in the note (default: ``the
+    N-minute budget``)."""
     side = min(picture)
     what = describe(picture, share)
     if side <= SMALL_SIDE:
@@ -123,9 +123,9 @@ def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: i
             break
         fit = size, step_s
     if fit is None:
+        more = "--minutes to give it more" if epochs is None else "fewer --epochs"
         return SizeChoice(size, f"{what}: training at {size} px (the smallest of {listed} px; even there only {n} of the "
-                                f"{want} epochs wanted fit {budget_words}: --minutes to give it more; --img-size to "
-                                f"choose)", step_s)
+                                f"{want} epochs wanted fit {budget_words}: {more}; --img-size to choose)", step_s)
     which = f"the largest of {listed} px at which" if len(cands) > 1 else "the size at which"
     fits = f"{want} epochs fit" if want != 1 else "1 epoch fits"
     return SizeChoice(fit[0], f"{what}: training at {fit[0]} px ({which} {fits} {budget_words}; "
