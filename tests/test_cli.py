@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,13 +46,38 @@ def test_verify_json_and_exit_code(deit_tiny_path: Path, labelled_photos: list, 
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     for key in ("model", "images", "max_abs_logit_diff", "max_abs_prob_diff", "top1_agreement", "top5_agreement",
-                "scratch_ms_per_image", "timm_ms_per_image", "passed"):
+                "scratch_ms_per_image", "timm_ms_per_image", "timing", "passed"):
         assert key in rep, key
+    assert rep["scratch_ms_per_image"] > 0 and rep["timm_ms_per_image"] > 0
+    assert rep["timing"] == "median of 3 interleaved runs on 4 images, wall clock"
     assert rep["images"] == 4 and rep["passed"] is True and rep["top1_agreement"] == 1.0
     assert rep["max_abs_logit_diff"] <= 1e-4
     # An impossible tolerance makes it fail, with a non-zero exit code.
     r = run("verify", "--model", "vit_tiny_patch16_224", "--random-init", "--tol", "-1", "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["passed"] is False
+
+
+def test_verify_times_both_models_interleaved() -> None:
+    """Each model's time is the median of three runs, the two interleaved and the order alternating,
+    so that a machine busy for a moment weighs on both; the outputs are the first runs'."""
+    from vit_demo.checkpoints.verify import time_both
+
+    calls: list[str] = []
+    slow = iter([0.2, 0.0, 0.0])  # f's first run is held up: the median leaves it out
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        calls.append("f")
+        time.sleep(next(slow))
+        return x + len(calls)
+
+    def g(x: torch.Tensor) -> torch.Tensor:
+        calls.append("g")
+        return x * 0 + len(calls)
+
+    a, b, tf, tg = time_both(f, g, torch.zeros(2))
+    assert calls == ["f", "g", "g", "f", "f", "g"]
+    assert a.tolist() == [1.0, 1.0] and b.tolist() == [2.0, 2.0]
+    assert 0 <= tf < 0.2 and 0 <= tg < 0.2
 
 
 def test_verify_random_init_non_square() -> None:

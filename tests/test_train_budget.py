@@ -40,8 +40,10 @@ def test_tiny_pictures_are_enlarged_to_eight_pixels() -> None:
     assert [scratch_size(s) for s in (4, 8, 28, 64)] == [8, 8, 28, 64]
 
 
-def history(train: list[float], val: list[float]) -> list[dict[str, float]]:
-    return [{"epoch": i + 1, "train_loss": t, "val_loss": v, "val_accuracy": 0.5} for i, (t, v) in enumerate(zip(train, val))]
+def history(train: list[float], val: list[float], acc: list[float] | None = None) -> list[dict[str, float]]:
+    acc = acc or [0.5] * len(train)
+    return [{"epoch": i + 1, "train_loss": t, "val_loss": v, "val_accuracy": a}
+            for i, (t, v, a) in enumerate(zip(train, val, acc))]
 
 
 def test_fit_verdict_from_the_curves() -> None:
@@ -53,6 +55,27 @@ def test_fit_verdict_from_the_curves() -> None:
     assert fit_verdict(history(flat, [0.5, 0.45, 0.42, 0.41, 0.40, 0.40, 0.41, 0.40, 0.40, 0.41]))[0] == "fit"
     assert fit_verdict(history([1.0, 0.9], [1.0, 0.9])) == ("", "")  # too short to say
     assert fit_verdict(history(falling, [float("nan")] * 10)) == ("", "")  # no validation
+
+
+def test_a_rising_validation_loss_is_over_fitting() -> None:
+    """Issue 46: validation loss 0.813 at its lowest, 0.882 at the end, accuracy 0.64 -> 0.50 was
+    called "no sign of under- or over-fitting" (the rise, 8.5 %, was under a 15 % threshold, and the
+    training loss had to be below the validation loss). Over-fit is the validation loss rising from
+    its lowest point (README), by more than 5 % over the last three epochs' mean."""
+    val = [1.05, 0.97, 0.90, 0.86, 0.813, 0.83, 0.85, 0.86, 0.87, 0.882]
+    acc = [0.40, 0.50, 0.55, 0.60, 0.64, 0.61, 0.58, 0.55, 0.53, 0.50]
+    for train in ([1.10, 1.0, 0.92, 0.85, 0.80, 0.74, 0.70, 0.66, 0.63, 0.60],  # below the validation loss at the end
+                  [1.20, 1.15, 1.1, 1.05, 1.02, 1.0, 0.98, 0.96, 0.95, 0.94]):  # above it (label smoothing) and falling
+        verdict, words = fit_verdict(history(train, val, acc))
+        assert verdict == "over-fit", words
+        assert "from its lowest, 0.813 (epoch 5), to 0.882" in words and "0.64 there, 0.50 at the end" in words, words
+    # noise is not over-fitting: the late epochs within 5 % of the lowest, or one spike averaged down
+    jitter = [0.70, 0.60, 0.52, 0.50, 0.505, 0.495, 0.51, 0.50, 0.515, 0.505, 0.51, 0.50]
+    assert fit_verdict(history([0.6] * 12, jitter))[0] == "fit"
+    spike = [0.9, 0.7, 0.6, 0.55, 0.52, 0.5, 0.5, 0.51, 0.5, 0.5, 0.5, 0.56]  # +12 % in the last epoch alone
+    assert fit_verdict(history([0.6] * 12, spike))[0] == "fit"
+    still_falling = [1.0, 0.9, 0.8, 0.7, 0.65]  # the lowest is the last epoch: nothing rose
+    assert fit_verdict(history([0.5] * 5, still_falling))[0] == "fit"
 
 
 def test_pixel_baseline_learns_pixels_and_not_noise() -> None:

@@ -22,6 +22,7 @@ from .augment import train_batch
 DEFAULT_MINUTES = {"cpu": 10.0, "cuda": 3.0, "mps": 5.0}  # from scratch with no --epochs / --minutes
 EPOCH_LIMITS = (1, 2000)  # the fewest and most epochs a budget may give
 PROBE_STEPS = (2, 8)  # untimed warm-up steps, then timed ones
+EVAL_SHARE = 1 / 3  # a validation picture costs about a third of a training one (a forward pass, no backward)
 
 
 def default_minutes(device: torch.device) -> float:
@@ -30,13 +31,14 @@ def default_minutes(device: torch.device) -> float:
 
 
 def seconds_per_step(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer], x_all: torch.Tensor,
-                     y_all: torch.Tensor, batch_size: int, dc, augment, device: torch.device, amp: bool = False) -> float:
+                     y_all: torch.Tensor, batch_size: int, dc, augment, device: torch.device, amp: bool = False,
+                     steps: tuple[int, int] = PROBE_STEPS) -> float:
     """Wall seconds of one training step (augmentation, forward, backward, AdamW), measured on a
-    copy of ``model`` with batches drawn by a generator of its own."""
+    copy of ``model`` with batches drawn by a generator of its own: ``steps`` = (untimed, timed)."""
     m = copy.deepcopy(model).to(device).train()
     opt = make_optimizer(m)
     g = torch.Generator().manual_seed(12345)
-    warm, timed = PROBE_STEPS
+    warm, timed = steps
     t0 = 0.0
     for i in range(warm + timed):
         if i == warm:
@@ -53,6 +55,12 @@ def seconds_per_step(model: nn.Module, make_optimizer: Callable[[nn.Module], tor
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return (time.perf_counter() - t0) / timed
+
+
+def eval_estimate(step_s: float, val_steps: float) -> float:
+    """Seconds of a validation pass over ``val_steps`` training batches' worth of pictures, from the
+    seconds of a training step (a forward pass of each, no backward: :data:`EVAL_SHARE`)."""
+    return step_s * val_steps * EVAL_SHARE
 
 
 def epochs_for(seconds: float, step_s: float, steps_per_epoch: int, eval_s: float) -> int:

@@ -34,6 +34,7 @@ from ..preprocess import DataConfig, model_input_image
 SHAPES = ("circle", "square", "triangle", "star")  # the default classes
 MORE_SHAPES = ("hexagon", "cross", "heart", "moon")  # further classes, on request (``--classes``)
 BOXES_FILE = "boxes.json"
+LOOK_PIXELS = 4096  # a picture is decoded at a reduced scale when only its size is wanted
 SUPERSAMPLE = 4  # shapes are drawn at 4x and downsampled: smooth, anti-aliased edges
 
 
@@ -442,17 +443,24 @@ class TrainData:
 
 
 def common_size(files: Sequence[Path], limit: int = 64) -> tuple[int, int]:
-    """The most common (h, w) among the first ``limit`` readable pictures."""
+    """The most common (h, w) among ``limit`` readable pictures spread over ``files``."""
+    return size_share(files, limit)[0]
+
+
+def size_share(files: Sequence[Path], limit: int = 64) -> tuple[tuple[int, int], float]:
+    """The most common upright (h, w) among ``limit`` pictures spread evenly over ``files`` (every
+    class, not the first one's alone), and the share of the readable ones that have it."""
     sizes: dict[tuple[int, int], int] = {}
-    for f in files[:limit]:
+    for f in files[:: max(1, len(files) // limit)][:limit]:
         try:
-            w, h = load_image(f).size
+            w, h = load_image(f, reduce_to=LOOK_PIXELS).info["original_size"]
         except ImageError:
             continue
         sizes[(h, w)] = sizes.get((h, w), 0) + 1
     if not sizes:
         raise DataError("none of the first pictures could be read")
-    return max(sizes, key=sizes.get)
+    top = max(sizes, key=sizes.get)
+    return top, sizes[top] / sum(sizes.values())
 
 
 def _as_uint8(pic: Image.Image) -> torch.Tensor:

@@ -35,9 +35,9 @@ from ..viz.charts import training_figure
 from ..viz.export import save_figure
 from .augment import eval_batch, train_batch
 from .baseline import fit_verdict, pixel_baseline
-from .budget import PROBE_STEPS, default_minutes, epochs_for, format_eta, seconds_per_step
+from .budget import PROBE_STEPS, default_minutes, epochs_for, eval_estimate, format_eta, seconds_per_step
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
-from .data import DataError, TrainData, check_class_sizes, common_size, index_folder, load_folder
+from .data import DataError, FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
 from .recipe import (
     STEMS,
     Recipe,
@@ -46,10 +46,10 @@ from .recipe import (
     scratch_config,
     scratch_data_config,
     scratch_recipe,
-    scratch_size,
     warmup_cosine,
     with_new_head,
 )
+from .sizing import SizeChoice, choose_size, probe_step
 
 STATE_SUFFIX = ".train-state"  # beside OUT; not a checkpoint suffix, so the app never lists it
 
@@ -110,10 +110,13 @@ class Setup:
     recipe: Recipe
     mode: str  # "scratch", "finetune" or "linear-probe"
     base_name: str  # what the model was built from
+    size: SizeChoice | None = None  # from scratch: the input size, and why
 
 
-def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
-    """Read the data, build the model and resolve the recipe (flags override the defaults)."""
+def build(opts: TrainOptions, log: Callable[[str], None], dist: Dist | None = None,
+          device: torch.device | None = None) -> Setup:
+    """Read the data, build the model and resolve the recipe (flags override the defaults); from
+    scratch with no ``--img-size``, the size comes from the pictures and the budget (:mod:`.sizing`)."""
     if opts.from_ is None and opts.freeze_backbone:
         raise DataError("--freeze-backbone needs --from CHECKPOINT (there is no trained backbone to freeze)")
     if any(v is not None and v <= 0 for v in (opts.epochs, opts.batch_size, opts.lr)):
@@ -127,9 +130,18 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
     if index is not None:
         check_class_sizes(index, opts.val_split)
     num_classes = len(class_names(cifar)) if cifar else len(index.classes)
+    chosen = None
     if opts.from_ is None:
-        size = opts.img_size or (32 if cifar else scratch_size(min(common_size(index.files))))
-        model = VisionTransformer(scratch_config(size, num_classes, opts.patch_size, opts.stem or STEMS[0])).init_weights()
+        stem = opts.stem or STEMS[0]
+        chosen = scratch_input_size(opts, index, num_classes, stem, dist or Dist(), device or torch.device("cpu"))
+        if chosen.note:
+            log(chosen.note)
+        try:
+            cfg = scratch_config(chosen.size, num_classes, opts.patch_size, stem)
+        except DataError as e:
+            raise DataError(f"{e} ({chosen.note})" if chosen.note else str(e)) from e
+        size = chosen.size
+        model = VisionTransformer(cfg).init_weights()
         dc, mode, base, store = scratch_data_config(size), "scratch", "scratch", size
     else:
         if opts.patch_size or opts.stem:
@@ -144,7 +156,46 @@ def build(opts: TrainOptions, log: Callable[[str], None]) -> Setup:
     recipe = scratch_recipe(flip=opts.flip) if opts.from_ is None else finetune_recipe(opts.freeze_backbone)
     recipe = replace(recipe, **{k: v for k, v in (("epochs", opts.epochs), ("batch_size", opts.batch_size),
                                                   ("lr", opts.lr)) if v is not None})
-    return Setup(model, dc, data, recipe, mode, base)
+    return Setup(model, dc, data, recipe, mode, base, chosen)
+
+
+def scratch_input_size(opts: TrainOptions, index: FolderIndex | None, num_classes: int, stem: str, dist: Dist,
+                       device: torch.device) -> SizeChoice:
+    """From scratch: ``--img-size``, CIFAR's 32 px, the size of the run being resumed, or what
+    :func:`~.sizing.choose_size` picks for the folder (on rank 0; every process takes its choice)."""
+    if opts.img_size is not None:
+        return SizeChoice(opts.img_size, "")
+    if index is None:
+        return SizeChoice(32, "")
+    saved = state_path(opts.out)
+    if opts.resume and saved.is_file():
+        size = int(torch.load(saved, map_location="cpu", weights_only=True)["fingerprint"]["config"]["img_size"][0])
+        return SizeChoice(size, f"training at {size} px, the size of the run being resumed")
+    choice = None
+    if dist.main:
+        picture, share = size_share(index.files)
+        recipe = scratch_recipe(flip=opts.flip)
+        per_rank = max(1, (opts.batch_size or recipe.batch_size) // dist.world)
+        train_idx, val_idx = split_indices(index.targets, opts.val_split, opts.seed)
+        minutes = opts.minutes if opts.minutes is not None else default_minutes(device)
+        batch = min(per_rank, max(1, len(train_idx)))  # a folder smaller than a batch trains on all of it a step
+        choice = choose_size(picture, share, stem, opts.patch_size,
+                             lambda n: probe_step(n, num_classes, stem, opts.patch_size, recipe, batch, device, opts.amp),
+                             steps_per_epoch=max(1, len(train_idx) // per_rank // dist.world),
+                             val_steps=len(val_idx) / batch / dist.world, seconds=60 * minutes, epochs=opts.epochs,
+                             budget_words=f"{minutes:g} minutes (the default budget)" if opts.epochs else "")
+    return agree(choice, dist)
+
+
+def agree(value: Any, dist: Dist) -> Any:
+    """Rank 0's ``value`` on every process (under torchrun; ``value`` itself in one process)."""
+    if dist.world == 1:
+        return value
+    import torch.distributed as tdist
+
+    box = [value]
+    tdist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def find_cifar(data: str) -> CifarLayout | None:
@@ -253,7 +304,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         device = torch.device("cuda", dist.local_rank)
     say = log if dist.main else (lambda msg: None)
     torch.manual_seed(opts.seed)
-    s = build(opts, say)
+    s = build(opts, say, dist, device)
     model = s.model.to(device)
     s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start)
     r = s.recipe
@@ -310,13 +361,7 @@ def replan(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: d
     epoch (``first`` seconds) instead of the probe's few steps, which a busy machine can mislead.
     The learning-rate schedule is stretched or shrunk to the new count from the next step on (the
     warm-up keeps its length), and the fingerprint follows, so that ``--resume`` continues it."""
-    epochs = 1 + max(1, math.floor(0.95 * left / max(first, 1e-9)))
-    if dist.world > 1:
-        import torch.distributed as tdist
-
-        box = [epochs]
-        tdist.broadcast_object_list(box, src=0)
-        epochs = int(box[0])
+    epochs = int(agree(1 + max(1, math.floor(0.95 * left / max(first, 1e-9))), dist))
     r = s.recipe
     if epochs == r.epochs:
         return s, r
@@ -331,7 +376,8 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
     """The epochs of the run and its time budget in seconds (None when ``--epochs`` or a fine-tune's
     default fixes them): from scratch without ``--epochs``, the budget is ``--minutes`` or
     :func:`~.budget.default_minutes`; a resumed run keeps the epochs it started with; under torchrun
-    every process takes rank 0's figure."""
+    every process takes rank 0's figure. A size chosen by the clock (:mod:`.sizing`) comes with its
+    step's time: the plan is then the one the choice made (the first epoch re-plans both alike)."""
     if opts.epochs is not None or (opts.from_ is not None and opts.minutes is None):
         return s, None
     budget = 60 * (opts.minutes if opts.minutes is not None else default_minutes(device))
@@ -341,19 +387,19 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
     else:
         r = s.recipe
         per_rank = max(1, r.batch_size // dist.world)
-        step_s = seconds_per_step(s.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), s.data.train_x,
-                                  s.data.train_y, per_rank, s.dc, r.augment, device, opts.amp)
-        t0 = time.perf_counter()
-        evaluate(s.model, s, device)
-        eval_s = (time.perf_counter() - t0) / dist.world
         steps = max(1, len(s.data.train_x) // per_rank // dist.world)
-        epochs = epochs_for(budget - spent - step_s * sum(PROBE_STEPS), step_s, steps, eval_s)
-    if dist.world > 1:
-        import torch.distributed as tdist
-
-        box = [epochs]
-        tdist.broadcast_object_list(box, src=0)
-        epochs = int(box[0])
+        if s.size is not None and s.size.step_s is not None:  # the size probe timed this model: its estimate, again
+            step_s, probe_s = s.size.step_s, 0.0
+            eval_s = eval_estimate(step_s, len(s.data.val_x) / min(per_rank, len(s.data.train_x)) / dist.world)
+        else:
+            step_s = seconds_per_step(s.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), s.data.train_x,
+                                      s.data.train_y, per_rank, s.dc, r.augment, device, opts.amp)
+            probe_s = step_s * sum(PROBE_STEPS)
+            t0 = time.perf_counter()
+            evaluate(s.model, s, device)
+            eval_s = (time.perf_counter() - t0) / dist.world
+        epochs = epochs_for(budget - spent - probe_s, step_s, steps, eval_s)
+    epochs = int(agree(epochs, dist))
     warmup = min(5, max(1, epochs // 20))
     return replace(s, recipe=replace(s.recipe, epochs=epochs, warmup_epochs=warmup)), budget
 
@@ -362,11 +408,13 @@ def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, d
     """The run's first line: the data, the model and the recipe."""
     r = s.recipe
     budgeted = opts.epochs is None and (s.mode == "scratch" or opts.minutes is not None)
+    timed_size = s.size is not None and s.size.step_s is not None  # the size, too, came from the clock
+    repeat = f"--img-size {s.dc.input_size[0]} " if timed_size else ""
     return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
             f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
             f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
             f"patch {model.cfg.patch_size}{', conv stem' if model.cfg.conv_stem else ''}; {r.epochs} epochs"
-            f"{' (what fits the time budget; --epochs N repeats a run exactly)' if budgeted else ''}, "
+            f"{f' (what fits the time budget; {repeat}--epochs N repeats a run exactly)' if budgeted else ''}, "
             f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
             + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
             + "".join(f", {flag}" for flag, on in (("bf16 autocast", opts.amp), ("compiled", opts.compile)) if on))

@@ -56,40 +56,127 @@ def finetune_recipe(freeze: bool) -> Recipe:
 
 
 SCRATCH_MIN_SIDE = 8  # smaller pictures are enlarged to this for a model trained from scratch
+SMALL_SIDE = 32  # pictures up to this side train at their own size (the shapes: 32 px, the digits: 8 px)
+SIZE_CANDIDATES = (32, 48, 64, 96, 128)  # larger pictures: the largest of these that fits the budget (.sizing)
+GRID_SIDES = (4, 16)  # a default patch gives between 4 and 16 patches a side (about 8)
+MAX_CONV_PATCH = 64  # a conv stem halves the picture at most 6 times by default
 
 
 def scratch_size(side: int) -> int:
     """The input size of a from-scratch model for pictures of ``side`` pixels: their own size (at
     least 8, a 4 x 4 grid of 2-px patches). Enlarging 8-px digits to 32 px learned no better and took
-    4x longer an epoch (docs/training.md)."""
+    4x longer an epoch (docs/training.md). Larger pictures: :func:`~vit_demo.train.sizing.choose_size`."""
     return max(int(side), SCRATCH_MIN_SIDE)
 
 
 STEMS = ("conv", "patch")  # --stem: the default from scratch first
 
 
+def log_distance(a: float, b: float) -> float:
+    return abs(math.log2(a / b))
+
+
+def patch_for(img_size: int, stem: str = "patch", patch_size: int | None = None) -> int | None:
+    """The patch size a from-scratch model of ``stem`` uses at ``img_size`` (``patch_size`` when
+    given), or None when that stem cannot cut ``img_size`` into patches. ``conv``: a power of 2 (one
+    halving of the picture each) that divides the size, by default the one nearest size / 8 (about 8
+    patches a side). ``patch``: any divisor, by default round(size / 8) (at least 2), else the divisor
+    nearest size / 8 that leaves 4 to 16 patches a side."""
+    if img_size < 1 or (patch_size is not None and patch_size < 1):
+        return None
+    if stem == "conv":
+        if patch_size is not None:
+            ok = patch_size >= 2 and not patch_size & (patch_size - 1) and img_size % patch_size == 0
+            return patch_size if ok else None
+        powers = [2**k for k in range(1, MAX_CONV_PATCH.bit_length()) if img_size % 2**k == 0]
+        return min(powers, key=lambda q: log_distance(img_size / 8, q)) if powers else None
+    if patch_size is not None:
+        return patch_size if img_size % patch_size == 0 else None
+    p = max(2, round(img_size / 8))
+    if img_size % p == 0:
+        return p
+    lo, hi = GRID_SIDES
+    divisors = [d for d in range(2, img_size + 1) if img_size % d == 0 and lo <= img_size // d <= hi]
+    return min(divisors, key=lambda d: log_distance(img_size / 8, d)) if divisors else None
+
+
+def fits_grid(img_size: int, stem: str, patch_size: int | None = None) -> bool:
+    """``img_size`` works for ``stem`` (with ``patch_size``), and, with the default patch, with 4 to
+    16 patches a side (a size a default can pick, or advice can give)."""
+    p = patch_for(img_size, stem, patch_size)
+    return p is not None and (patch_size is not None or GRID_SIDES[0] <= img_size // p <= GRID_SIDES[1])
+
+
+def nearest_sizes(img_size: int, stem: str, patch_size: int | None = None) -> list[int]:
+    """The nearest input sizes below and above ``img_size`` that ``stem`` (with ``patch_size``)
+    can use (:func:`fits_grid`): none, one or two."""
+    below = next((s for s in range(img_size - 1, 1, -1) if fits_grid(s, stem, patch_size)), None)
+    above = next((s for s in range(img_size + 1, 4 * img_size + 130) if fits_grid(s, stem, patch_size)), None)
+    return [s for s in (below, above) if s is not None]
+
+
+def size_advice(img_size: int, stem: str, patch_size: int | None = None) -> str:
+    """Flags that make a from-scratch model of ``stem`` at ``img_size`` with ``patch_size`` work, as
+    words (``--img-size 352 or 384, or --stem patch``), nearest first; each is checked with
+    :func:`patch_for`, so following any one of them works."""
+    tips = []
+    sizes = nearest_sizes(img_size, stem, patch_size)
+    if sizes:
+        tips.append("--img-size " + " or ".join(map(str, sizes)))
+    if patch_size is not None:
+        if stem == "conv":
+            others = [2**k for k in range(1, max(MAX_CONV_PATCH, img_size).bit_length()) if img_size % 2**k == 0]
+        else:
+            others = [d for d in range(1, img_size + 1) if img_size % d == 0]
+        others = sorted(sorted(others, key=lambda q: log_distance(patch_size, q))[:2])
+        if others:
+            tips.append("--patch-size " + " or ".join(map(str, others)))
+        elif patch_for(img_size, stem) is not None:
+            tips.append("leave out --patch-size")
+    if stem == "conv" and patch_for(img_size, "patch", patch_size) is not None:
+        tips.append("--stem patch")
+    if not tips and patch_size is not None:  # the conv stem, a patch no power of 2, a size nothing else fits
+        q = min((2**k for k in range(1, max(MAX_CONV_PATCH, patch_size).bit_length() + 1)),
+                key=lambda q: log_distance(patch_size, q))
+        tips.append(f"--patch-size {q} --img-size {max(q, q * round(img_size / q))}")
+    return ", or ".join(tips)
+
+
 def scratch_config(img_size: int, num_classes: int, patch_size: int | None = None, stem: str = "patch") -> ViTConfig:
     """The from-scratch architecture: patch 4 at 32 px (an 8x8 grid; larger pictures keep about 8
-    patches a side), width 96, 4 blocks, 4 heads, MLP ratio 2: about 0.3 M parameters. ``stem``:
-    ``"patch"``, the plain ViT with a [class] token (timm builds the same model); ``"conv"``, what
-    ``train`` uses by default, a compact convolutional transformer in the spirit of CCT (Hassani et
-    al. 2021): CCT's convolutional tokenizer (:class:`~vit_demo.model.ConvStem` with ``stem_pool``,
-    64 channels; patch sizes are powers of 2) and the patch tokens' mean as the read-out instead of
-    a [class] token. On unlike small data sets the [class] token sat at chance for the first 10-40
-    epochs where the mean read-out learned from the third (docs/training.md)."""
+    patches a side, :func:`patch_for`), width 96, 4 blocks, 4 heads, MLP ratio 2: about 0.3 M
+    parameters. ``stem``: ``"patch"``, the plain ViT with a [class] token (timm builds the same
+    model); ``"conv"``, what ``train`` uses by default, a compact convolutional transformer in the
+    spirit of CCT (Hassani et al. 2021): CCT's convolutional tokenizer (:class:`~vit_demo.model.ConvStem`
+    with ``stem_pool``, 64 channels; patch sizes are powers of 2) and the patch tokens' mean as the
+    read-out instead of a [class] token. On unlike small data sets the [class] token sat at chance for
+    the first 10-40 epochs where the mean read-out learned from the third (docs/training.md).
+    A size and patch the stem cannot use raise :class:`DataError` with flags that work (:func:`size_advice`)."""
     if stem not in STEMS:
         raise DataError(f"--stem must be one of {', '.join(STEMS)}, got {stem!r}")
+    if img_size < 1 or (patch_size is not None and patch_size < 1):
+        raise DataError(f"--img-size and --patch-size must be >= 1 (got {img_size} and {patch_size})")
     conv = stem == "conv"
-    powers = [2**k for k in range(1, 7) if img_size % 2**k == 0] or [2]  # a conv stem halves the size k times
-    p = patch_size or (min(powers, key=lambda q: abs(math.log2(img_size / 8 / q))) if conv else max(2, round(img_size / 8)))
-    if img_size % p:
-        raise DataError(f"--img-size {img_size} is not a multiple of the patch size {p}; pass --patch-size")
-    if conv and p & (p - 1):
-        raise DataError(f"--stem conv needs a patch size that is a power of 2 (got {p}); pass --patch-size or --stem patch")
+    p = patch_for(img_size, stem, patch_size)
+    if p is None:
+        raise DataError(f"{unusable(img_size, stem, patch_size)}; use {size_advice(img_size, stem, patch_size)}")
     head = {"conv_stem": True, "stem_pool": True, "stem_width": 64, "class_token": False, "global_pool": "avg",
             "fc_norm": True} if conv else {}
     return ViTConfig(img_size=(img_size, img_size), patch_size=p, embed_dim=96, depth=4, num_heads=4, mlp_ratio=2.0,
                      num_classes=num_classes, **head)
+
+
+def unusable(img_size: int, stem: str, patch_size: int | None) -> str:
+    """Why ``stem`` cannot cut ``img_size`` into patches (of ``patch_size``), in a few words."""
+    if stem == "conv" and patch_size is not None and (patch_size < 2 or patch_size & (patch_size - 1)):
+        return (f"--patch-size {patch_size}: the conv stem halves the picture once per doubling, so its patch is a "
+                f"power of 2 (2, 4, 8, ...)")
+    if patch_size is not None:
+        return f"--img-size {img_size} is not a multiple of --patch-size {patch_size}"
+    if stem == "conv":
+        return (f"--img-size {img_size}: the conv stem needs a size that a power-of-2 patch divides"
+                + (" (an odd size has none)" if img_size % 2 else ""))
+    return f"--img-size {img_size}: no patch size divides it into 4 to 16 patches a side"
 
 
 def scratch_data_config(img_size: int) -> DataConfig:

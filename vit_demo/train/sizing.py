@@ -1,0 +1,132 @@
+"""The input size of a model trained from scratch on a folder (no ``--img-size``).
+
+Small pictures (up to 32 px a side: the shapes, the digits) train at their own size, as they
+always did. Larger ones, photos most of all, are shrunk: a 375-px model would hold a handful of
+epochs in ten minutes on a CPU. The run times a few training steps at each candidate size
+(:data:`~.recipe.SIZE_CANDIDATES` up to the pictures' side, and that side when it is among them),
+the smallest first, on pictures of random pixels (a step's time does not depend on what the pixels
+show), and goes up while the budget holds enough training at the size: :data:`ENOUGH_EPOCHS`
+epochs, or fewer when they add up to :data:`ENOUGH_STEPS` steps (a large folder's epochs are
+long), or the ``--epochs`` asked for. Smallest first, a tight budget costs one probe, not five.
+None fitting, the smallest. The probes' models come from a forked random state, so the run itself
+is the one that ``--img-size`` with the chosen size gives.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..model import VisionTransformer
+from .budget import epochs_for, eval_estimate, seconds_per_step
+from .recipe import (
+    SIZE_CANDIDATES,
+    SMALL_SIDE,
+    Recipe,
+    fits_grid,
+    make_optimizer,
+    nearest_sizes,
+    patch_for,
+    scratch_config,
+    scratch_data_config,
+    scratch_size,
+)
+
+ENOUGH_EPOCHS = 100  # a small folder: the budget must hold this many epochs at the chosen size ...
+ENOUGH_STEPS = 2000  # ... or, for a large one, epochs that add up to this many steps (blobs: 0.985 after 2,170)
+SIZE_PROBE_STEPS = (1, 4)  # untimed and timed steps per candidate (the first epoch re-plans anyway)
+
+
+@dataclass(frozen=True)
+class SizeChoice:
+    """The training size, and why, in one line for the log."""
+
+    size: int
+    note: str
+    step_s: float | None = None  # seconds a training step at ``size`` took in the probe (None: not timed)
+
+
+def wanted_epochs(steps_per_epoch: int, epochs: int | None = None) -> int:
+    """The epochs a size must fit: ``epochs`` when asked for, else :data:`ENOUGH_EPOCHS`, or fewer
+    when they make :data:`ENOUGH_STEPS` steps."""
+    return epochs or max(1, min(ENOUGH_EPOCHS, math.ceil(ENOUGH_STEPS / max(1, steps_per_epoch))))
+
+
+def size_candidates(side: int, stem: str, patch_size: int | None = None) -> list[int]:
+    """The sizes to try for pictures of ``side`` px, the largest first: the candidates not above
+    ``side``, and ``side`` itself when it is no larger than the largest, that ``stem`` can use with
+    about 8 patches a side (with ``patch_size``: that divide by it)."""
+    sizes = {c for c in SIZE_CANDIDATES if c <= side} | ({side} if side <= SIZE_CANDIDATES[-1] else set())
+    return sorted((c for c in sizes if fits_grid(c, stem, patch_size)), reverse=True)
+
+
+def small_size(side: int, stem: str, patch_size: int | None = None) -> int:
+    """Small pictures' size: their own (at least 8 px), or the nearest the stem can use (a 27-px
+    folder trains at 28 px with the conv stem); unchanged when there is none (the error says why)."""
+    size = scratch_size(side)
+    if patch_for(size, stem, patch_size) is not None:
+        return size
+    near = nearest_sizes(size, stem, patch_size)
+    return min(near, key=lambda n: (abs(n - size), -n)) if near else size
+
+
+def probe_step(size: int, num_classes: int, stem: str, patch_size: int | None, recipe: Recipe, batch: int,
+               device: torch.device, amp: bool = False) -> float:
+    """Seconds of one training step of the from-scratch model at ``size`` on ``batch`` pictures of
+    random pixels (its own random state: the run's draws are untouched)."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(size)
+        model = VisionTransformer(scratch_config(size, num_classes, patch_size, stem)).init_weights()
+        x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
+        y = torch.randint(0, num_classes, (batch,))
+        return seconds_per_step(model, lambda m: make_optimizer(m, recipe, False), x, y, batch,
+                                scratch_data_config(size), recipe.augment, device, amp, steps=SIZE_PROBE_STEPS)
+
+
+def describe(picture: tuple[int, int], share: float) -> str:
+    """``pictures are 32x32`` (w x h), ``pictures are mostly 500x375`` (half or more of them), or
+    ``pictures are of mixed sizes, most often 500x375``."""
+    h, w = picture
+    return f"pictures are {'' if share >= 1 else 'mostly ' if share >= 0.5 else 'of mixed sizes, most often '}{w}x{h}"
+
+
+def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: int | None, probe: Callable[[int], float],
+                steps_per_epoch: int, val_steps: float, seconds: float, epochs: int | None = None,
+                budget_words: str = "") -> SizeChoice:
+    """The training size for pictures mostly ``picture`` (h, w; ``share`` of them). Small ones: their
+    own (:func:`small_size`). Larger: the largest of :func:`size_candidates` at which ``seconds`` hold
+    :func:`wanted_epochs` of ``steps_per_epoch`` training steps and a validation pass over
+    ``val_steps`` training batches' worth of pictures, each step timed by ``probe(size)``; the
+    smallest when none does. ``budget_words`` names the budget in the note (default: ``the
+    N-minute budget``)."""
+    side = min(picture)
+    what = describe(picture, share)
+    if side <= SMALL_SIDE:
+        size = small_size(side, stem, patch_size)
+        why = "their own size" if size == side else f"the nearest to their {side} px that the model can use"
+        return SizeChoice(size, f"{what}: training at {size} px, {why} (--img-size to choose)")
+    cands = size_candidates(side, stem, patch_size)[::-1]  # the smallest first
+    if not cands:  # a --patch-size that suits none: the smallest, whose error gives flags that work
+        return SizeChoice(SIZE_CANDIDATES[0], f"{what}: training at {SIZE_CANDIDATES[0]} px")
+    want, t0 = wanted_epochs(steps_per_epoch, epochs), time.perf_counter()
+    budget_words = budget_words or f"the {seconds / 60:g}-minute budget"
+    listed = ", ".join(map(str, cands))
+    fit: tuple[int, float] | None = None
+    for size in cands:  # up while the budget holds enough (a larger size's step costs more: stop at the first miss)
+        step_s = probe(size)
+        n = epochs_for(seconds - (time.perf_counter() - t0), step_s, steps_per_epoch, eval_estimate(step_s, val_steps))
+        if n < want:
+            break
+        fit = size, step_s
+    if fit is None:
+        more = "--minutes to give it more" if epochs is None else "fewer --epochs"
+        return SizeChoice(size, f"{what}: training at {size} px (the smallest of {listed} px; even there only {n} of the "
+                                f"{want} epochs wanted fit {budget_words}: {more}; --img-size to choose)", step_s)
+    which = f"the largest of {listed} px at which" if len(cands) > 1 else "the size at which"
+    fits = f"{want} epochs fit" if want != 1 else "1 epoch fits"
+    return SizeChoice(fit[0], f"{what}: training at {fit[0]} px ({which} {fits} {budget_words}; "
+                              f"--img-size to choose)", fit[1])
