@@ -170,3 +170,38 @@ def test_the_first_epoch_replans_a_budget_and_stretches_the_schedule() -> None:
     assert [f(55) for f in sched.lr_lambdas] == [want(55)] * len(opt.param_groups)
     assert replan(s2, sched, 10, fp, left=95.0, first=10.0, dist=Dist(), say=said.append)[1] is r2  # unchanged: as is
     assert len(said) == 1
+
+
+def test_a_run_that_falls_behind_shrinks_and_still_anneals() -> None:
+    """Issue 46: the machine got busier after the first epoch and a 10-minute run took 1,065 s. Now,
+    after any epoch, epochs left at the recent pace that would end more than 10 % past the budget
+    are cut to what fits, the rest of the schedule squeezed into them (it still ends at 0), and the
+    scheduler's state keeps the change (``--resume``)."""
+    from dataclasses import asdict
+
+    from vit_demo.distributed.torchrun import Dist
+    from vit_demo.train.loop import Setup, keep_to_budget
+    from vit_demo.train.recipe import scratch_recipe, warmup_cosine
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    r = scratch_recipe(epochs=20)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(20 * 10, 10))
+    s = Setup(model=None, dc=None, data=None, recipe=r, mode="scratch", base_name="scratch")
+    fp, said = {"recipe": asdict(r)}, []
+    before = [sched.lr_lambdas[0](i) for i in range(200)]
+    # 5 epochs done at 10 s each, the last two at 30 s: 15 left would take 450 s, 100 s are left
+    ends = [0.0, 10.0, 20.0, 30.0, 60.0, 90.0]
+    s2, r2 = keep_to_budget(s, sched, 10, fp, 100.0, ends, 5, Dist(), said.append)
+    assert r2.epochs == 5 + 3 == fp["recipe"]["epochs"], said  # floor(0.95 * 100 / 30) = 3 more
+    assert "30.0 s" in said[0] and "8 epochs fit the budget (planned 20)" in said[0]
+    f = sched.lr_lambdas[0]
+    assert [f(i) for i in range(50)] == before[:50]  # the past is untouched
+    assert f(79) > 0 and f(80) == pytest.approx(0.0, abs=1e-9)  # anneals to 0 at the new end
+    assert all(a >= b for a, b in zip([f(i) for i in range(50, 81)], [f(i) for i in range(51, 81)]))
+    state = sched.state_dict()
+    again = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(8 * 10, 10))
+    again.load_state_dict(state)
+    assert [again.lr_lambdas[0](i) for i in range(81)] == [f(i) for i in range(81)]
+    # on pace (within 10 %): nothing changes
+    assert keep_to_budget(s2, sched, 10, fp, 100.0, [0.0, 10.0, 20.0, 30.0, 40.0, 50.0], 5, Dist(), said.append)[1] is r2
+    assert len(said) == 1

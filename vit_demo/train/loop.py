@@ -325,14 +325,14 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
     say(header(s, model, opts, dist, device))
     ddp = training_module(model, opts, dist, device)
-    t_epochs, eta = time.perf_counter(), ""
+    t_epochs, eta, ends = time.perf_counter(), "", [time.perf_counter()]
     epoch = start - 1
     while (epoch := epoch + 1) < r.epochs:
         train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp, eta)
         val_loss, val_acc = evaluate(model, s, device)
-        if epoch == 0 and budget is not None:  # the first epoch is a better clock than the probe's few steps
-            s, r = replan(s, sched, steps, fp, budget - (time.perf_counter() - t_start), time.perf_counter() - t_epochs,
-                          dist, say)
+        ends.append(time.perf_counter())
+        if budget is not None:  # the epochs' own clock keeps the run to its budget
+            s, r = keep_to_budget(s, sched, steps, fp, budget - (ends[-1] - t_start), ends, epoch + 1, dist, say)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
                         "images_per_s": ips})
         score = val_acc if val_acc == val_acc else -train_loss  # no validation: lowest training loss
@@ -353,6 +353,44 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         tdist.barrier()
         tdist.destroy_process_group()
     return summary
+
+
+OVERRUN = 1.10  # a budgeted run heading past 110 % of its budget trains fewer epochs (keep_to_budget)
+
+
+def keep_to_budget(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: dict[str, Any], left: float,
+                   ends: list[float], done: int, dist: Dist, say: Callable[[str], None]) -> tuple[Setup, Recipe]:
+    """After each epoch of a budgeted run (``ends``: the clock at the start and after each epoch of this
+    process): the first epoch re-plans the run by its own time (:func:`replan`); a later one, when the
+    epochs left at the recent pace (the last two epochs') would end more than 10 % past the budget -
+    the machine got busier -, trains only the epochs that fit, the rest of the learning-rate schedule
+    squeezed into them, so that it still anneals to 0 at the last one (:func:`shrink`)."""
+    if len(ends) == 2 and done == 1:
+        return replan(s, sched, steps, fp, left, ends[1] - ends[0], dist, say)
+    pace = (ends[-1] - ends[max(0, len(ends) - 3)]) / min(2, len(ends) - 1)
+    return shrink(s, sched, steps, fp, left, pace, done, dist, say)
+
+
+def shrink(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: dict[str, Any], left: float,
+           pace: float, done: int, dist: Dist, say: Callable[[str], None]) -> tuple[Setup, Recipe]:
+    """Fewer epochs when the ones left (``pace`` seconds each) would overrun the time ``left`` by more
+    than :data:`OVERRUN`; never more epochs. ``--epochs`` with the new count does not repeat such a
+    run exactly (its schedule changed mid-way); the line says so."""
+    r = s.recipe
+    wanted = r.epochs - done
+    if wanted <= 1 or wanted * pace <= OVERRUN * max(left, 0.0):
+        return s, r
+    fit = int(agree(max(1, math.floor(0.95 * max(left, 0.0) / max(pace, 1e-9))), dist))
+    if fit >= wanted:
+        return s, r
+    epochs = done + fit
+    for f in {id(f): f for f in sched.lr_lambdas}.values():  # each schedule once (param groups may share one)
+        f.end_at(done * steps, epochs * steps)
+    say(f"epochs now take {pace:.1f} s (the machine is busier): {epochs} epochs fit the budget (planned {r.epochs}); "
+        "the learning rate still anneals to 0 at the last one")
+    r = replace(r, epochs=epochs)
+    fp["recipe"] = json.loads(json.dumps(asdict(r)))
+    return replace(s, recipe=r), r
 
 
 def replan(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: dict[str, Any], left: float, first: float,

@@ -11,7 +11,6 @@ convolutional stem (Xiao et al. 2021) and as many epochs as the data's size call
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -225,14 +224,38 @@ def make_optimizer(model: VisionTransformer, recipe: Recipe, freeze: bool) -> to
     return torch.optim.AdamW(param_groups, lr=recipe.lr, betas=(0.9, 0.999))
 
 
-def warmup_cosine(total_steps: int, warmup_steps: int) -> Callable[[int], float]:
-    """LR multiplier: linear warm-up from ~0 to 1, then cosine decay to 0."""
+class WarmupCosine:
+    """LR multiplier: linear warm-up from ~0 to 1, then cosine decay to 0 at ``total_steps``. A class
+    (not a closure) so that the scheduler's state saves it: :meth:`end_at` moves the end mid-run, and
+    ``--resume`` must continue the schedule as it was then."""
 
-    def f(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    def __init__(self, total_steps: int, warmup_steps: int) -> None:
+        self.total, self.warmup = int(total_steps), int(warmup_steps)
+        self.warps: list[tuple[int, float]] = []  # (from step, speed): the rest of the schedule run faster
+
+    def end_at(self, step: int, new_total: int) -> None:
+        """From ``step`` on, the schedule's remaining part squeezed (or stretched) to end at ``new_total``
+        (a run that must stop sooner still anneals to 0 at its last step)."""
+        here = self.position(step)
+        self.warps.append((int(step), (self.total - here) / max(1, new_total - step)))
+
+    def position(self, step: int) -> float:
+        """Where ``step`` falls on the original schedule, after the warps."""
+        pos, at, speed = 0.0, 0, 1.0
+        for start, sp in self.warps:
+            if step < start:
+                break
+            pos, at, speed = pos + (start - at) * speed, start, sp
+        return pos + (step - at) * speed
+
+    def __call__(self, step: int) -> float:
+        pos = self.position(step)
+        if pos < self.warmup:
+            return (pos + 1) / self.warmup
+        t = (pos - self.warmup) / max(1, self.total - self.warmup)
         return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
-    return f
 
+def warmup_cosine(total_steps: int, warmup_steps: int) -> WarmupCosine:
+    """LR multiplier: linear warm-up from ~0 to 1, then cosine decay to 0 (:class:`WarmupCosine`)."""
+    return WarmupCosine(total_steps, warmup_steps)
