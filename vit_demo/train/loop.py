@@ -387,7 +387,7 @@ def shrink(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: d
     for f in {id(f): f for f in sched.lr_lambdas}.values():  # each schedule once (param groups may share one)
         f.end_at(done * steps, epochs * steps)
     say(f"epochs now take {pace:.1f} s (the machine is busier): {epochs} epochs fit the budget (planned {r.epochs}); "
-        "the learning rate still anneals to 0 at the last one")
+        "the learning rate still anneals to 0 at the last one (--epochs no longer repeats this run exactly)")
     r = replace(r, epochs=epochs)
     fp["recipe"] = json.loads(json.dumps(asdict(r)))
     return replace(s, recipe=r), r
