@@ -33,7 +33,7 @@ def predictions_json(a: Analysis, k: int = 5) -> list[dict[str, Any]]:
     return a.topk(int(k)) if a.logits.numel() else []
 
 
-def input_caption(a: Analysis, up: Upload, lm: LoadedModel) -> str:
+def input_caption(up: Upload, lm: LoadedModel) -> str:
     dc = lm.input_config(up.picture.size)
     h, w = dc.input_size
     if lm.model.cfg.naflex:
@@ -48,10 +48,10 @@ def input_caption(a: Analysis, up: Upload, lm: LoadedModel) -> str:
             f"Steps: {dc.describe()}.")
 
 
-def input_picture(a: Analysis, size: int = VIEW_SIZE) -> Image.Image:
-    """The model-input picture, enlarged without smoothing so the pixels stay honest."""
+def input_picture(a: Analysis) -> Image.Image:
+    """The model-input picture, enlarged without smoothing so the pixels stay honest (to about :data:`VIEW_SIZE`)."""
     pic = a.picture
-    s = max(1, size // max(pic.size))
+    s = max(1, VIEW_SIZE // max(pic.size))
     return pic.resize((pic.width * s, pic.height * s), Image.Resampling.NEAREST) if s > 1 else pic
 
 
@@ -98,7 +98,7 @@ class InputSection(Section):
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a, k = sess.analysis, vals[self.show_inputs[0]]
-        return {self.model_input: png(input_picture(a)), self.input_md: input_caption(a, sess.upload, lm),
+        return {self.model_input: png(input_picture(a)), self.input_md: input_caption(sess.upload, lm),
                 self.topk: predictions(a, k) if a.logits.numel() else None}
 
     def wire(self, ctx: Context) -> None:

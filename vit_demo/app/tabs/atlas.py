@@ -290,7 +290,7 @@ def head_text(at: Atlas, h: dict[str, Any]) -> str:
             f"positional {h['positional']:.2f}")
 
 
-def concept_text(at: Atlas, c: dict[str, Any]) -> str:
+def concept_text(c: dict[str, Any]) -> str:
     imp = sorted(c["importance"].items(), key=lambda kv: -kv[1])[:5]
     best = ", ".join(f"{k} {v:+.2f}" for k, v in imp)
     off = f", {c['off_object_share']:.0%} off the object" if c.get("off_object_share") is not None else ""
@@ -466,7 +466,7 @@ class AtlasTab(Section):
                 self.head: gr.update(choices=head_choices(at, layer), value=head),
                 self.concept: gr.update(choices=concept_choices(at), value=concept),
                 self.head_md: head_text(at, h), self.head_gallery: tiles(at, h["top"]),
-                self.concept_md: concept_text(at, c), self.concept_gallery: tiles(at, c["top"])}
+                self.concept_md: concept_text(c), self.concept_gallery: tiles(at, c["top"])}
 
     def picture_views(self, ctx: Context, sess: Session, at: Atlas | str, concept: Any, cmap: str, alpha: float,
                       query: int | None = None) -> dict:

@@ -66,6 +66,17 @@ def layer_index(value: Any, depth: int) -> tuple[int, str]:
     return v - 1, ""
 
 
+def layer_label(depth: int | None) -> str:
+    """The layer slider's label: its ends named for the model shown (none before the first analysis)."""
+    return "Layer (1 = first)" if depth is None else f"Layer (1 = first, {depth} = last)"
+
+
+def one_head(head: Any) -> int | None:
+    """The head menu's value as one head's index, or None (all heads, their mean, every layer)."""
+    h = _head(head)
+    return h if isinstance(h, int) else None
+
+
 def _head(head: str | int | None) -> str | int:
     if head in (None, "", HEAD_MEAN):
         return HEAD_MEAN
@@ -233,11 +244,6 @@ def export_attention(a: Analysis, up: Upload, layer: int, head: str | int | None
     return save(fig, name)
 
 
-def query_from(a: Analysis | None, mode: str, patch: Any) -> int | None:
-    """The query patch the controls ask for (None: the [class] token, or a value out of range)."""
-    return query_and_note(a, mode, patch)[0]
-
-
 def query_and_note(a: Analysis | None, mode: str, patch: Any) -> tuple[int | None, str]:
     """The query patch the controls ask for, and a note when the asked-for patch does not exist
     (then the [class] token is shown, and the caption says so instead of silently ignoring it)."""
@@ -261,7 +267,7 @@ class AttentionTab(Section):
 
     def layout(self, ctx: Context) -> None:
         with gr.Row(equal_height=True):
-            self.layer = gr.Slider(1, 12, value=12, step=1, label="Layer (1 = first, 12 = last)", elem_id="layer", scale=3,
+            self.layer = gr.Slider(1, 12, value=12, step=1, label=layer_label(None), elem_id="layer", scale=3,
                                    min_width=220)
             self.head = gr.Dropdown(head_choices(3), value=HEAD_ALL, label="Head", elem_id="head", scale=2)
             self.qmode = gr.Radio([CLASS_TOKEN, PATCH_QUERY], value=CLASS_TOKEN, label="Query: whose attention?",
@@ -295,29 +301,29 @@ class AttentionTab(Section):
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a = sess.analysis
-        ly, hd, _, _, cm, al, sm = (vals[c] for c in self.show_inputs)
-        ly = layer_index(ly, a.depth)[0] if ly is not None else a.depth - 1
+        layer, head, _, _, cmap, alpha, smooth = (vals[c] for c in self.show_inputs)
+        layer = layer_index(layer, a.depth)[0] if layer is not None else a.depth - 1
         heads = dict((v, lab) for lab, v in head_choices(a.num_heads))
-        hd = hd if hd in heads else HEAD_ALL
+        head = head if head in heads else HEAD_ALL
         q = sess.query
-        att, caption = attention_view(a, ly, hd, q, cm, al, sm)
+        att, caption = attention_view(a, layer, head, q, cmap, alpha, smooth)
         return {
             self.query_img: png(query_picture(a, q)),
             self.att_img: jpeg(att),
             self.att_md: caption,
-            self.layer: gr.update(maximum=a.depth, value=ly + 1),
-            self.head: gr.update(choices=head_choices(a.num_heads), value=hd),
+            self.layer: gr.update(maximum=a.depth, value=layer + 1, label=layer_label(a.depth)),
+            self.head: gr.update(choices=head_choices(a.num_heads), value=head),
             self.qmode: gr.update(choices=query_choices(a), value=PATCH_QUERY if q is not None else CLASS_TOKEN),
             self.qpatch: gr.update(maximum=a.layout.num_patches - 1, value=q if q is not None else 0),
         }
 
     def redisplay(self, sess: Session, vals: dict) -> dict:
         """The explorer's picture for its settings; the picker too when the query changed."""
-        ly, hd, qm, qp, cm, al, sm = (vals[c] for c in self.show_inputs)
-        q, q_note = query_and_note(sess.analysis, qm, qp)
-        ly, ly_note = layer_index(ly, sess.analysis.depth)
-        pic, caption = attention_view(sess.analysis, ly, hd, q, cm, al, sm)
-        note = (ly_note + q_note).strip()
+        layer, head, mode, patch, cmap, alpha, smooth = (vals[c] for c in self.show_inputs)
+        q, q_note = query_and_note(sess.analysis, mode, patch)
+        layer, layer_note = layer_index(layer, sess.analysis.depth)
+        pic, caption = attention_view(sess.analysis, layer, head, q, cmap, alpha, smooth)
+        note = (layer_note + q_note).strip()
         out = {self.att_img: jpeg(pic), self.att_md: (f"**{note}** " if note else "") + caption}
         if q != sess.query:  # the picker outlines the query: redraw it only when that changes
             sess.query = q
@@ -367,12 +373,11 @@ class AttentionTab(Section):
         for target, size_of in ctx.click_targets:
             target.select(click_handler(size_of), click_inputs, click_outputs, api_visibility="private",
                           trigger_mode="always_last", show_progress="hidden", preprocess=False)
-        self.motion.wire(ctx, [self.head, ctx.cmap, ctx.alpha], lambda s, lm, hd, cm, al: animation_files(
-            s.analysis, lm, s.upload.name, ("attention",), _head(hd) if isinstance(_head(hd), int) else None, None, cm,
-            al))
+        self.motion.wire(ctx, [self.head, ctx.cmap, ctx.alpha], lambda s, lm, head, cmap, alpha: animation_files(
+            s.analysis, lm, s.upload.name, ("attention",), one_head(head), None, cmap, alpha))
         wire_export(ctx, self.btn, self.file, [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth],
-                    lambda s, ly, hd, cm, al, sm: export_attention(s.analysis, s.upload, layer_index(ly, s.analysis.depth)[0],
-                                                                   hd, s.query, cm, al, sm))
+                    lambda s, layer, head, cmap, alpha, smooth: export_attention(
+                        s.analysis, s.upload, layer_index(layer, s.analysis.depth)[0], head, s.query, cmap, alpha, smooth))
 
 
 def single_map_size(a: Analysis, head: Any) -> tuple[int, int] | None:

@@ -203,9 +203,10 @@ class FolderTab(Section):
             self.report = gr.File(label="The report (HTML, opens offline)", elem_id="folder-report", height=120)
         self.survey_state = gr.State(None)
 
-    def views_for(self, st: dict[str, Any], show: str, sort: str, cluster: Any) -> tuple[list, list[int]]:
-        rs = arrange(st["result"], show, sort, cluster)
-        out = Path(st["dir"])
+    def views_for(self, surveyed: dict[str, Any], show: str, sort: str, cluster: Any) -> tuple[list, list[int]]:
+        """The gallery's tiles for the menus' choices, and the records' indices in their order."""
+        rs = arrange(surveyed["result"], show, sort, cluster)
+        out = Path(surveyed["dir"])
         return [(str(out / "report" / r["overlay"]), caption(r)) for r in rs], [r["index"] for r in rs]
 
     def run_survey(self, ctx: Context, files: Any, method: str, sess: Any, progress: Any) -> dict:
@@ -226,11 +227,10 @@ class FolderTab(Section):
         emb = png(embedding_image(result, out / "report", thumb=56))
         report = report_zip(out)
         within_budget()
-        st = {"dir": str(out), "result": result}
-        tiles, order = self.views_for(st, "all", "file", "all")
-        st["order"] = order
+        surveyed = {"dir": str(out), "result": result}
+        tiles, surveyed["order"] = self.views_for(surveyed, "all", "file", "all")
         protos = [(str(out / "report" / c["image"]), f"{c['id']}: {c['class']} · {c['size']}") for c in result["clusters"]]
-        return {self.survey_state: st, self.status: status_text(result, notes), self.gallery: tiles,
+        return {self.survey_state: surveyed, self.status: status_text(result, notes), self.gallery: tiles,
                 self.protos: protos, self.embedding: emb, self.report: str(report),
                 self.show_dd: "all", self.sort_dd: "file",
                 self.cluster_dd: gr.update(choices=cluster_choices(result), value="all")}
@@ -240,33 +240,33 @@ class FolderTab(Section):
                    self.sort_dd, self.cluster_dd]
 
         @friendly
-        def on_run(files, method, sess, st, progress=gr.Progress()):  # noqa: B008 - Gradio's progress bar
+        def on_run(files, method, sess, progress=gr.Progress()):  # noqa: B008 - Gradio's progress bar
             if not files:
                 raise gr.Error("Choose some pictures (or a zip of them) first.", print_exception=False)
             return self.run_survey(ctx, files, method, sess, progress)
 
         @friendly
-        def on_filter(show, sort, cluster, st):
-            if not st:
+        def on_filter(show, sort, cluster, surveyed):
+            if not surveyed:
                 return gr.skip()
-            tiles, st["order"] = self.views_for(st, show, sort, cluster)
-            return {self.survey_state: st, self.gallery: tiles}
+            tiles, surveyed["order"] = self.views_for(surveyed, show, sort, cluster)
+            return {self.survey_state: surveyed, self.gallery: tiles}
 
-        def on_tile(st, sess, evt: gr.SelectData):
-            if not st or not isinstance(evt.index, int) or not 0 <= evt.index < len(st["order"]):
+        def on_tile(surveyed, sess, evt: gr.SelectData):
+            if not surveyed or not isinstance(evt.index, int) or not 0 <= evt.index < len(surveyed["order"]):
                 return gr.skip()
-            rec = st["result"]["images"][st["order"][evt.index]]
+            rec = surveyed["result"]["images"][surveyed["order"][evt.index]]
             sess = ctx.session(sess)
             sess.open_tab = OPEN_IN
-            picture = str(Path(st["dir"]) / "pictures" / rec["path"])  # the path is relative to the upload
+            picture = str(Path(surveyed["dir"]) / "pictures" / rec["path"])  # the path is relative to the upload
             return {ctx.state: sess, ctx.image: picture, ctx.tabs: gr.Tabs(selected=OPEN_IN)}
 
-        def on_proto(st, evt: gr.SelectData):
-            if not st or not isinstance(evt.index, int) or not 0 <= evt.index < len(st["result"]["clusters"]):
+        def on_proto(surveyed, evt: gr.SelectData):
+            if not surveyed or not isinstance(evt.index, int) or not 0 <= evt.index < len(surveyed["result"]["clusters"]):
                 return gr.skip()
-            return str(st["result"]["clusters"][evt.index]["id"])
+            return str(surveyed["result"]["clusters"][evt.index]["id"])
 
-        self.run_btn.click(on_run, [self.uploads, self.method, ctx.state, self.survey_state], outputs,
+        self.run_btn.click(on_run, [self.uploads, self.method, ctx.state], outputs,
                            api_visibility="private", **ctx.slow)  # a folder takes minutes: the slow lane
         gr.on([self.show_dd.input, self.sort_dd.input, self.cluster_dd.change], on_filter,
               [self.show_dd, self.sort_dd, self.cluster_dd, self.survey_state], [self.survey_state, self.gallery],

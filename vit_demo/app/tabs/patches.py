@@ -122,8 +122,9 @@ def window_note(a: Analysis) -> str:
             f"over the whole grid.")
 
 
-def patch_picture(a: Analysis, highlight: int | None = None, numbers: bool = True) -> Image.Image:
-    return viz.patch_grid_image(a.picture, a.patch_size, numbers=numbers, highlight=highlight, window=a.window)
+def patch_picture(a: Analysis, highlight: int | None = None) -> Image.Image:
+    """The model input cut into numbered patches (``highlight`` outlined; SAM's windows drawn)."""
+    return viz.patch_grid_image(a.picture, a.patch_size, numbers=True, highlight=highlight, window=a.window)
 
 
 def patch_picture_size(a: Analysis) -> tuple[int, int]:
