@@ -18,8 +18,8 @@ from PIL import Image
 
 from vit_demo.app.context import AppConfig, Context
 from vit_demo.app.examples import Example
-from vit_demo.app.limits import Limits
 from vit_demo.app.registry import ModelRegistry
+from vit_demo.app.server.limits import Limits
 from vit_demo.app.session import Session, Upload
 from vit_demo.app.tabs import atlas as tab_module
 from vit_demo.app.tabs import folder as folder_module

@@ -2,7 +2,7 @@
 
 - :mod:`~vit_demo.app.build`: ``build(cfg)`` assembles the page from the sections below (the
   tabs in :data:`~vit_demo.app.build.TABS`); :mod:`~vit_demo.app.page` holds its look (theme,
-  CSS) and launch settings; :mod:`~vit_demo.app.limits` what an exposed app accepts.
+  CSS) and launch settings; :mod:`~vit_demo.app.server.limits` what an exposed app accepts.
 - :mod:`~vit_demo.app.registry` (the shared models and analyses), :mod:`~vit_demo.app.session`
   (one user's upload and view) and :mod:`~vit_demo.app.examples` (the example photos): no Gradio.
 - :mod:`~vit_demo.app.context`: the :class:`Section` shape every section has, and the

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoints.load import LoadedModel
-from .guard import FileGuard
-from .limits import Limits
 from .registry import ModelRegistry
+from .server.guard import FileGuard
+from .server.limits import Limits
 from .session import Session, SessionBudget
 
 Component = Any  # a Gradio component (kept as Any: this module does not import Gradio)

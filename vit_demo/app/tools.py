@@ -13,7 +13,7 @@ caps per client), the model lane and the upload limits like any other request, a
 under the slow lane's time limit. Exposed, one caller (address) has at most
 :func:`calls_per_caller` calls in progress (one with the default two jobs at a time in the
 lane: one caller never holds the whole lane), the next refused at once
-(:class:`vit_demo.app.middleware.CallerCap`): the tools' "one slow job per client". A picture
+(:class:`vit_demo.app.server.middleware.CallerCap`): the tools' "one slow job per client". A picture
 comes as a base64 data URL (an http(s) URL on a local app only, fetched within the upload limit
 from a public host: never on an exposed app, where a URL is refused before anything is fetched).
 """
@@ -35,11 +35,12 @@ from ..methods.attention import cls_attention
 from ..methods.rollout import rollout as rollout_map
 from .common import friendly, open_upload, png
 from .context import Context
-from .fetch import fetch_picture
-from .guard import InputError, clip, whole
-from .lanes import time_limited
-from .middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .sections.inputs import predictions_json
+from .server.fetch import fetch_picture
+from .server.guard import InputError, clip, whole
+from .server.lanes import time_limited
+from .server.limits import Limits
+from .server.middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .tabs.compare import compare_with_timm
 
 TOOLS = ("predict", "explain", "attention", "verify")  # the MCP tools, by function name
@@ -190,20 +191,24 @@ def wire(ctx: Context) -> None:
                      **ctx.heavy)
 
 
-def mcp_lifespan(demo: Any, limits: Any):
+def caller_cap(limits: Limits) -> CallerCap | None:
+    """Exposed: the count of each caller's tool calls in progress (at most :func:`calls_per_caller`),
+    which the MCP client (:func:`with_secret`) and the gate both read; None on a local app."""
+    return CallerCap(calls_per_caller(limits.concurrency)) if limits.exposed else None
+
+
+def mcp_lifespan(demo: gr.Blocks, limits: Limits, cap: CallerCap | None = None):
     """A FastAPI lifespan that, once Gradio has made its MCP server, keeps its tools to
     :data:`TOOLS` and puts the URL rule (:func:`url_rule`) in front of its conversion of pictures:
     exposed, a picture given as an http(s) URL is refused (an MCP error) before anything is
     fetched; local, it is fetched from a public host within the upload limit
-    (:func:`vit_demo.app.fetch.fetch_picture`). Exposed, each caller's calls are counted
-    (:class:`vit_demo.app.middleware.CallerCap`, ``demo.mcp_calls``, which the gate reads too)."""
+    (:func:`vit_demo.app.server.fetch.fetch_picture`). ``cap``: each caller's calls counted
+    (:func:`caller_cap`; the gate reads the same count, :attr:`vit_demo.app.server.settings.ServerSettings.mcp_calls`)."""
     fetch = None if limits.exposed else functools.partial(fetch_picture, max_bytes=limits.max_upload_bytes)
-    cap = CallerCap(calls_per_caller(limits.concurrency)) if limits.exposed else None
-    demo.mcp_calls = cap  # launch_kwargs(demo): the gate refuses a busy caller's requests before reading them
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        server = getattr(demo, "mcp_server_obj", None)
+        server = demo.mcp_server_obj  # Gradio's, made at launch
         if server is not None:
             server.tool_to_endpoint = {t: e for t, e in server.tool_to_endpoint.items()
                                        if t.removeprefix(server.tool_prefix) in TOOLS}
@@ -226,7 +231,7 @@ def calls_per_caller(concurrency: int) -> int:
 def with_secret(make_client: Callable, cap: CallerCap | None = None) -> Callable:
     """Gradio's MCP client of this app, made once (Gradio made one per call until the first was
     stored: concurrent first calls each fetched the app's config, and timed out on a busy
-    machine), its requests marked as the app's own (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`:
+    machine), its requests marked as the app's own (:data:`vit_demo.app.server.middleware.LOOPBACK_SECRET`:
     the gate charges the picture once, to the MCP caller, and the queue sees the caller's
     address), waiting up to :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls
     on a busy machine), its calls within ``cap`` when given."""

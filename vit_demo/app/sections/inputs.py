@@ -15,7 +15,7 @@ from ...checkpoints.load import LoadedModel
 from ..common import VIEW_SIZE, display_label, friendly, open_upload, png
 from ..context import Context, Section
 from ..exports import export_row, save, wire_export, wrap
-from ..guard import whole
+from ..server.guard import whole
 from ..session import Session, Upload
 
 # ----------------------------------------------------------------------------- views

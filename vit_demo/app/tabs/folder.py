@@ -25,7 +25,7 @@ from ...progress import check, reporting
 from ..common import friendly, png
 from ..context import Context, Section
 from ..exports import export_dir, within_budget
-from ..workspace import folder_bytes, trim, workspace
+from ..server.workspace import folder_bytes, trim, workspace
 from .relevance import RelevanceTab
 
 MAX_PICTURES = 1000  # per survey on this computer

@@ -3,11 +3,11 @@
 Every queued event, UI or API, public or private, comes in through Gradio's ``Queue.push``;
 :func:`guard_queue` puts one door in front of it that, in order:
 
-1. refuses a request whose values do not fit its event (:class:`~vit_demo.app.guard.JoinGuard`:
+1. refuses a request whose values do not fit its event (:class:`~vit_demo.app.server.guard.JoinGuard`:
    server files, odd shapes, over-long strings), before anything runs;
 2. (exposed) lets one address open at most :data:`NEW_SESSIONS` new sessions per 10 minutes:
    Gradio keeps every session's state values (no longer its copy of the page:
-   :mod:`vit_demo.app.lean`), up to :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
+   :mod:`vit_demo.app.server.lean`), up to :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
 3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
    first has finished; exposed, an address may hold two, for two browser tabs);
 4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..progress import time_limit
+from ...progress import time_limit
 from .guard import JoinGuard
 from .middleware import UploadBudget, from_own_client
 
