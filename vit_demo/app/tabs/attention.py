@@ -25,6 +25,7 @@ from ..common import VIEW_SIZE, friendly, jpeg, png
 from ..context import Context, Section
 from ..exports import export_row, save, slug, wire_export
 from ..motion import AnimationRow, animation_files
+from ..query import wire_query_click
 from ..session import Session, Upload
 
 CLASS_TOKEN = "[class] token"
@@ -39,11 +40,6 @@ def query_picture_size(a: Analysis) -> tuple[int, int]:
     scale = max(1, round(VIEW_SIZE / max(a.picture.size)))
     gh, gw = a.layout.grid
     return gw * a.patch_size * scale, gh * a.patch_size * scale
-
-
-def click_to_patch(a: Analysis, x: float, y: float, size: tuple[int, int]) -> int:
-    """The patch under a click at pixel (x, y) of a picture of ``size`` showing the model input."""
-    return viz.patch_index_at(x, y, size, a.layout.grid)
 
 
 def head_choices(num_heads: int) -> list[tuple[str, str]]:
@@ -296,8 +292,8 @@ class AttentionTab(Section):
         self.exports = [self.btn]
         self.redisplay_inputs = self.show_inputs
         self.redisplay_outputs = [self.att_img, self.att_md, self.query_img]
-        ctx.click_targets.append((self.query_img, lambda a, _head: query_picture_size(a)))
-        ctx.click_targets.append((self.att_img, single_map_size))
+        self.query_inputs = [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth]
+        self.query_outputs = [self.qmode, self.qpatch, self.att_img, self.att_md, self.query_img]
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a = sess.analysis
@@ -330,9 +326,15 @@ class AttentionTab(Section):
             out[self.query_img] = png(query_picture(sess.analysis, q))
         return out
 
-    def wire(self, ctx: Context) -> None:
-        state = ctx.state
+    def show_query(self, sess: Session, lm: LoadedModel, query: int, vals: dict) -> dict:
+        """A new query patch (a click here or in another tab): the explorer shows where it looks."""
+        a = sess.analysis
+        layer, head, cmap, alpha, smooth = (vals[c] for c in self.query_inputs)
+        pic, caption = attention_view(a, layer_index(layer, a.depth)[0], head, query, cmap, alpha, smooth)
+        return {self.qmode: PATCH_QUERY, self.qpatch: query, self.att_img: jpeg(pic), self.att_md: caption,
+                self.query_img: png(query_picture(a, query))}
 
+    def wire(self, ctx: Context) -> None:
         @friendly
         def on_attention(*args):
             *rest, sess = args
@@ -341,38 +343,12 @@ class AttentionTab(Section):
                 return gr.skip()
             return self.redisplay(sess, dict(zip(self.show_inputs, rest)))
 
-        def click_handler(size_of):
-            @friendly
-            def on_click(ly, hd, cm, al, sm, sess, evt: gr.SelectData):
-                sess = ctx.session(sess)
-                if not sess.ready or not isinstance(evt.index, (list, tuple)) or len(evt.index) != 2:
-                    return gr.skip()
-                a = sess.analysis
-                size = size_of(a, hd)
-                if size is None or not float(evt.index[1]) < size[1]:  # a head grid, or the colour bar under the map
-                    return gr.skip()
-                q = click_to_patch(a, float(evt.index[0]), float(evt.index[1]), size)
-                sess.query = q
-                pic, caption = attention_view(a, layer_index(ly, a.depth)[0], hd, q, cm, al, sm)
-                out = {state: sess, self.qmode: PATCH_QUERY, self.qpatch: q, self.att_img: jpeg(pic),
-                       self.att_md: caption, self.query_img: png(query_picture(a, q))}
-                lm = ctx.model(sess)
-                for s in ctx.sections:
-                    out.update(s.show_query(sess, lm, q))
-                return out
-
-            return on_click
-
-        att_outputs = [self.att_img, self.att_md, self.query_img]
         gr.on([self.layer.input, self.head.input, self.qmode.input, self.qpatch.input], on_attention,
-              [*self.show_inputs, state], att_outputs, api_name="attention", trigger_mode="always_last",
-              show_progress="hidden", preprocess=False)
-        click_inputs = [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth, state]
-        click_outputs = [state, self.qmode, self.qpatch, *att_outputs,
-                         *(c for s in ctx.sections for c in s.query_outputs)]
-        for target, size_of in ctx.click_targets:
-            target.select(click_handler(size_of), click_inputs, click_outputs, api_visibility="private",
-                          trigger_mode="always_last", show_progress="hidden", preprocess=False)
+              [*self.show_inputs, ctx.state], [self.att_img, self.att_md, self.query_img], api_name="attention",
+              trigger_mode="always_last", show_progress="hidden", preprocess=False)
+        # a click on the picker, or on a single-head map, makes the patch under it the query
+        wire_query_click(ctx, self.query_img, lambda a, _vals: query_picture_size(a))
+        wire_query_click(ctx, self.att_img, lambda a, vals: single_map_size(a, vals[self.head]))
         self.motion.wire(ctx, [self.head, ctx.cmap, ctx.alpha], lambda s, lm, head, cmap, alpha: animation_files(
             s.analysis, lm, s.upload.name, ("attention",), one_head(head), None, cmap, alpha))
         wire_export(ctx, self.btn, self.file, [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth],
