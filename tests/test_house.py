@@ -72,3 +72,21 @@ def test_every_command_and_tab_module_is_listed():
     assert {c.__name__.rsplit(".", 1)[1] for c in COMMANDS} == commands
     tabs = {p.stem for p in (PACKAGE / "app" / "tabs").glob("*.py")} - {"__init__"}
     assert {t.__module__.rsplit(".", 1)[1] for t in TABS} == tabs
+
+
+def test_no_tab_imports_another_tab():
+    """A tab is its own module: what two tabs share lives beside them (e.g. ``app/uploads.py``,
+    ``app/query.py``), and a tab another one opens is named, not imported."""
+    from vit_demo.app.build import TABS
+    from vit_demo.app.tabs.folder import OPEN_IN
+
+    tabs = PACKAGE / "app" / "tabs"
+    found = []
+    for path in sorted(tabs.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and path.stem != "__init__":
+                found.append(f"{path.name}:{node.lineno} from .{node.module or ''} import ...")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vit_demo.app.tabs"):
+                found.append(f"{path.name}:{node.lineno} from {node.module} import ...")
+    assert not found, found
+    assert OPEN_IN in {t.name for t in TABS}

@@ -143,6 +143,7 @@ class Context:
     alpha: Component = None
     smooth: Component = None
     tabs: Component = None  # the gr.Tabs (a section may open another tab)
+    folder_files: Component = None  # the Whole folder tab's pictures (the Atlas tab builds from them too)
     # set by vit_demo.app.flow: chain "analyse the image again" onto an event (``dep.then`` or ``dep.success``)
     reanalyze: Callable[[Callable], Any] | None = None
 
