@@ -15,6 +15,8 @@
 Importing this package imports nothing else: ``vit_demo.app.registry`` and
 ``vit_demo.app.session`` stay free of Gradio.
 
-Named API endpoints (``gradio_client``): ``/predict`` (image, model, k -> JSON top-k),
-``/analyze`` (the upload event), ``/attention`` (the explorer's re-render) and ``/compare``.
+Named API endpoints (``gradio_client``), each parameter named and none moved by a new control:
+``/predict`` (image, model, k -> JSON top-k), ``/analyze`` (image, model: the upload event's twin,
+the tabs' settings at their defaults), ``/attention`` (layer, head, query, patch, cmap, alpha, smooth:
+the explorer's re-render) and ``/compare`` (k).
 """

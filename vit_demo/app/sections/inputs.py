@@ -112,12 +112,12 @@ class InputSection(Section):
             return {self.topk: predictions(sess.analysis, k)}
 
         @friendly
-        def on_predict(payload, key, k):
+        def on_predict(image: Any, model: str | None = None, k: float = 5):
             """JSON top-k for one image, as ``python -m vit_demo predict --json`` gives it."""
             k = whole(5 if k is None else k, "k", 1, 10)
-            key = key or ctx.default_key
+            key = model or ctx.default_key
             reg.spec(key)  # an unknown model is refused before the image is read
-            up = open_upload(payload, ctx.files, ctx.cfg.limits)
+            up = open_upload(image, ctx.files, ctx.cfg.limits)
             a = reg.analyze(key, up.picture)
             if not a.logits.numel():
                 raise gr.Error(f"{a.model_name} has no classifier: it has no predictions.", print_exception=False)

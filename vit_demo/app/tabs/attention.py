@@ -284,20 +284,20 @@ class AttentionTab(Section):
                 self.btn, self.file = export_row("attention-file")
                 self.motion = AnimationRow()
                 self.motion.layout("attention")
-        # the explorer's settings, in the order of the /attention endpoint's parameters
+        # the explorer's settings (read by name: a new control joins the lists, /attention's parameters stay)
         self.show_inputs = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
         self.views = [self.query_img, self.att_img, self.att_md]
         self.controls = [self.layer, self.head, self.qmode, self.qpatch]
         self.files = [*self.motion.outputs]
         self.exports = [self.btn]
-        self.redisplay_inputs = self.show_inputs
+        self.redisplay_inputs = list(self.show_inputs)
         self.redisplay_outputs = [self.att_img, self.att_md, self.query_img]
         self.query_inputs = [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth]
         self.query_outputs = [self.qmode, self.qpatch, self.att_img, self.att_md, self.query_img]
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a = sess.analysis
-        layer, head, _, _, cmap, alpha, smooth = (vals[c] for c in self.show_inputs)
+        layer, head, _, _, cmap, alpha, smooth = (vals[c] for c in self.redisplay_inputs)
         layer = layer_index(layer, a.depth)[0] if layer is not None else a.depth - 1
         heads = dict((v, lab) for lab, v in head_choices(a.num_heads))
         head = head if head in heads else HEAD_ALL
@@ -315,7 +315,7 @@ class AttentionTab(Section):
 
     def redisplay(self, sess: Session, vals: dict) -> dict:
         """The explorer's picture for its settings; the picker too when the query changed."""
-        layer, head, mode, patch, cmap, alpha, smooth = (vals[c] for c in self.show_inputs)
+        layer, head, mode, patch, cmap, alpha, smooth = (vals[c] for c in self.redisplay_inputs)
         q, q_note = query_and_note(sess.analysis, mode, patch)
         layer, layer_note = layer_index(layer, sess.analysis.depth)
         pic, caption = attention_view(sess.analysis, layer, head, q, cmap, alpha, smooth)
@@ -335,16 +335,23 @@ class AttentionTab(Section):
                 self.query_img: png(query_picture(a, query))}
 
     def wire(self, ctx: Context) -> None:
+        # /attention's parameters, by name and in this order, whatever else the tab shows
+        api = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
+
         @friendly
-        def on_attention(*args):
-            *rest, sess = args
+        def on_attention(layer: float, head: str, query: str, patch: float, cmap: str, alpha: float, smooth: bool,
+                         sess: Any = None):
+            """The explorer's picture, its caption and the query picker for these settings: ``layer``
+            from 1, ``head`` the menu's value ("all", "mean", "layers" or a head's index from 0),
+            ``query`` whose attention ("[class] token" or "a patch (click the picture)"), ``patch``
+            the query patch's number."""
             sess = ctx.session(sess)
             if not sess.ready:
                 return gr.skip()
-            return self.redisplay(sess, dict(zip(self.show_inputs, rest)))
+            return self.redisplay(sess, dict(zip(api, (layer, head, query, patch, cmap, alpha, smooth))))
 
         gr.on([self.layer.input, self.head.input, self.qmode.input, self.qpatch.input], on_attention,
-              [*self.show_inputs, ctx.state], [self.att_img, self.att_md, self.query_img], api_name="attention",
+              [*api, ctx.state], [self.att_img, self.att_md, self.query_img], api_name="attention",
               trigger_mode="always_last", show_progress="hidden", preprocess=False)
         # a click on the picker, or on a single-head map, makes the patch under it the query
         wire_query_click(ctx, self.query_img, lambda a, _vals: query_picture_size(a))
