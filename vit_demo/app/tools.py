@@ -52,24 +52,22 @@ MAP_SIDE = 448  # px: the longer side of a map sent back
 ECHO_MAX = 200  # characters of an MCP error about a value (Gradio's repeat the whole value)
 
 
-def _analysis(ctx: Context, image: Any, model: str | None):
-    key = model or ctx.default_key
-    ctx.reg.spec(key)  # an unknown model is refused before the picture is read
-    up = open_upload(image, ctx.files, ctx.cfg.limits)
-    return up, ctx.reg.get(key), ctx.reg.analyze(key, up.picture)
+class Tools:
+    """The four tools of one app: each a method of its own, whose name, parameters and docstring
+    Gradio makes the MCP tool's name, schema and description (keep the text: it is what an agent reads)."""
 
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
 
-def _classifier(a: Any) -> None:
-    if not a.logits.numel():
-        raise InputError(f"{a.model_name} has no classifier: it has no predictions or class maps.")
+    def analysis(self, image: Any, model: str | None) -> tuple[Any, Any, Any]:
+        """(the upload, the model, the analysis) for a tool's picture; an unknown model is refused
+        before the picture is read."""
+        key = model or self.ctx.default_key
+        self.ctx.reg.spec(key)
+        up = open_upload(image, self.ctx.files, self.ctx.cfg.limits)
+        return up, self.ctx.reg.get(key), self.ctx.reg.analyze(key, up.picture)
 
-
-def make_tools(ctx: Context) -> dict[str, Callable]:
-    """The four tool functions for this app (their names and docstrings are the MCP tools').
-    Long because each tool's docstring is its MCP description, a paragraph and a line a parameter."""
-
-    @friendly
-    def predict(image: Any, k: float = 5, model: str = "") -> dict:
+    def predict(self, image: Any, k: float = 5, model: str = "") -> dict:
         """What the Vision Transformer sees in a picture: its top-k ImageNet classes with their probabilities,
         as the command line's `predict --json` gives them. The picture is resized and center-cropped to the
         model's input (224 x 224 px for the default DeiT-Tiny); the answer names the model and any notes about
@@ -81,13 +79,12 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
         k = whole(5 if k is None else k, "k", 1, 10)
-        up, _lm, a = _analysis(ctx, image, model)
-        _classifier(a)
+        up, _lm, a = self.analysis(image, model)
+        classifier(a)
         return {"image": up.name, "model": a.model_name, "topk": predictions_json(a, min(k, a.logits.numel())),
                 "notes": up.notes}
 
-    @friendly
-    def explain(image: Any, method: str = "chefer", class_index: float = -1, model: str = "") -> tuple[str, dict]:
+    def explain(self, image: Any, method: str = "chefer", class_index: float = -1, model: str = "") -> tuple[str, dict]:
         """Where in the picture the evidence for one class lies: a class-specific relevance map drawn over the
         picture, returned as a PNG image, and which class and method it shows. Bright means the patch raised
         that class's score. The methods: chefer (Chefer et al. 2021, gradient-weighted attention relevance,
@@ -102,8 +99,8 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
         """
         if method not in METHODS:
             raise InputError(f"method must be one of {', '.join(METHODS)}.")
-        up, lm, a = _analysis(ctx, image, model)
-        _classifier(a)
+        up, lm, a = self.analysis(image, model)
+        classifier(a)
         n = a.logits.numel()
         cls = a.top1 if class_index is None or float(class_index) == -1 else whole(class_index, "class_index", 0, n - 1)
         from ..analysis import class_maps
@@ -114,8 +111,8 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
                               "class": a.labels[cls] if cls < len(a.labels) else str(cls),
                               "prob": round(float(a.probs[cls]), 4)}
 
-    @friendly
-    def attention(image: Any, layer: float = 0, head: float = 0, rollout: bool = False, model: str = "") -> tuple[str, dict]:
+    def attention(self, image: Any, layer: float = 0, head: float = 0, rollout: bool = False,
+                  model: str = "") -> tuple[str, dict]:
         """Where the [class] token looks: the attention of the [class] token to every patch of the picture at
         one layer and one head (or the mean of the heads), or attention rollout (the attention carried through
         all layers, Abnar & Zuidema 2020), drawn over the picture and returned as a PNG image. Attention is
@@ -128,7 +125,7 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
             rollout: true for attention rollout through all the layers instead of one layer's map.
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
-        up, _lm, a = _analysis(ctx, image, model)
+        up, _lm, a = self.analysis(image, model)
         L = whole(0 if layer is None else layer, "layer", 0, a.depth) or a.depth
         h = whole(0 if head is None else head, "head", 0, a.num_heads)
         if rollout:
@@ -139,8 +136,7 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
         picture = viz.overlay_image(a.picture, heat.numpy(), size=MAP_SIDE)
         return png(picture), {"image": up.name, "model": a.model_name, "map": what}
 
-    @friendly
-    def verify(image: Any, model: str = "") -> dict:
+    def verify(self, image: Any, model: str = "") -> dict:
         """Check the from-scratch Vision Transformer against timm's own implementation running the same
         weights on this picture: the verdict in one sentence, the largest difference of the logits and of
         every layer's attention, whether the top-5 classes agree, and both models' top-5. Builds timm's model
@@ -150,15 +146,25 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
             image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
-        key = model or ctx.default_key
-        _up, lm, a = _analysis(ctx, image, model)
-        _classifier(a)
-        c = compare_with_timm(a, lm, ctx.reg.timm_twin(key), 5)
+        key = model or self.ctx.default_key
+        _up, lm, a = self.analysis(image, model)
+        classifier(a)
+        c = compare_with_timm(a, lm, self.ctx.reg.timm_twin(key), 5)
         keys = ("verdict", "identical", "max_abs_logit_diff", "topk_agree", "layer_attn_max_diff", "scratch_topk",
                 "timm_topk", "scratch_probs", "timm_probs")
         return {"model": a.model_name, **{k: _plain(c[k]) for k in keys if k in c}}
 
-    return {"predict": predict, "explain": explain, "attention": attention, "verify": verify}
+
+def classifier(a: Any) -> None:
+    """Refuse a model without a classifier (a tool that needs predictions)."""
+    if not a.logits.numel():
+        raise InputError(f"{a.model_name} has no classifier: it has no predictions or class maps.")
+
+
+def make_tools(ctx: Context) -> dict[str, Callable]:
+    """The four tool functions for this app, by name (their names and docstrings are the MCP tools')."""
+    tools = Tools(ctx)
+    return {name: friendly(getattr(tools, name)) for name in TOOLS}
 
 
 def _plain(v: Any) -> Any:
