@@ -10,7 +10,7 @@ button enabled again. Cancel tells the worker, whose next report raises
 :class:`~vit_demo.progress.Cancelled`, so the work ends within a second instead of running on
 unseen; the run's event then ends, and only then does the page say "Stopped." and take clicks.
 
-Every long action runs in the slow lane (:mod:`vit_demo.app.lanes`: one job per client, its own
+Every long action runs in the slow lane (:mod:`vit_demo.app.server.lanes`: one job per client, its own
 number of jobs at a time) and its work under the slow lane's time limit, with room for its working
 memory in the analyses' budget: :meth:`Job.run` is the one place every long action's work runs.
 """

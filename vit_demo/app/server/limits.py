@@ -3,7 +3,7 @@
 ``app.py`` turns its flags into one :class:`Limits`; the app's build applies it: the memory
 budgets (scaled to the machine by default, :func:`vit_demo.budget.default_budgets`), the names a
 local app answers to and the proxies it believes, the size of images, uploads and request
-bodies, the two lanes of the queue (:mod:`vit_demo.app.lanes`) and the disk the app may fill.
+bodies, the two lanes of the queue (:mod:`vit_demo.app.server.lanes`) and the disk the app may fill.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..budget import MB, default_budgets
+from ...budget import MB, default_budgets
 
 DEFAULT_MAX_UPLOAD_MB = 25  # an image file; a 48-MP JPEG is about 15 MB
 CHECKPOINT_MAX_MB = 1024  # when checkpoint uploads are allowed: a ViT-L is 1.2 GB in float32... and 0.6 in half
