@@ -813,10 +813,12 @@ def mcp_flood(url: str, other, threads: int = 30, calls: int = 10) -> None:
 
 class Victim:
     """Another client (127.0.0.1) asking /predict for a new small picture every ``every_s`` seconds
-    in a thread until :meth:`stop`: each call's seconds (inf: failed, or over ``timeout``)."""
+    in a thread until :meth:`stop`: each call's seconds (inf: failed, or over ``timeout``).
+    ``same``: the same picture each time (its analysis kept: no memory of the victim's in a row
+    that measures the app's)."""
 
-    def __init__(self, url: str, tmp: Path, every_s: float = 2.0, timeout: float = 15.0) -> None:
-        self.url, self.tmp, self.every_s, self.timeout = url, tmp, every_s, timeout
+    def __init__(self, url: str, tmp: Path, every_s: float = 2.0, timeout: float = 15.0, same: bool = False) -> None:
+        self.url, self.tmp, self.every_s, self.timeout, self.same = url, tmp, every_s, timeout, same
         self.times: list[float] = []
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -827,7 +829,7 @@ class Victim:
             t0 = time.perf_counter()
             try:
                 raw = Raw(self.url, timeout=self.timeout)
-                p = noise_png(self.tmp / f"victim{i}.png", 64, 48, seed=1000 + i)
+                p = noise_png(self.tmp / f"victim{i}.png", 64, 48, seed=1000 + (0 if self.same else i))
                 out = raw.call("predict", [file_payload(raw.upload(p)), None, 3], timeout=self.timeout)
                 raw.close()
                 took = time.perf_counter() - t0
@@ -855,6 +857,35 @@ def p95_text(times: list[float]) -> str:
     p95 = statistics.quantiles(ordered, n=20, method="inclusive")[18]
     return (f"p50 {statistics.median(ordered):.2f} s, p95 {p95:.2f} s "
             f"({sum(t != float('inf') for t in times)} of {len(times)} answered)")
+
+
+def meanwhile(app, tmp: Path, work: Callable, same: bool = False):
+    """``work()`` while another client asks /predict (:class:`Victim`) and the app's open files
+    are counted: (its result, the victim's p50/p95, the peak of open files and its share of the
+    limit)."""
+    import resource
+
+    from attacks import open_files
+
+    limit = resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE)[0]
+    victim, peak, stop = Victim(app.url, tmp, same=same).start(), [open_files(app.proc.pid)], threading.Event()
+
+    def count() -> None:
+        while not stop.wait(0.5):
+            try:
+                peak[0] = max(peak[0], open_files(app.proc.pid))
+            except OSError:
+                return
+
+    counter = threading.Thread(target=count, daemon=True)
+    counter.start()
+    try:
+        result = work()
+    finally:
+        stop.set()
+        counter.join(5)
+        times = victim.stop()
+    return result, f"another client's /predict meanwhile: {times}; open files peak {peak[0]} ({peak[0] / limit:.0%})"
 
 
 def can_upload(url: str, source: str, tmp: Path) -> str:
@@ -905,11 +936,11 @@ def chunked_uploads(app, tmp: Path, n: int = 40, size: int = 20 * MB) -> None:
 
     folder = app.folder()
     before, t0 = folder_bytes(folder), time.perf_counter()
-    codes = [chunked_upload(app.port, size, "127.0.4.1") for _ in range(n)]
+    codes, others = meanwhile(app, tmp, lambda: [chunked_upload(app.port, size, "127.0.4.1") for _ in range(n)])
     grown = folder_bytes(folder) - before
     row(f"{n} uploads of {size / MB:.0f} MiB from one address, each sent chunked with Content-Length: 200 beside "
         f"(--upload-budget-mb 100)", ", ".join(f"{codes.count(c)} x HTTP {c}" for c in sorted(set(codes))),
-        f"the app's folder +{grown / MB:.0f} MiB in {time.perf_counter() - t0:.0f} s")
+        f"the app's folder +{grown / MB:.0f} MiB in {time.perf_counter() - t0:.0f} s; {others}")
 
 
 def upload_lockout(app, tmp: Path, addresses: int = 50, per_address: int = 4, hold_s: float = 30) -> None:
@@ -919,7 +950,7 @@ def upload_lockout(app, tmp: Path, addresses: int = 50, per_address: int = 4, ho
     from mcp_client import McpClient, data_url
 
     drip = Drip(app.port, [f"127.0.5.{i + 1}" for i in range(addresses)], per_address, declared=None).start()
-    time.sleep(hold_s)
+    _, others = meanwhile(app, tmp, lambda: time.sleep(hold_s))
     during = [can_upload(app.url, f"127.0.6.{i + 1}", tmp) for i in range(5)]
     mcp = McpClient(app.url + "gradio_api/mcp/", source="127.0.6.9")
     try:
@@ -934,7 +965,7 @@ def upload_lockout(app, tmp: Path, addresses: int = 50, per_address: int = 4, ho
     row(f"{addresses} addresses x {per_address} uploads declaring 25 MB and sending no body, for {hold_s:.0f} s "
         f"({alive} connected at the end, {drip.closed} closed by the server)",
         f"5 new addresses' uploads meanwhile: {', '.join(during)}; a new "
-        f"address's MCP predict: {tool}", f"after the attack: {', '.join(after)}")
+        f"address's MCP predict: {tool}", f"after the attack: {', '.join(after)}; {others}")
 
 
 def huge_zip(app, tmp: Path, job_seconds: float, flags: str = "") -> None:
@@ -950,11 +981,12 @@ def huge_zip(app, tmp: Path, job_seconds: float, flags: str = "") -> None:
         time.sleep(3)
         rss0 = rss_mb(app.proc.pid)
         data = values_for(raw, name, 0, file_payload(stored))
-        out, rss, _ = watched(app.proc.pid, app.folder(), lambda name=name, data=data: raw.call(name, data, timeout=900))
+        (out, rss, _), others = meanwhile(app, tmp, lambda name=name, data=data: watched(
+            app.proc.pid, app.folder(), lambda: raw.call(name, data, timeout=900)), same=True)
         what = "survey" if name == "on_run" else "atlas"
         row(f"the {what} of a {archive.stat().st_size // 1024} KB zip of 16 float TIFFs of 8000 x 8000 px "
             f"(--job-seconds {job_seconds:.0f}{flags})", ("done" if out.success else out.message[:110]),
-            f"{out.seconds:.1f} s, RSS peak +{rss - rss0:.0f} MiB")
+            f"{out.seconds:.1f} s, RSS peak +{rss - rss0:.0f} MiB; {others}")
 
 
 def atlas_photos(app, tmp: Path, job_seconds: float, n: int = 100) -> None:

@@ -27,6 +27,7 @@ from PIL import Image
 from ..analysis import Analysis
 from ..checkpoints.load import LoadedModel, file_sha256
 from ..evaluate import atlas as atlas_code
+from ..evaluate import concepts
 from ..evaluate.atlas_codes import picture_codes
 from ..evaluate.survey import Loader
 from ..present import atlas_report
@@ -51,9 +52,9 @@ def cache_root() -> Path:
 
 @lru_cache(maxsize=1)
 def code_version() -> str:
-    """A hash of the code an atlas comes from (the atlas, its report and this cache's layout)."""
+    """A hash of the code an atlas comes from (the atlas, its concepts, its report and this cache's layout)."""
     h = hashlib.sha256(f"format {FORMAT}".encode())
-    for mod in (atlas_code, atlas_report):
+    for mod in (atlas_code, concepts, atlas_report):
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()[:12]
 
