@@ -260,7 +260,9 @@ def load(name_or_path: str | os.PathLike | None = None, *, timm_name: str | None
     except LoadError:
         raise
     except HubUnavailableError as e:
-        raise LoadError(f"{one_line(e)} From Python: vit_demo.load('path/to/checkpoint.safetensors').") from None
+        msg = one_line(e)
+        hint = "vit_demo.load('FILE')"
+        raise LoadError(msg.replace("--weights FILE", hint) if "--weights FILE" in msg else f"{msg} ({hint})") from None
     except (CheckpointError, UnsupportedModelError, ValueError, OSError, RuntimeError) as e:
         raise LoadError(one_line(e).replace("--model NAME", "timm_name='NAME'")) from None
     return Model(lm, random_init)

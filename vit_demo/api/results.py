@@ -234,10 +234,15 @@ class Attention(Drawable):
     def view(self, layer: int = -1, head: int | None = None, query: int | None = None) -> Explanation:
         """:meth:`map` as a drawable :class:`Explanation` (method "attention")."""
         at = self.layer_index(layer)
-        who = f"patch {query}" if query is not None else "[class]" if self.cls_index is not None else "the patches"
+        who = f"patch {query}" if query is not None else self.reader()
         heads = "mean of heads" if head is None else f"head {head + 1}"
         return self.explanation("attention", f"Attention of {who}, layer {at + 1} of {self.depth}, {heads}",
                                 self.map(layer, head, query), "attention weight")
+
+    def reader(self) -> str:
+        """Whose attention the maps read, in the words of ``explain --method attention``."""
+        return ("the attention pool's query" if self.probe is not None else "[class]" if self.cls_index is not None
+                else "mean of the patch queries")
 
     def rollout_view(self) -> Explanation:
         """The rollout as a drawable :class:`Explanation` (method "rollout")."""
@@ -261,8 +266,7 @@ class Attention(Drawable):
     def figure(self) -> Figure:
         """The app's export of "every layer x every head"."""
         return viz.heads_figure(self.picture, self.heads(), CMAP, ALPHA,
-                                title=f"Attention of {self.tokens[0] if self.cls_index is not None else 'the patches'}, "
-                                      f"every layer and head")
+                                title=f"Attention of {self.reader()}, every layer and head")
 
     def html_details(self) -> str:
         return topk_table(self.predictions) if self.predictions else ""
@@ -296,7 +300,11 @@ class Batch(Drawable, Generic[T]):
         raise TypeError("only a batch of explanations has maps")
 
     def render(self) -> Image.Image:
-        return stacked([r.render() for r in self.items])
+        """Each picture's own rendering: one map a picture side by side (four a row), others one under the other."""
+        pictures = [r.render() for r in self.items]
+        if all(isinstance(r, Explanation) for r in self.items):
+            return stacked([beside(pictures[i:i + MAX_PANELS]) for i in range(0, len(pictures), MAX_PANELS)])
+        return stacked(pictures)
 
     def figure(self) -> Figure:
         """One method on up to four pictures: the side-by-side figure (each picture above its map);
