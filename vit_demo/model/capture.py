@@ -30,10 +30,10 @@ def scores_into(capture: bool | torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     can run in place on numbers still in cache; a power-of-2 scale (head size 64: 1/8) is applied
     by the matrix product itself, exactly as a multiply after it would (other scales: multiplied
     after, as always)."""
-    B, H, N, D = q.shape
     if not (isinstance(capture, torch.Tensor) and capture.dtype == q.dtype and capture.is_contiguous()
-            and capture.shape == (B, H, N, k.shape[-2])):
+            and capture.shape == (*q.shape[:-1], k.shape[-2])):
         return torch.matmul(q, k.transpose(-2, -1)).mul_(scale)
+    B, H, N, D = q.shape  # a slot: [B, H, N, N]
     exact = math.frexp(scale)[0] == 0.5  # a power of 2
     out = capture.view(B * H, N, -1)
     torch.baddbmm(out, q.reshape(B * H, N, D), k.transpose(-2, -1).reshape(B * H, D, -1), beta=0,

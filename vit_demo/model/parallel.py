@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .capture import probabilities
 from .config import ViTConfig
 from .variants import RMSNorm, VariantAttention
 from .vit import PARTS, LayerScale, make_act, make_norm, register
@@ -47,10 +48,14 @@ def diff_attend(m: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if m.relevance_rule is not None:  # q, k [B, H, 2, N, d]
         q, k, v = m.relevance_rule(q, k, v)
     lam = diff_lambda(m).type_as(q)
-    kept = capture is not False  # both maps apart: neither goes into a capture slot
-    (o1, a1), (o2, a2) = (m.attend(q[:, :, i], k[:, :, i], v, (D // 2) ** -0.5, kept) for i in (0, 1))
-    attn = None if a1 is None else a1 - lam * a2
-    return m.sub_norm(o1 - lam * o2) * (1 - m.lambda_init), attn
+    if capture is False:  # the fused kernel on each half (4-D: the fast kernels)
+        (o1, _), (o2, _) = (m.attend(q[:, :, i], k[:, :, i], v, (D // 2) ** -0.5) for i in (0, 1))
+        attn, x = None, o1 - lam * o2
+    else:  # the map itself mixes the values, so that gradients reach it
+        s = probabilities(q, k, (D // 2) ** -0.5)  # [B, H, 2, N, N]
+        attn = s[:, :, 0] - lam * s[:, :, 1]
+        x = attn @ v
+    return m.sub_norm(x) * (1 - m.lambda_init), attn
 
 
 @register("attention", "diff")
