@@ -69,7 +69,7 @@ def on_grid(v: Tensor, layout: TokenLayout) -> Tensor:
 def stacked(attentions: Sequence[Tensor]) -> Tensor | None:
     """The layers' attention as one [L, B, H, N, N] tensor, without a copy, when they lie one
     after another in one block, as a capturing forward pass without autograd writes them (see
-    ``VisionTransformer.forward_features``); None otherwise. Batched over layers, a map costs a
+    ``vit_demo.model.capture.capture_slots``); None otherwise. Batched over layers, a map costs a
     few operations in all instead of a few per layer (each one ~5-20 us on a CPU)."""
     a0 = attentions[0]
     step = a0.numel() * a0.element_size()

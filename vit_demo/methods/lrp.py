@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model import Attention, AttentionPool, Mlp, ParallelScalingBlock, QuickGELU, RMSNorm, VisionTransformer
+from ..model import VisionTransformer
 from .gradients import attention_gradients, grad_rollout
 from .passes import gradient_lock, gradient_pass, targets
 from .registry import Target, register
@@ -197,7 +197,7 @@ def gamma_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
     return _GammaConv.apply(x, m.weight, m.bias, gamma, m.stride, m.padding)
 
 
-def rms_norm_constant(m: RMSNorm, x: Tensor) -> Tensor:
+def rms_norm_constant(m: nn.Module, x: Tensor) -> Tensor:
     """RMSNorm with its root mean square detached (the LayerNorm rule without the mean)."""
     return x / (x.pow(2).mean(dim=-1, keepdim=True) + m.eps).sqrt().detach() * m.weight
 
@@ -230,25 +230,28 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
     """Within the block, ``model``'s backward pass propagates LRP relevance by ``rules``.
 
     Forward hooks on this instance's LayerNorm, activation, Linear and Conv modules return
-    the same values with rule-shaped gradients, every :class:`Attention` (and an attention
-    pool) gets a rule for its q, k, v and every GLU MLP one for its gate. Everything is removed
-    on exit, also after an error.
+    the same values with rule-shaped gradients. The model's own modules say what they are by
+    their ``relevance`` attribute: every attention (``"attention"``: the blocks', an attention
+    pool's, a parallel block's) gets a rule for its q, k, v in ``relevance_rule``, every GLU
+    MLP (``"gate"``) one for its gate; an RMSNorm is ``"rms_norm"``, QuickGELU ``"activation"``.
+    Everything is removed on exit, also after an error.
     """
     if rules.attention not in ("cp", "attnlrp"):
         raise ValueError(f"unknown attention rule {rules.attention!r}: 'cp' or 'attnlrp'")
     attn_rule, gate_rule = (cp_attention, cp_gate) if rules.attention == "cp" else (attnlrp_attention, uniform_gate)
     handles = []
-    attentions = [m for m in model.modules() if isinstance(m, (Attention, AttentionPool, ParallelScalingBlock))]
-    gated = [m for m in model.modules() if isinstance(m, Mlp) and m.kind != "mlp"]
+    attentions = [m for m in model.modules() if getattr(m, "relevance", None) == "attention"]
+    gated = [m for m in model.modules() if getattr(m, "relevance", None) == "gate"]
     lock = gradient_lock(model)
     lock.acquire()  # no plain gradient pass on this instance while the rules are on
     try:
         for m in model.modules():
+            kind = getattr(m, "relevance", None)
             if isinstance(m, nn.LayerNorm):
                 handles.append(m.register_forward_hook(lambda mod, inp, out: layer_norm_constant_std(mod, inp[0])))
-            elif isinstance(m, RMSNorm):
+            elif kind == "rms_norm":
                 handles.append(m.register_forward_hook(lambda mod, inp, out: rms_norm_constant(mod, inp[0])))
-            elif isinstance(m, (nn.GELU, QuickGELU, nn.SiLU)):
+            elif isinstance(m, (nn.GELU, nn.SiLU)) or kind == "activation":
                 handles.append(m.register_forward_hook(lambda mod, inp, out: identity_rule(inp[0], out)))
             elif isinstance(m, nn.Linear):
                 g = rules.gamma_linear
