@@ -296,12 +296,6 @@ def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = No
     yield slide
 
 
-def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
-                 cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
-    """The seven slides of one image's section (``seeds``: the random baseline's patch orders)."""
-    return list(iter_image_slides(lm, image, name, target, width_px, cmap, seeds))
-
-
 def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str,
                      shared_scale: bool = False) -> Slide:
     """Relevance of up to four images side by side: each map on its own scale (one hot spot
