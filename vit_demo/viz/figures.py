@@ -45,9 +45,10 @@ def _figure(width_in: float, height_in: float) -> Figure:
     return Figure(figsize=(width_in, height_in), layout="compressed", facecolor="white")
 
 
-def _fit_height(fig: Figure, pad: float = 0.12) -> Figure:
-    """Shrink the figure's height to its content: fixed-aspect pictures are sized by the
-    width, and any height left over would otherwise open gaps around the title / caption."""
+def _fit_height(fig: Figure) -> Figure:
+    """Shrink the figure's height to its content and a margin: fixed-aspect pictures are sized
+    by the width, and any height left over would otherwise open gaps around the title / caption."""
+    pad = 0.12  # inches above and below the content, and under a title or caption
     for _ in range(2):
         r = renderer(fig)
         fig.draw_without_rendering()
@@ -311,13 +312,12 @@ def distance_figure(
     distances: Any,
     title: str | None = None,
     reference: float | None = None,
-    reference_label: str = "uniform attention",
 ) -> Figure:
     """Mean attention distance per head against depth (ViT paper, Fig. 7 right): x = layer,
     y = pixels, one dot per head (coloured by head), the layer mean as a grey line.
 
     ``distances``: ``[L, H]`` (a leading batch axis is averaged). ``reference``: a dashed
-    level, e.g. :func:`uniform_attention_distance` for the input's grid.
+    level labelled "uniform attention": :func:`uniform_attention_distance` for the input's grid.
     """
     a = as_array(distances)
     if a.ndim == 3:
@@ -334,12 +334,11 @@ def distance_figure(
             linestyle="--",
             linewidth=1.2,
             zorder=0,
-            label=f"{reference_label} ({reference:.0f} px)",
+            label=f"uniform attention ({reference:.0f} px)",
         )
     _distance_axes(ax, a.shape[0], max(float(a.max()), reference or 0.0))
     _side_legend(ax)
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    figure_title(fig, title)
     return fig
 
 
@@ -393,14 +392,14 @@ def _side_legend(ax) -> None:
         )
 
 
-def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None = None) -> Figure:
+def pos_embed_figure(similarity: Any, title: str | None = None) -> Figure:
     """Cosine similarity of each patch's position embedding with all the others (ViT paper,
-    Fig. 7 centre): a gh x gw grid of small gh x gw maps, one shared -1..1 colour scale.
+    Fig. 7 centre): a gh x gw grid of small gh x gw maps, one shared -1..1 colour scale (viridis).
 
     ``similarity``: ``[gh*gw, gh, gw]`` (row ``i`` = patch ``i``'s map) or ``[gh, gw, gh, gw]``.
     Rows and columns are labelled from 0, like the patch numbers elsewhere.
     """
-    check_cmap(cmap)
+    cmap = "viridis"
     a = as_array(similarity)
     if a.ndim == 3:
         gh, gw = a.shape[1:]
@@ -437,13 +436,12 @@ def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None =
 def topk_figure(
     predictions: Sequence[Mapping[str, Any]] | Mapping[str, float],
     title: str | None = "Top predictions",
-    highlight: int | str | None = None,
 ) -> Figure:
-    """Horizontal bars of the top-k classes, most likely on top, with percentages.
+    """Horizontal bars of the top-k classes, most likely on top (in the accent colour), with
+    percentages.
 
     ``predictions``: ``[{"label", "prob", "index"?}, ...]`` (as :func:`vit_demo.labels.topk`
-    returns) or ``{label: prob}``. ``highlight``: a class index or label drawn in the accent
-    colour (default the first).
+    returns) or ``{label: prob}``.
     """
     items = (
         [{"label": k, "prob": float(v)} for k, v in predictions.items()]
@@ -457,8 +455,7 @@ def topk_figure(
     fig = _figure(8.5, 0.55 * k + 1.3 + (0.5 if title else 0))
     ax = fig.add_subplot()
     y = np.arange(k)[::-1]
-    hl = 0 if highlight is None else next((i for i, p in enumerate(items) if highlight in (p.get("index"), p["label"])), None)
-    colours = [ACCENT if i == hl else "#a9c6e0" for i in range(k)]
+    colours = [ACCENT] + ["#a9c6e0"] * (k - 1)
     probs = np.array([p["prob"] for p in items]) * 100
     ax.barh(y, probs, color=colours, height=0.68)
     for yi, v in zip(y, probs):
@@ -479,21 +476,21 @@ def topk_figure(
     return fig
 
 
+STRIP_PATCHES = 16  # a longer sequence's strip shows its first and last patches around "···"
+
+
 def patch_grid_figure(
     picture: Picture,
     patch_size: int,
     prefix_names: Sequence[str] = ("[class]",),
-    numbers: bool = True,
     highlight: int | None = None,
     title: str | None = None,
-    sequence: bool = True,
-    max_patches: int = 16,
 ) -> Figure:
     """How the picture becomes a sequence (ViT paper, Fig. 1): the picture cut into
     ``patch_size`` patches, numbered row-major, and below it the token sequence the
     transformer reads: the prefix tokens (``prefix_names``, e.g. ``TokenLayout.names()``),
     then the patches left-to-right, top-to-bottom, each with its position in the sequence.
-    Sequences of more than ``max_patches`` patches show the first and last few around "···".
+    Sequences of more than :data:`STRIP_PATCHES` patches show the first and last few around "···".
     """
     pic = picture_array(picture)
     p = int(patch_size)
@@ -505,12 +502,11 @@ def patch_grid_figure(
     prefix = list(prefix_names)
     if highlight is not None:
         patch_box(highlight, (gh, gw), (gw, gh))  # range check
-    tail = max(2, max_patches // 4)
-    slots = sequence_slots(prefix, n, max_patches - tail, tail) if sequence else []
-    fig, ax, ax_s, pic_w = _patch_grid_axes(pic.shape[:2], len(slots) if sequence else None)
+    tail = STRIP_PATCHES // 4
+    slots = sequence_slots(prefix, n, STRIP_PATCHES - tail, tail)
+    fig, ax, ax_s, pic_w = _patch_grid_axes(pic.shape[:2], len(slots))
     _draw_patch_grid(ax, pic, p, highlight)
-    if numbers:
-        _number_patches(ax, (gh, gw), p, pic_w * 72 / gw)
+    _number_patches(ax, (gh, gw), p, pic_w * 72 / gw)
     _image_axis(ax)
     fig.suptitle(
         title or f"{p}x{p}-pixel patches: a {gh}x{gw} grid = {n} patches",
@@ -520,27 +516,26 @@ def patch_grid_figure(
         color=TEXT_COLOR,
         fontweight="bold",
     )
-    if ax_s is not None:
-        _sequence_strip(ax_s, pic, p, slots, highlight)
-        _strip_caption(ax_s, prefix, n, len(slots))
+    _sequence_strip(ax_s, pic, p, slots, highlight)
+    _strip_caption(ax_s, prefix, n, len(slots))
     return fig
 
 
-def _patch_grid_axes(size: tuple[int, int], slots: int | None) -> tuple[Figure, Any, Any, float]:
-    """A fixed layout (inches) for a picture of ``size`` (h, w): title, picture, gap and, when
-    ``slots`` is a number, a strip of that many tokens. Returns the figure, the picture's
-    axes, the strip's axes (or None) and the picture's width in inches."""
+def _patch_grid_axes(size: tuple[int, int], slots: int) -> tuple[Figure, Any, Any, float]:
+    """A fixed layout (inches) for a picture of ``size`` (h, w): title, picture, gap and a strip
+    of ``slots`` tokens. Returns the figure, the picture's axes, the strip's axes and the
+    picture's width in inches."""
     h, w = size
     fig_w = 12.0
     pic_w = min(6.4 * w / h, fig_w - 1.0)
     pic_h = pic_w * h / w
     top, gap = 0.6, 0.3
     strip_w = fig_w - 1.0
-    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3) if slots is not None else 0.0
-    fig_h = top + pic_h + (gap + strip_h if slots is not None else 0) + 0.15
+    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3)
+    fig_h = top + pic_h + gap + strip_h + 0.15
     fig = Figure(figsize=(fig_w, fig_h), facecolor="white")
     ax = fig.add_axes(((fig_w - pic_w) / 2 / fig_w, (fig_h - top - pic_h) / fig_h, pic_w / fig_w, pic_h / fig_h))
-    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h)) if slots is not None else None
+    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h))
     return fig, ax, ax_s, pic_w
 
 

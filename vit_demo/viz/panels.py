@@ -21,6 +21,7 @@ from .previews import overlay_image
 from .style import LABEL_SIZE, PANEL_TITLE_SIZE, TEXT_COLOR, check_cmap
 
 MAX_PANELS = 4
+TILE = 448  # px a side of each panel's pictures
 
 
 @dataclass
@@ -48,10 +49,10 @@ def _scale(panels: Sequence[Panel], shared: bool) -> list[tuple[float, float]]:
 
 def _grid_figure(
     panels: Sequence[Panel], heads: Sequence[str], captions: Sequence[str], title: str | None, label: str,
-    cmap: str, alpha: float, shared_scale: bool, show_inputs: bool = True, tile: int = 448,
+    cmap: str, alpha: float, shared_scale: bool, show_inputs: bool = True,
 ) -> Figure:
     """Plain pictures on the top row (``show_inputs``), maps below, one column per panel,
-    captions under them."""
+    captions under them; every picture at :data:`TILE` px."""
     check_cmap(cmap)
     n = len(panels)
     scales = _scale(panels, shared_scale)
@@ -63,9 +64,9 @@ def _grid_figure(
     for i, (p, (lo, hi)) in enumerate(zip(panels, scales)):
         top, bottom = axes[0, i], axes[-1, i]
         if show_inputs:
-            top.imshow(p.picture.convert("RGB").resize((tile, tile), Image.Resampling.BICUBIC))
+            top.imshow(p.picture.convert("RGB").resize((TILE, TILE), Image.Resampling.BICUBIC))
         top.set_title(textwrap.fill(heads[i], 30), fontsize=PANEL_TITLE_SIZE + 1, color=TEXT_COLOR, fontweight="bold")
-        bottom.imshow(overlay_image(p.picture, p.map, cmap, alpha, size=(tile, tile), vmin=lo, vmax=hi))
+        bottom.imshow(overlay_image(p.picture, p.map, cmap, alpha, size=(TILE, TILE), vmin=lo, vmax=hi))
         bottom.set_xlabel(captions[i], fontsize=LABEL_SIZE, color=TEXT_COLOR, labelpad=6)
         for ax in (top, bottom):
             ax.set_xticks([])
