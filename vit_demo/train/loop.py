@@ -158,13 +158,13 @@ def find_cifar(data: str) -> CifarLayout | None:
 # ----------------------------------------------------------------------------- loops
 
 
-def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: int, dist: Dist,
+def train_one_epoch(model: nn.Module, opt, sched, setup: Setup, epoch: int, seed: int, dist: Dist,
                     device: torch.device, progress: bool, amp: bool = False, eta: str = "") -> tuple[float, float]:
     """One pass over this rank's shard (``amp``: the forward pass under bf16 autocast).
     Returns (mean train loss, images/s over all ranks)."""
     from tqdm import tqdm
 
-    r, x_all, y_all = s.recipe, s.data.train_x, s.data.train_y
+    r, x_all, y_all = setup.recipe, setup.data.train_x, setup.data.train_y
     per_rank = max(1, r.batch_size // dist.world)
     order = epoch_order(len(x_all), epoch, seed, dist, drop_last=True)
     steps = max(1, len(order) // per_rank)  # drop the last partial batch (as timm does)
@@ -175,7 +175,7 @@ def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: in
                disable=not (progress and dist.main), file=sys.stderr)
     for i in bar:
         idx = torch.tensor(order[i * per_rank : (i + 1) * per_rank] or order[:per_rank])
-        x = train_batch(x_all[idx].to(device), s.dc, r.augment, g)
+        x = train_batch(x_all[idx].to(device), setup.dc, r.augment, g)
         y = y_all[idx].to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             logits = model(x).logits
@@ -194,15 +194,15 @@ def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: in
 
 
 @torch.no_grad()
-def evaluate(model: VisionTransformer, s: Setup, device: torch.device, batch_size: int = 256) -> tuple[float, float]:
+def evaluate(model: VisionTransformer, setup: Setup, device: torch.device, batch_size: int = 256) -> tuple[float, float]:
     """(mean loss, accuracy) on the validation pictures (NaN, NaN when there are none)."""
-    x_all, y_all = s.data.val_x, s.data.val_y
+    x_all, y_all = setup.data.val_x, setup.data.val_y
     if len(x_all) == 0:
         return float("nan"), float("nan")
     model.eval()
     loss, correct = 0.0, 0
     for i in range(0, len(x_all), batch_size):
-        x, y = eval_batch(x_all[i : i + batch_size].to(device), s.dc), y_all[i : i + batch_size].to(device)
+        x, y = eval_batch(x_all[i : i + batch_size].to(device), setup.dc), y_all[i : i + batch_size].to(device)
         logits = model(x).logits
         loss += float(F.cross_entropy(logits, y, reduction="sum"))
         correct += int((logits.argmax(-1) == y).sum())
@@ -216,12 +216,12 @@ def state_path(out: str | os.PathLike) -> Path:
     return Path(str(out) + STATE_SUFFIX)
 
 
-def fingerprint(opts: TrainOptions, s: Setup, dist: Dist) -> dict[str, Any]:
+def fingerprint(opts: TrainOptions, setup: Setup, dist: Dist) -> dict[str, Any]:
     """What must be unchanged for ``--resume`` to reach the same result."""
     return {"data": opts.data.lower() if opts.data.lower() in DOWNLOADS else str(Path(opts.data).resolve()),
-            "classes": s.data.classes, "from": opts.from_, "config": s.model.cfg.to_dict(),
-            "recipe": json.loads(json.dumps(asdict(s.recipe))), "val_split": opts.val_split, "seed": opts.seed,
-            "freeze_backbone": opts.freeze_backbone, "world_size": dist.world, "train_images": len(s.data.train_x)}
+            "classes": setup.data.classes, "from": opts.from_, "config": setup.model.cfg.to_dict(),
+            "recipe": json.loads(json.dumps(asdict(setup.recipe))), "val_split": opts.val_split, "seed": opts.seed,
+            "freeze_backbone": opts.freeze_backbone, "world_size": dist.world, "train_images": len(setup.data.train_x)}
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
@@ -230,11 +230,11 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
     tmp.replace(path)  # atomic: a crash mid-write leaves the previous epoch's state intact
 
 
-def load_state(path: Path, fp: dict[str, Any]) -> dict[str, Any]:
+def load_state(path: Path, expected: dict[str, Any]) -> dict[str, Any]:
     if not path.is_file():
         raise ResumeError(f"--resume: no training state at {path} (start without --resume)")
     state = torch.load(path, map_location="cpu", weights_only=True)
-    diff = [k for k in fp if state["fingerprint"].get(k) != fp[k]]
+    diff = [k for k in expected if state["fingerprint"].get(k) != expected[k]]
     if diff:
         raise ResumeError(f"--resume: {path.name} was saved by a run with different {', '.join(diff)}; "
                         f"resume with the same flags and data, or start without --resume")
@@ -304,8 +304,8 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
     return summary
 
 
-def replan(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: dict[str, Any], left: float, first: float,
-           dist: Dist, say: Callable[[str], None]) -> tuple[Setup, Recipe]:
+def replan(setup: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, run_fingerprint: dict[str, Any],
+           left: float, first: float, dist: Dist, say: Callable[[str], None]) -> tuple[Setup, Recipe]:
     """After the first epoch of a budgeted run: the epochs that fit the time ``left``, timed by that
     epoch (``first`` seconds) instead of the probe's few steps, which a busy machine can mislead.
     The learning-rate schedule is stretched or shrunk to the new count from the next step on (the
@@ -317,36 +317,36 @@ def replan(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: d
         box = [epochs]
         tdist.broadcast_object_list(box, src=0)
         epochs = int(box[0])
-    r = s.recipe
+    r = setup.recipe
     if epochs == r.epochs:
-        return s, r
+        return setup, r
     say(f"the first epoch took {first:.1f} s: {epochs} epochs fit the budget (planned {r.epochs})")
     sched.lr_lambdas = [warmup_cosine(epochs * steps, round(r.warmup_epochs * steps))] * len(sched.lr_lambdas)
     r = replace(r, epochs=epochs)
-    fp["recipe"] = json.loads(json.dumps(asdict(r)))
-    return replace(s, recipe=r), r
+    run_fingerprint["recipe"] = json.loads(json.dumps(asdict(r)))
+    return replace(setup, recipe=r), r
 
 
-def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, spent: float) -> tuple[Setup, float | None]:
+def plan_epochs(opts: TrainOptions, setup: Setup, dist: Dist, device: torch.device, spent: float) -> tuple[Setup, float | None]:
     """The epochs of the run and its time budget in seconds (None when ``--epochs`` or a fine-tune's
     default fixes them): from scratch without ``--epochs``, the budget is ``--minutes`` or
     :func:`~.budget.default_minutes`; a resumed run keeps the epochs it started with; under torchrun
     every process takes rank 0's figure."""
     if opts.epochs is not None or (opts.from_ is not None and opts.minutes is None):
-        return s, None
+        return setup, None
     budget = 60 * (opts.minutes if opts.minutes is not None else default_minutes(device))
     saved = state_path(opts.out)
     if opts.resume and saved.is_file():
         epochs = int(torch.load(saved, map_location="cpu", weights_only=True)["fingerprint"]["recipe"]["epochs"])
     else:
-        r = s.recipe
+        r = setup.recipe
         per_rank = max(1, r.batch_size // dist.world)
-        step_s = seconds_per_step(s.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), s.data.train_x,
-                                  s.data.train_y, per_rank, s.dc, r.augment, device, opts.amp)
+        step_s = seconds_per_step(setup.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), setup.data.train_x,
+                                  setup.data.train_y, per_rank, setup.dc, r.augment, device, opts.amp)
         t0 = time.perf_counter()
-        evaluate(s.model, s, device)
+        evaluate(setup.model, setup, device)
         eval_s = (time.perf_counter() - t0) / dist.world
-        steps = max(1, len(s.data.train_x) // per_rank // dist.world)
+        steps = max(1, len(setup.data.train_x) // per_rank // dist.world)
         epochs = epochs_for(budget - spent - step_s * sum(PROBE_STEPS), step_s, steps, eval_s)
     if dist.world > 1:
         import torch.distributed as tdist
@@ -355,16 +355,16 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
         tdist.broadcast_object_list(box, src=0)
         epochs = int(box[0])
     warmup = min(5, max(1, epochs // 20))
-    return replace(s, recipe=replace(s.recipe, epochs=epochs, warmup_epochs=warmup)), budget
+    return replace(setup, recipe=replace(setup.recipe, epochs=epochs, warmup_epochs=warmup)), budget
 
 
-def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> str:
+def header(setup: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> str:
     """The run's first line: the data, the model and the recipe."""
-    r = s.recipe
-    budgeted = opts.epochs is None and (s.mode == "scratch" or opts.minutes is not None)
-    return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
-            f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
-            f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
+    r, data = setup.recipe, setup.data
+    budgeted = opts.epochs is None and (setup.mode == "scratch" or opts.minutes is not None)
+    return (f"{setup.mode} on {data.source}: {len(data.train_x)} training and {len(data.val_x)} validation pictures, "
+            f"{len(data.classes)} classes ({', '.join(data.classes[:8])}{', ...' if len(data.classes) > 8 else ''}), "
+            f"{data.skipped} skipped; {model.num_params:,} parameters, {setup.dc.input_size[0]} px, "
             f"patch {model.cfg.patch_size}{', conv stem' if model.cfg.conv_stem else ''}; {r.epochs} epochs"
             f"{' (what fits the time budget; --epochs N repeats a run exactly)' if budgeted else ''}, "
             f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
@@ -391,19 +391,19 @@ def training_module(model: VisionTransformer, opts: TrainOptions, dist: Dist, de
     return torch.compile(m) if opts.compile else m
 
 
-def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list[dict[str, float]],
+def finish(opts: TrainOptions, setup: Setup, model: VisionTransformer, history: list[dict[str, float]],
            best: dict[str, Any], dist: Dist, t_start: float, budget: float | None) -> dict[str, Any]:
     """Save the best checkpoint and the curves, score the pixel baseline (rank 0) and return the
     summary."""
     last = history[-1] if history else {}
     val_acc = last.get("val_accuracy", float("nan"))
     accs = [h["val_accuracy"] for h in history if h["val_accuracy"] == h["val_accuracy"]]
-    base_acc, _ = pixel_baseline(s.data.train_x, s.data.train_y, s.data.val_x, s.data.val_y, opts.seed) \
+    base_acc, _ = pixel_baseline(setup.data.train_x, setup.data.train_y, setup.data.val_x, setup.data.val_y, opts.seed) \
         if dist.main else (None, 0.0)
     fit, fit_words = fit_verdict(history)
     summary = {
-        "classes": s.data.classes, "train_images": len(s.data.train_x), "val_images": len(s.data.val_x),
-        "skipped_files": s.data.skipped, "epochs": s.recipe.epochs,
+        "classes": setup.data.classes, "train_images": len(setup.data.train_x), "val_images": len(setup.data.val_x),
+        "skipped_files": setup.data.skipped, "epochs": setup.recipe.epochs,
         "val_accuracy": None if val_acc != val_acc else round(val_acc, 6),
         "best_val_accuracy": round(max(accs), 6) if accs else None, "best_epoch": best["epoch"],
         "seconds": 0.0, "out": str(opts.out),
@@ -414,12 +414,12 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
     summary["seconds"] = round(time.perf_counter() - t_start, 2)  # in the checkpoint; the returned one adds the saving
     if dist.main:
         model.load_state_dict(best["state"])
-        meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name,
-                                        "seed": opts.seed, "val_split": opts.val_split, "data": s.data.source,
-                                        "recipe": asdict(s.recipe), "history": history})}
-        save(model, s.dc, opts.out, name="", source=f"trained here ({s.mode}) on "
-             f"{s.data.source}", class_names=s.data.classes, extra_meta=meta)
-        save_figure(training_figure(history, title=f"{Path(opts.out).name} ({s.mode})"), curves_path(opts.out), width_px=900)
+        meta = {"training": json.dumps({**summary, "mode": setup.mode, "base": setup.base_name,
+                                        "seed": opts.seed, "val_split": opts.val_split, "data": setup.data.source,
+                                        "recipe": asdict(setup.recipe), "history": history})}
+        save(model, setup.dc, opts.out, name="", source=f"trained here ({setup.mode}) on "
+             f"{setup.data.source}", class_names=setup.data.classes, extra_meta=meta)
+        save_figure(training_figure(history, title=f"{Path(opts.out).name} ({setup.mode})"), curves_path(opts.out), width_px=900)
     summary["seconds"] = round(time.perf_counter() - t_start, 2)
     return summary
 

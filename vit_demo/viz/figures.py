@@ -98,11 +98,11 @@ def _map_panel(ax, rgb: np.ndarray) -> None:
 
 
 def colour_bar(fig: Figure, ax, cmap: str, norm: Normalize, label: str, relative: bool = False,
-               label_size: float = LABEL_SIZE - 1, **kw) -> Colorbar:
+               label_size: float = LABEL_SIZE - 1, **options) -> Colorbar:
     """An opaque colour bar of ``cmap`` over ``norm`` beside ``ax`` (the overlay's transparency
     would wash it out), in the figures' style: ``label``, ticks in the text colour, no outline;
-    ``relative``: its two ends read "low" and "high". ``kw``: :meth:`Figure.colorbar`'s."""
-    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, **kw)
+    ``relative``: its two ends read "low" and "high". ``options``: :meth:`Figure.colorbar`'s."""
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, **options)
     cb.set_label(label, fontsize=label_size, color=TEXT_COLOR)
     cb.ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
     cb.outline.set_visible(False)
