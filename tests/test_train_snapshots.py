@@ -85,7 +85,7 @@ def test_snapshots_go_from_uniform_to_focused(digits: Path, tmp_path: Path) -> N
     sizes = {Image.open(p).size for p in rec.frames}
     assert len(sizes) == 1 and all(v % 2 == 0 for v in next(iter(sizes)))  # one size, even (H.264)
     strip = rec.strip()
-    assert strip.width > 5 * 72 and strip.height > 4 * 72
+    assert strip.width > 5 * 96 and strip.height > 4 * 96
 
 
 def test_cli_writes_frames_gif_and_mp4(digits: Path, tmp_path: Path) -> None:

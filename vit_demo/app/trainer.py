@@ -37,7 +37,7 @@ from ..train.budget import format_eta
 from ..train.builtin import MAKERS, WORDS, ensure
 from ..train.live import LiveRun
 from ..train.loop import STATE_SUFFIX, TrainOptions
-from ..train.snapshots import Snapshot, filmstrip
+from ..train.snapshots import FILM_TILE, Snapshot, filmstrip
 from ..viz.charts import training_figure
 from .context import Context
 from .exports import EXPORT_AGE_S, export_dir, within_budget
@@ -49,6 +49,7 @@ from .uploads import received
 DATASETS = (*MAKERS, "zip")  # what a training may learn: a built-in set, or the user's zip of class folders
 MIN_MINUTES = 0.05  # the shortest budget /train takes (3 s: tests); the page's slider starts at 1
 KEEP_S = EXPORT_AGE_S  # a finished run's files and menu entry stay this long at most (exports go after it)
+SLIDE_TILE = 128  # px: a map in the filmstrip to download (for slides)
 POLL_S = 0.25  # how often the child's messages are read (and Cancel and the time limit checked)
 TRAIN_OFF = ("Training is off on this app: it is open to other computers. Whoever runs it can turn it on with "
              "--train-minutes-max N.")
@@ -155,8 +156,8 @@ class Progress:
             return None
         return viz.figure_to_image(training_figure(self.history, title=f"{self.dataset}: training as it goes"), 900)
 
-    def strip(self) -> Image.Image | None:
-        return filmstrip(self.pictures, self.snaps) if self.snaps and self.pictures else None
+    def strip(self, tile: int = FILM_TILE) -> Image.Image | None:
+        return filmstrip(self.pictures, self.snaps, tile=tile) if self.snaps and self.pictures else None
 
 
 @dataclass
@@ -254,7 +255,7 @@ def finish(ctx: Context, prog: Progress, done: dict[str, Any], ckpt: Path, name:
     frames = [Path(p) for p in done["frames"]]
     gif, mp4 = write_slideshow(frames, out / "snapshots" / f"{name}-snapshots")
     strip = out / "snapshots" / f"{name}-filmstrip.png"
-    prog.strip().save(strip)
+    prog.strip(tile=SLIDE_TILE).save(strip)
     check()
     summary = dict(done["summary"])
     best = summary.get("best_val_accuracy")

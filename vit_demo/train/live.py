@@ -98,14 +98,14 @@ class LiveRun:
             return out
         try:
             if self.receiver.poll(timeout):
-                while self.receiver.poll(0):
+                while not self.ended and self.receiver.poll(0):
                     out.append(self.receiver.recv())
+                    self.ended = out[-1][0] in ("done", "error")  # its last word: the pipe closes after it
         except (EOFError, OSError):
             self.proc.join(5)
             code = self.proc.exitcode
             why = {PARENT_GONE: "its app went away", PAST_DEADLINE: "it ran past its time limit"}.get(code)
             out.append(("error", f"the training stopped ({why or f'its process ended with code {code}'})"))
-        if any(kind in ("done", "error") for kind, _ in out):
             self.ended = True
         return out
 

@@ -38,7 +38,7 @@ MAX_PICTURES = 4  # validation pictures a frame shows (one per class)
 FRAMES = 10  # snapshots a run aims at after the untrained one, when no interval is given
 SCALE = 4.0  # the maps' colour scale: 0 to SCALE times a patch's uniform share (1 / patches)
 TILE = 112  # px: a picture or a map in a frame
-FILM_TILE = 72  # px: ... in the filmstrip
+FILM_TILE = 96  # px: ... in the filmstrip
 INK, MUTED, RIGHT, WRONG, BAR = (34, 34, 34), (102, 102, 102), (26, 127, 55), (200, 40, 40), (31, 119, 180)
 ROWS = ("picture", "rollout", "last layer:\nmean of heads")
 

@@ -26,6 +26,7 @@ from ..session import Session
 from ..trainer import (
     DATASETS,
     KEEP_S,
+    MIN_MINUTES,
     TRAIN_OFF,
     Progress,
     Trained,
@@ -45,15 +46,20 @@ INTRO = ("Train a small Vision Transformer **from scratch, here, on this compute
 
 def loss_frame(history: list[dict[str, float]]) -> pd.DataFrame:
     """The loss curves as the line plot takes them (one row per epoch and curve)."""
-    rows = [{"epoch": h["epoch"], "loss": h[k], "curve": name} for h in history
+    rows = [(h["epoch"], h[k], name) for h in history
             for k, name in (("train_loss", "train"), ("val_loss", "validation")) if h.get(k) == h.get(k)]
-    return pd.DataFrame(rows, columns=["epoch", "loss", "curve"])
+    return typed(rows, {"epoch": "int64", "loss": "float64", "curve": "str"})
 
 
 def accuracy_frame(history: list[dict[str, float]]) -> pd.DataFrame:
-    rows = [{"epoch": h["epoch"], "accuracy": h["val_accuracy"]} for h in history
-            if h.get("val_accuracy") == h.get("val_accuracy")]
-    return pd.DataFrame(rows, columns=["epoch", "accuracy"])
+    rows = [(h["epoch"], h["val_accuracy"]) for h in history if h.get("val_accuracy") == h.get("val_accuracy")]
+    return typed(rows, {"epoch": "int64", "accuracy": "float64"})
+
+
+def typed(rows: list[tuple], dtypes: dict[str, str]) -> pd.DataFrame:
+    """A frame with its columns' types set (the plot reads its axes' kinds from them: an untyped
+    empty frame made the numbers categories)."""
+    return pd.DataFrame(rows, columns=list(dtypes)).astype(dtypes)
 
 
 def result_text(run: Trained) -> str:
@@ -92,7 +98,8 @@ class TrainTab(Section):
             self.dataset = gr.Radio(dataset_choices(), value="digits", label="Data", elem_id="train-data", scale=3)
             self.zip = gr.File(label="A zip: one folder of pictures per class", file_types=[".zip"], type="filepath",
                                visible=False, height=110, elem_id="train-zip", scale=2)
-            self.minutes = gr.Slider(min(1.0, top), top, value=min(2.0, top), step=0.5 if top >= 1 else 0.05,
+            short = top <= 1  # a host's cap of a minute or less: the slider goes down to MIN_MINUTES
+            self.minutes = gr.Slider(MIN_MINUTES if short else 1.0, top, value=min(2.0, top), step=0.05 if short else 0.5,
                                      label="Time budget (minutes)", elem_id="train-minutes", scale=2)
         self.action = LongAction("▶ Train", "train-run", variant="primary", waiting="waiting for the training's turn",
                                  min_width=200, seconds=time_limit_s(top) + 60, room=False)
@@ -101,15 +108,16 @@ class TrainTab(Section):
 
     def live_layout(self) -> None:
         with gr.Row():
-            self.loss = gr.LinePlot(loss_frame([]), x="epoch", y="loss", color="curve", title="Loss (cross-entropy)",
+            # no data at first (None): a plot made with an empty frame never drew the coloured lines of its updates
+            self.loss = gr.LinePlot(None, x="epoch", y="loss", color="curve", title="Loss (cross-entropy)",
                                     height=260, elem_id="train-loss", show_label=False)
-            self.acc = gr.LinePlot(accuracy_frame([]), x="epoch", y="accuracy", title="Validation accuracy",
+            self.acc = gr.LinePlot(None, x="epoch", y="accuracy", title="Validation accuracy",
                                    y_lim=[0, 1], height=260, elem_id="train-accuracy", show_label=False)
         self.strip = gr.Image(label="Where it looks (rollout), every few epochs: a row per validation picture, "
                                     "a column per snapshot", interactive=False, format="png", elem_id="train-filmstrip",
                               buttons=["download", "fullscreen"])
         self.frames = gr.Gallery(label="The snapshots side by side (click one to enlarge): rollout, the last layer's "
-                                       "heads, each layer's mean attention distance", columns=3, height=420,
+                                       "heads, each layer's mean attention distance", columns=2, height=520,
                                  object_fit="contain", elem_id="train-snapshots", buttons=["fullscreen"])
         self.result = gr.Markdown(elem_id="train-result")
         self.explain = gr.Button("Explain this model in the other tabs", visible=False, elem_id="train-explain",
@@ -144,7 +152,8 @@ class TrainTab(Section):
             sess = ctx.session(sess)
             steps = train_steps(ctx, dataset, minutes, zip_file if dataset == "zip" else None)
             shown = [0]
-            yield {self.result: "", self.explain: gr.update(visible=False), self.downloads: gr.update(visible=False)}
+            yield {self.result: "", self.explain: gr.update(visible=False), self.downloads: gr.update(visible=False),
+                   self.loss: None, self.acc: None, self.strip: None, self.frames: None}
             while True:
                 try:
                     prog = next(steps)
@@ -158,12 +167,17 @@ class TrainTab(Section):
             return gr.update(visible=dataset == "zip")
 
         def on_explain(runs, sess):
+            """The model picked (menu, session) and the Attention tab opened; the picture follows
+            (:func:`picture`): set in one update, the picture's analysis read the menu's old value."""
             if not runs:
                 return gr.skip()
             run, sess = runs[-1], ctx.session(sess)
-            sess.open_tab = OPEN_IN
+            sess.open_tab, sess.model_key = OPEN_IN, run.key
             return {ctx.state: sess, ctx.model_dd: gr.update(choices=ctx.reg.choices(sess.extra_models), value=run.key),
-                    ctx.image: run.pictures[0], ctx.tabs: gr.Tabs(selected=OPEN_IN)}
+                    ctx.tabs: gr.Tabs(selected=OPEN_IN)}
+
+        def picture(runs):
+            return runs[-1].pictures[0] if runs else gr.skip()
 
         outputs = [self.status, self.loss, self.acc, self.strip, self.frames, self.result, self.explain, self.downloads,
                    self.runs, ctx.state, ctx.model_dd]
@@ -171,8 +185,9 @@ class TrainTab(Section):
                          lane=ctx.training)
         self.dataset.change(on_dataset, [self.dataset], [self.zip], api_visibility="private", queue=False,
                             show_progress="hidden")
-        self.explain.click(friendly(on_explain), [self.runs, ctx.state], [ctx.state, ctx.model_dd, ctx.image, ctx.tabs],
-                           api_visibility="private", show_progress="hidden")
+        self.explain.click(friendly(on_explain), [self.runs, ctx.state], [ctx.state, ctx.model_dd, ctx.tabs],
+                           api_visibility="private", show_progress="hidden").then(
+            picture, [self.runs], [ctx.image], api_visibility="private", show_progress="hidden")
 
     def finished(self, ctx: Context, run: Trained, runs: Any, sess: Session) -> dict:
         """The page at the end of a run: the result, the files, the model on the menu."""
