@@ -242,13 +242,16 @@ def test_train_tab_in_chromium(browser, app) -> None:
         pg.get_by_role("tab", name="Train").click()
         pg.click("#train-run")
         pg.wait_for_selector("#train-run-cancel", state="visible")
-        pg.wait_for_function("document.querySelectorAll('#train-snapshots img').length >= 1", timeout=180_000)
+        pg.wait_for_selector("#train-curves img", timeout=180_000)  # the curves, live: the run still going
+        assert pg.locator("#train-run-cancel").is_visible()
+        pg.wait_for_function("document.querySelectorAll('#train-snapshots .thumbnail-item').length >= 1",
+                             timeout=180_000)
         shot(pg, "train_1440_running")
         pg.wait_for_function("document.querySelector('#train-result') && "
                              "document.querySelector('#train-result').innerText.includes('Best validation accuracy')",
                              timeout=300_000)
-        assert pg.locator("#train-snapshots img").count() >= 3
-        assert pg.locator("#train-loss svg, #train-loss canvas").count() >= 1  # the live curves were drawn
+        assert pg.locator("#train-snapshots .thumbnail-item").count() >= 3  # before training, epochs 1 and 2
+        assert pg.locator("#train-filmstrip img").count() == 1
         shot(pg, "train_1440_done")
         pg.locator("#model input").click()
         pg.get_by_role("option", name=re.compile("digits · trained here")).wait_for()  # on the model menu

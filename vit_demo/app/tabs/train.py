@@ -13,10 +13,10 @@ left behind) are :mod:`vit_demo.app.trainer`'s; this module lays out and wires.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
 from ..common import friendly, png
 from ..context import Context, Section
@@ -37,29 +37,12 @@ from ..trainer import (
     train_steps,
 )
 
+CURVES_S = 2.0  # the live curves are drawn again at most this often (seconds)
 OPEN_IN = "attention"  # the tab "Explain it" opens (by name: a tab does not import another)
 INTRO = ("Train a small Vision Transformer **from scratch, here, on this computer's CPU** and watch it learn: the loss "
          "and the accuracy every epoch, and every few epochs **what it looks at** on one validation picture per class. "
          "Untrained, its attention is spread evenly over the picture; as it learns, it gathers on the digit or the "
          "shape. At the end it joins the **model menu** above (for this session), so every other tab explains it.")
-
-
-def loss_frame(history: list[dict[str, float]]) -> pd.DataFrame:
-    """The loss curves as the line plot takes them (one row per epoch and curve)."""
-    rows = [(h["epoch"], h[k], name) for h in history
-            for k, name in (("train_loss", "train"), ("val_loss", "validation")) if h.get(k) == h.get(k)]
-    return typed(rows, {"epoch": "int64", "loss": "float64", "curve": "str"})
-
-
-def accuracy_frame(history: list[dict[str, float]]) -> pd.DataFrame:
-    rows = [(h["epoch"], h["val_accuracy"]) for h in history if h.get("val_accuracy") == h.get("val_accuracy")]
-    return typed(rows, {"epoch": "int64", "accuracy": "float64"})
-
-
-def typed(rows: list[tuple], dtypes: dict[str, str]) -> pd.DataFrame:
-    """A frame with its columns' types set (the plot reads its axes' kinds from them: an untyped
-    empty frame made the numbers categories)."""
-    return pd.DataFrame(rows, columns=list(dtypes)).astype(dtypes)
 
 
 def result_text(run: Trained) -> str:
@@ -107,18 +90,16 @@ class TrainTab(Section):
         self.status = gr.Markdown(elem_id="train-status")
 
     def live_layout(self) -> None:
-        with gr.Row():
-            # no data at first (None): a plot made with an empty frame never drew the coloured lines of its updates
-            self.loss = gr.LinePlot(None, x="epoch", y="loss", color="curve", title="Loss (cross-entropy)",
-                                    height=260, elem_id="train-loss", show_label=False)
-            self.acc = gr.LinePlot(None, x="epoch", y="accuracy", title="Validation accuracy",
-                                   y_lim=[0, 1], height=260, elem_id="train-accuracy", show_label=False)
-        self.strip = gr.Image(label="Where it looks (rollout), every few epochs: a row per validation picture, "
-                                    "a column per snapshot", interactive=False, format="png", elem_id="train-filmstrip",
+        self.curves = gr.Image(show_label=False, interactive=False, format="png", elem_id="train-curves", height=300,
+                               buttons=["download", "fullscreen"])
+        gr.Markdown("**Where it looks**: the rollout on one validation picture per class (a row each), every few "
+                    "epochs (a column each), on one colour scale: dim and even is attention spread over the whole "
+                    "picture, bright is where it gathers.", elem_classes="caption")
+        self.strip = gr.Image(show_label=False, interactive=False, format="png", elem_id="train-filmstrip",
                               buttons=["download", "fullscreen"])
-        self.frames = gr.Gallery(label="The snapshots side by side (click one to enlarge): rollout, the last layer's "
-                                       "heads, each layer's mean attention distance", columns=2, height=520,
-                                 object_fit="contain", elem_id="train-snapshots", buttons=["fullscreen"])
+        self.frames = gr.Gallery(label="Each snapshot (the newest shown; the others below it): rollout, the last "
+                                       "layer's heads, each layer's mean attention distance", columns=6, height=640,
+                                 preview=True, object_fit="contain", elem_id="train-snapshots", buttons=["fullscreen"])
         self.result = gr.Markdown(elem_id="train-result")
         self.explain = gr.Button("Explain this model in the other tabs", visible=False, elem_id="train-explain",
                                  variant="primary")
@@ -135,12 +116,19 @@ class TrainTab(Section):
 
     # ------------------------------------------------------------------------- events
 
-    def live(self, prog: Progress, shown: list[int]) -> dict:
-        """The page's update for a run's progress (a new filmstrip only when a snapshot came)."""
-        out = {self.status: prog.status(), self.loss: loss_frame(prog.history), self.acc: accuracy_frame(prog.history)}
-        if len(prog.frames) > shown[0] and (strip := prog.strip()) is not None:
-            shown[0] = len(prog.frames)
-            out.update({self.strip: png(strip), self.frames: list(prog.frames)})
+    def live(self, prog: Progress, shown: list[Any]) -> dict:
+        """The page's update for a run's progress: the numbers; the curves when an epoch ended (at most
+        every :data:`CURVES_S`: matplotlib draws them in this process); the filmstrip and the frames
+        when a snapshot came."""
+        out: dict = {self.status: prog.status()}
+        epochs, frames, drawn_at = shown
+        if len(prog.history) > epochs and time.monotonic() - drawn_at > CURVES_S and (img := prog.curves()) is not None:
+            out[self.curves] = png(img)
+            shown[0], shown[2] = len(prog.history), time.monotonic()
+        if len(prog.frames) > frames and (strip := prog.strip()) is not None:
+            shown[1] = len(prog.frames)
+            out.update({self.strip: png(strip), self.frames: gr.update(value=list(prog.frames),
+                                                                          selected_index=len(prog.frames) - 1)})
         return out
 
     def wire(self, ctx: Context) -> None:
@@ -151,9 +139,10 @@ class TrainTab(Section):
         def on_train(dataset, minutes, zip_file, runs, sess):
             sess = ctx.session(sess)
             steps = train_steps(ctx, dataset, minutes, zip_file if dataset == "zip" else None)
-            shown = [0]
+            shown: list[Any] = [0, 0, 0.0]  # epochs drawn, frames shown, when the curves were drawn
+            prog = None
             yield {self.result: "", self.explain: gr.update(visible=False), self.downloads: gr.update(visible=False),
-                   self.loss: None, self.acc: None, self.strip: None, self.frames: None}
+                   self.curves: None, self.strip: None, self.frames: None}
             while True:
                 try:
                     prog = next(steps)
@@ -161,7 +150,8 @@ class TrainTab(Section):
                     run = stop.value
                     break
                 yield self.live(prog, shown)
-            return self.finished(ctx, run, runs, sess)
+            curves = prog.curves() if prog is not None else None
+            return {**self.finished(ctx, run, runs, sess), self.curves: png(curves) if curves is not None else None}
 
         def on_dataset(dataset):
             return gr.update(visible=dataset == "zip")
@@ -179,7 +169,7 @@ class TrainTab(Section):
         def picture(runs):
             return runs[-1].pictures[0] if runs else gr.skip()
 
-        outputs = [self.status, self.loss, self.acc, self.strip, self.frames, self.result, self.explain, self.downloads,
+        outputs = [self.status, self.curves, self.strip, self.frames, self.result, self.explain, self.downloads,
                    self.runs, ctx.state, ctx.model_dd]
         self.action.wire(ctx, on_train, [self.dataset, self.minutes, self.zip, self.runs, ctx.state], outputs,
                          lane=ctx.training)
