@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import time
@@ -26,6 +27,7 @@ import psutil
 import pytest
 from app_server import running_app
 from PIL import Image
+from safetensors import safe_open
 
 from vit_demo.app.context import AppConfig, Context
 from vit_demo.app.jobs import Job
@@ -69,10 +71,13 @@ def test_refusals_in_one_plain_line() -> None:
     assert check_request(context(True, 0.5), "shapes", "0.25", None) == ("shapes", 0.25)
 
 
-def progress_of(ctx: Context, dataset: str, minutes: float):
-    """train_steps as a long action's work: its progress as page updates (what Job keeps)."""
+def progress_of(ctx: Context, dataset: str, minutes: float, lines: list[str]):
+    """train_steps as a long action's work: its progress as page updates (what Job keeps); the
+    status lines the page would show go to ``lines``."""
     def work():
-        return (yield from ({"epochs": len(p.history), "frames": len(p.frames)} for p in train_steps(ctx, dataset, minutes)))
+        for p in train_steps(ctx, dataset, minutes):
+            lines.append(p.status())
+            yield {"epochs": len(p.history), "frames": len(p.frames)}
     return Job(work)
 
 
@@ -97,7 +102,8 @@ def test_one_at_a_time_cancel_leaves_nothing_and_a_run_goes_with_its_session(one
     ctx = context()
     exports = workspace().exports
     before = set(exports.iterdir())
-    job = progress_of(ctx, "digits", 2)
+    lines: list[str] = []
+    job = progress_of(ctx, "digits", 2, lines)
     t0 = time.monotonic()
     job.thread.start()
     deadline = time.monotonic() + 240
@@ -123,6 +129,12 @@ def test_one_at_a_time_cancel_leaves_nothing_and_a_run_goes_with_its_session(one
     assert folder.parent == exports and all(Path(f).is_relative_to(folder) for f in run.files)  # the exports' budget
     assert set(run.summary) >= SUMMARY_KEYS and run.summary["out"] == "digits-vit.safetensors"
     assert run.summary["snapshots"]["epochs"][0] == 0 and len(run.frames) >= 2
+    with safe_open(run.checkpoint, "pt") as f:
+        meta = json.dumps(f.metadata())
+    assert "trained here (scratch) on digits" in meta
+    for said in (meta, json.dumps(run.summary), *lines):  # no server folder in what is shown or given
+        assert str(workspace().root) not in said and "/tmp" not in said, said[:300]
+    assert any("scratch on digits: 1438 training" in line for line in lines), lines[:3]
     assert not list(folder.rglob("*.train-state"))
     assert run.key in dict((k, v) for v, k in ctx.reg.choices([run.key])) and \
         run.key not in [k for _, k in ctx.reg.choices()]  # on its session's menu only
@@ -207,6 +219,7 @@ def test_train_api_one_at_a_time_and_predictions_stay_fast(app, digits_zip: Path
     # the zip's class folders (inside its top folder) are the classes; the text file is no picture
     assert summary["classes"] == ["digit1", "digit4", "digit7"] and summary["train_images"] + summary["val_images"] == 60
     assert summary["out"] == "my-zip-vit.safetensors" and summary["budget_seconds"] == 6.0
+    assert "vit_demo_" not in json.dumps(summary)  # no server folder
     names = [Path(f).name for f in files]
     frames = [n for n in names if n.startswith("epoch_")]
     assert names[:4] == ["my-zip-vit.safetensors", "my-zip-snapshots.gif", "my-zip-snapshots.mp4", "my-zip-filmstrip.png"]

@@ -197,7 +197,9 @@ def run_folder(ctx: Context, dataset: str, files: Any) -> Iterator[tuple[Path, P
         return
     out = export_dir()
     try:
-        yield out, ensure(dataset, datasets_folder()), []
+        link = out / dataset  # the set, under its own name in the run's folder (the run names no server folder)
+        link.symlink_to(ensure(dataset, datasets_folder()), target_is_directory=True)
+        yield out, link, []
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
@@ -217,8 +219,9 @@ def train_steps(ctx: Context, dataset: Any, minutes: Any, files: Any = None) -> 
         with run_folder(ctx, dataset, files) as (out, pics, notes):
             name = "digits" if dataset == "digits" else "shapes" if dataset == "shapes" else "my-zip"
             ckpt = out / f"{name}-vit.safetensors"
-            opts = TrainOptions(data=str(pics), out=str(ckpt), minutes=minutes, device=ctx.cfg.device, seed=0)
-            live = LiveRun(opts, out / "snapshots", time_limit_s(minutes) + 30, torch.get_num_threads())
+            # paths relative to the run's folder: the log, the summary and the checkpoint name no server folder
+            opts = TrainOptions(data=pics.name, out=ckpt.name, minutes=minutes, device=ctx.cfg.device, seed=0)
+            live = LiveRun(opts, out / "snapshots", time_limit_s(minutes) + 30, torch.get_num_threads(), cwd=out)
             done = yield from follow(live, prog, out, time_limit_s(minutes))
             return finish(ctx, prog, done, ckpt, name, notes)
     finally:

@@ -43,9 +43,12 @@ def watch(parent: int, deadline: float) -> None:
 
 
 def child(conn: Any, opts: TrainOptions, snapshots: str, every: int | None, threads: int, seconds: float,
-          parent: int) -> None:
-    """The child process: train as ``opts`` says, telling ``conn`` as it goes (the module docstring)."""
+          parent: int, cwd: str | None = None) -> None:
+    """The child process: train as ``opts`` says (its paths relative to ``cwd`` when given), telling
+    ``conn`` as it goes (the module docstring)."""
     watch(parent, time.monotonic() + seconds)
+    if cwd is not None:
+        os.chdir(cwd)
     import torch
 
     torch.set_num_threads(max(1, threads))
@@ -78,13 +81,15 @@ def child(conn: Any, opts: TrainOptions, snapshots: str, every: int | None, thre
 class LiveRun:
     """One training in a child process (the module docstring). ``seconds``: the child's own time
     limit, from its start; ``threads``: its torch threads; ``every``: epochs between snapshots
-    (default: about ten over the run)."""
+    (default: about ten over the run); ``cwd``: the child's working folder (``opts``' paths may be
+    relative to it: then the log, the summary and the checkpoint's metadata name no server folder)."""
 
     def __init__(self, opts: TrainOptions, snapshots: str | os.PathLike, seconds: float, threads: int = 1,
-                 every: int | None = None) -> None:
+                 every: int | None = None, cwd: str | os.PathLike | None = None) -> None:
         ctx = mp.get_context("spawn")
         self.receiver, sender = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=child, args=(sender, opts, str(snapshots), every, threads, seconds, os.getpid()),
+        self.proc = ctx.Process(target=child, args=(sender, opts, str(Path(snapshots).resolve()), every, threads,
+                                                    seconds, os.getpid(), None if cwd is None else str(cwd)),
                                 daemon=True, name="vit_demo-train")
         self.proc.start()
         sender.close()  # the child holds the only writer: its death ends the pipe
