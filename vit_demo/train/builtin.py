@@ -3,9 +3,9 @@ ImageFolders on this computer, offline:
 
 - ``digits``: scikit-learn's 1,797 real handwritten digits (8 x 8 greyscale scans, 10 classes),
   every scan as a PNG in its class's folder (``digit0`` .. ``digit9``);
-- ``shapes``: the project's procedural shapes (:func:`~vit_demo.train.data.make_shapes`): four
-  classes at 32 px, one shape a picture among up to two small marks of no class, lighter than a flat
-  background (a set a CPU learns in a minute or two, where attention has an object to find).
+- ``shapes``: the project's procedural shapes (:func:`~vit_demo.train.data.make_shapes`), the easy
+  style: four classes at 16 px, one shape a picture, lighter than a flat background (where attention
+  has an object to find; a busy CPU needs several minutes for a good accuracy).
 
 :func:`ensure` writes a set once under a folder (into a temporary name, renamed when complete, so
 a half-written set is never used) and returns it.
@@ -55,7 +55,7 @@ def make_easy_shapes(dest: str | os.PathLike) -> Path:
 
 MAKERS: dict[str, Callable[[str | os.PathLike], Path]] = {"digits": make_digits, "shapes": make_easy_shapes}
 WORDS = {"digits": "1,797 handwritten digits, 8 x 8 px, 10 classes (scikit-learn's scans)",
-         "shapes": f"{4 * SHAPES_PER_CLASS:,} shapes, 32 px, 4 classes (circle, square, star, triangle)"}
+         "shapes": f"{4 * SHAPES_PER_CLASS:,} shapes, {SHAPES_SIZE} px, 4 classes (circle, square, star, triangle)"}
 
 
 def ensure(name: str, root: str | os.PathLike) -> Path:
