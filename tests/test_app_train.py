@@ -35,9 +35,19 @@ from vit_demo.app.registry import ModelError, ModelRegistry
 from vit_demo.app.server.guard import InputError
 from vit_demo.app.server.limits import Limits
 from vit_demo.app.server.workspace import workspace
-from vit_demo.app.trainer import TRAIN_BUSY, TRAIN_OFF, check_request, forget, forget_old, run_to_end, train_steps
+from vit_demo.app.trainer import (
+    TRAIN_BUSY,
+    TRAIN_OFF,
+    Progress,
+    check_request,
+    forget,
+    forget_old,
+    run_to_end,
+    train_steps,
+)
 from vit_demo.progress import Cancelled
 from vit_demo.train.builtin import make_digits
+from vit_demo.train.snapshots import Snapshot
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
@@ -69,6 +79,28 @@ def test_refusals_in_one_plain_line() -> None:
             check_request(ctx, dataset, minutes, zip_file)
         assert words in str(e.value) and "\n" not in str(e.value)
     assert check_request(context(True, 0.5), "shapes", "0.25", None) == ("shapes", 0.25)
+
+
+def test_progress_from_the_child_messages() -> None:
+    """What the page shows of a run: the log line while it prepares, then the epochs, their ETA at
+    the epochs' own pace (not counting the process's start), a filmstrip once snapshots came."""
+    prog = Progress("digits", 1.0)
+    prog.started -= 20  # the process took 20 s to start and read the pictures
+    prog.take("log", "scratch on digits: 1438 training and 359 validation pictures\nmore")
+    assert prog.status() == "*scratch on digits: 1438 training and 359 validation pictures*"
+    assert prog.text().startswith("preparing") and prog.share <= 0.1 and prog.eta() == "1:00"
+    flat = np.full((4, 4, 4), 1 / 16, dtype=np.float32)
+    snap = Snapshot(0, 10, {"epoch": 0}, flat, flat, np.full(4, 4.0), 4.0, [0] * 4, [0.1] * 4)
+    pics = [np.zeros((8, 8, 3), np.uint8)] * 4
+    prog.take("frame", {"path": "/x/epoch_0000.png", "snapshot": snap, "pictures": pics, "names": ["a", "b", "c", "d"]})
+    prog.training_since -= 4  # two epochs of 2 s
+    for e in (1, 2):
+        prog.take("epoch", {"row": {"epoch": e, "train_loss": 1.0, "val_loss": 0.9, "val_accuracy": 0.5}, "epochs": 10})
+    assert prog.eta() in ("0:16", "0:17") and abs(prog.share - (0.1 + 0.85 * 0.2)) < 1e-9
+    assert "epoch **2 of 10**" in prog.status() and "50.0%" in prog.status()
+    assert prog.frames == [("/x/epoch_0000.png", "before training")] and prog.strip().width > 2 * 96
+    prog.take("epoch", {"row": {"epoch": 10, "train_loss": 0.5, "val_loss": 0.4, "val_accuracy": 0.9}, "epochs": 10})
+    assert prog.finishing and prog.share == 0.97 and prog.text().startswith("finishing")
 
 
 def progress_of(ctx: Context, dataset: str, minutes: float, lines: list[str]):

@@ -104,6 +104,7 @@ class Progress:
     pictures: list[Any] = field(default_factory=list)  # the fixed validation pictures (uint8 arrays)
     names: list[str] = field(default_factory=list)
     finishing: bool = False
+    training_since: float | None = None  # when the first epoch began (the untrained model's snapshot)
 
     def take(self, kind: str, data: Any) -> None:
         """One message of the child (:mod:`vit_demo.train.live`)."""
@@ -115,6 +116,8 @@ class Progress:
             self.finishing = data["row"]["epoch"] >= self.epochs
         elif kind == "frame":
             snap = data["snapshot"]
+            if snap.epoch == 0:
+                self.training_since = time.monotonic()
             if data.get("pictures") is not None:
                 self.pictures, self.names = list(data["pictures"]), list(data["names"])
             self.snaps.append(snap)
@@ -122,15 +125,18 @@ class Progress:
 
     @property
     def share(self) -> float:
-        budget = 60 * self.minutes
-        return min(0.97, (time.monotonic() - self.started) / max(1.0, budget * 1.1))
+        """The bar: the first 10 % while the process starts and reads the pictures, then the epochs."""
+        if self.finishing:
+            return 0.97
+        if not self.history or not self.epochs:
+            return min(0.1, 0.1 * (time.monotonic() - self.started) / max(1.0, 60 * self.minutes))
+        return 0.1 + 0.85 * min(1.0, len(self.history) / self.epochs)
 
     def eta(self) -> str:
-        """Time left: the epochs left at the pace so far (the whole budget's rest before the first epoch)."""
-        spent = time.monotonic() - self.started
-        if not self.history or not self.epochs:
-            return format_eta(max(0.0, 60 * self.minutes - spent))
-        per = spent / len(self.history)
+        """Time left: the epochs left at the epochs' own pace (the budget before the first one ends)."""
+        if not self.history or not self.epochs or self.training_since is None:
+            return format_eta(60 * self.minutes)
+        per = (time.monotonic() - self.training_since) / len(self.history)
         return format_eta(per * max(0, self.epochs - len(self.history)))
 
     def text(self) -> str:

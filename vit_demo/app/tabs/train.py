@@ -90,6 +90,16 @@ class TrainTab(Section):
         self.status = gr.Markdown(elem_id="train-status")
 
     def live_layout(self) -> None:
+        with gr.Column(visible=False, elem_id="train-board") as self.board:  # shown when a run starts
+            self.board_layout()
+        self.result = gr.Markdown(elem_id="train-result")
+        self.explain = gr.Button("Explain this model in the other tabs", visible=False, elem_id="train-explain",
+                                 variant="primary")
+        self.downloads = gr.File(label="The checkpoint, the snapshots as GIF and MP4, the filmstrip", visible=False,
+                                 file_count="multiple", elem_id="train-files")
+
+    def board_layout(self) -> None:
+        """What a run shows as it goes: the curves, the filmstrip and the frames."""
         self.curves = gr.Image(show_label=False, interactive=False, format="png", elem_id="train-curves", height=300,
                                buttons=["download", "fullscreen"])
         gr.Markdown("**Where it looks**: the rollout on one validation picture per class (a row each), every few "
@@ -100,11 +110,6 @@ class TrainTab(Section):
         self.frames = gr.Gallery(label="Each snapshot (the newest shown; the others below it): rollout, the last "
                                        "layer's heads, each layer's mean attention distance", columns=6, height=640,
                                  preview=True, object_fit="contain", elem_id="train-snapshots", buttons=["fullscreen"])
-        self.result = gr.Markdown(elem_id="train-result")
-        self.explain = gr.Button("Explain this model in the other tabs", visible=False, elem_id="train-explain",
-                                 variant="primary")
-        self.downloads = gr.File(label="The checkpoint, the snapshots as GIF and MP4, the filmstrip", visible=False,
-                                 file_count="multiple", elem_id="train-files")
 
     def api_layout(self) -> None:
         """``/train``'s components (hidden): its parameters, and what it returns."""
@@ -142,7 +147,7 @@ class TrainTab(Section):
             shown: list[Any] = [0, 0, 0.0]  # epochs drawn, frames shown, when the curves were drawn
             prog = None
             yield {self.result: "", self.explain: gr.update(visible=False), self.downloads: gr.update(visible=False),
-                   self.curves: None, self.strip: None, self.frames: None}
+                   self.curves: None, self.strip: None, self.frames: None, self.board: gr.update(visible=True)}
             while True:
                 try:
                     prog = next(steps)
@@ -169,7 +174,7 @@ class TrainTab(Section):
         def picture(runs):
             return runs[-1].pictures[0] if runs else gr.skip()
 
-        outputs = [self.status, self.curves, self.strip, self.frames, self.result, self.explain, self.downloads,
+        outputs = [self.board, self.status, self.curves, self.strip, self.frames, self.result, self.explain, self.downloads,
                    self.runs, ctx.state, ctx.model_dd]
         self.action.wire(ctx, on_train, [self.dataset, self.minutes, self.zip, self.runs, ctx.state], outputs,
                          lane=ctx.training)
