@@ -81,6 +81,19 @@ def test_refusals_in_one_plain_line() -> None:
     assert check_request(context(True, 0.5), "shapes", "0.25", None) == ("shapes", 0.25)
 
 
+def test_train_minutes_flag() -> None:
+    """app.py --train-minutes-max: 10 minutes on this computer, off when exposed unless given, 0 turns it off."""
+    import app
+
+    def minutes(*argv):
+        return app.limits(app.parse_args(list(argv))).train_minutes
+
+    assert (minutes(), minutes("--exposed"), minutes("--host", "0.0.0.0")) == (10, 0, 0)
+    assert minutes("--exposed", "--train-minutes-max", "3") == 3 and minutes("--train-minutes-max", "0") == 0
+    with pytest.raises(SystemExit):
+        minutes("--train-minutes-max", "-1")
+
+
 def test_progress_from_the_child_messages() -> None:
     """What the page shows of a run: the log line while it prepares, then the epochs, their ETA at
     the epochs' own pace (not counting the process's start), a filmstrip once snapshots came."""
