@@ -47,6 +47,7 @@ ENDPOINTS = {
     "/analyze": ["image", "model"],
     "/attention": ["layer", "head", "query", "patch", "cmap", "alpha", "smooth"],
     "/compare": ["k"],
+    "/train": ["dataset", "minutes", "zip"],  # the Train tab's run (tests/test_app_train.py)
 }
 TOOLS = {  # --mcp: the tools' events (their parameters are the MCP tools')
     "/tool_predict": ["image", "k", "model"],

@@ -349,6 +349,24 @@ def write_mp4(anim: Animation, path: str | Path, fps: int = MP4_FPS) -> Path:
     return path
 
 
+def slideshow(frames: Sequence[Image.Image], step_s: float = 0.8, hold_s: float = 2.0) -> Animation:
+    """Still frames one after another (a training run's snapshots): each for ``step_s``, the first
+    and the last for ``hold_s``."""
+    durations = [hold_s if i in (0, len(frames) - 1) else step_s for i in range(len(frames))]
+    return Animation(list(frames), durations, layers=len(frames))
+
+
+def write_slideshow(paths: Sequence[str | Path], stem: str | Path) -> tuple[Path, Path]:
+    """The frames at ``paths`` (PNGs of one size) as ``stem.gif`` and ``stem.mp4``."""
+    frames = []
+    for p in paths:
+        with Image.open(p) as im:
+            frames.append(im.convert("RGB"))
+    anim = slideshow(frames)
+    stem = Path(stem)
+    return write_gif(anim, stem.with_suffix(".gif")), write_mp4(anim, stem.with_suffix(".mp4"))
+
+
 def write(anim: Animation, path: str | Path, fmt: str | None = None) -> Path:
     """Write ``anim`` as GIF or MP4 (``fmt``, default from the suffix)."""
     fmt = (fmt or Path(path).suffix.lstrip(".")).lower()
