@@ -39,7 +39,7 @@ from . import attn_pool, capture, conv_stem, naflex, parallel, relpos, rope, sam
 from .attn_pool import AttentionPool
 from .capture import scores_into
 from .config import ACTIVATIONS, POOLS, ViTConfig
-from .conv_stem import ConvStem
+from .conv_stem import ConvStem, ConvStemEmbed
 from .parallel import DiffAttention, ParallelScalingBlock, ParallelThingsBlock, diff_lambda
 from .relpos import RelPosMlp, RelPosTable
 from .rope import RotaryEmbedding
@@ -61,7 +61,8 @@ from .vit import (
 )
 
 __all__ = [
-    "ACTIVATIONS", "PARTS", "POOLS", "Attention", "AttentionPool", "Block", "ConvStem", "DiffAttention", "GatedMlp",
+    "ACTIVATIONS", "PARTS", "POOLS", "Attention", "AttentionPool", "Block", "ConvStem", "ConvStemEmbed", "DiffAttention",
+    "GatedMlp",
     "LayerScale", "Mlp", "ParallelScalingBlock", "ParallelThingsBlock", "PatchEmbed", "QuickGELU", "RMSNorm",
     "RelPosMlp", "RelPosTable", "RotaryEmbedding", "TokenLayout", "VariantAttention", "ViTConfig", "ViTOutput",
     "VisionTransformer", "WindowAttention", "diff_lambda", "make_act", "make_norm", "resample_pos_embed",
