@@ -9,7 +9,7 @@ module of its own.
   (one buffer for all layers, scores written into it, the softmax in place); one ``attend`` for
   every attention of every family.
 
-The families, each a config option of a few lines (README, "Model families"):
+The families, each a config option of a few lines (docs/families.md):
 
 - ``variants.py``: RMSNorm (AIMv2), activations (GELU-tanh for SigLIP, QuickGELU for CLIP, SiLU
   for GLUs), GLU MLPs (SwiGLU, packed and unpacked) and a norm inside the MLP, attention with q/v
