@@ -4,7 +4,7 @@
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
                   [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
-                  [--allow-downloads] [--downloads-mb 2048] [--openapi] [--mcp]
+                  [--train-minutes-max 10] [--allow-downloads] [--downloads-mb 2048] [--openapi] [--mcp]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -107,6 +107,9 @@ def add_limit_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--header-seconds", type=float,
                     help="a connection that has not sent its request headers within this long is closed, and a "
                          "request body gets this long before it must arrive at 16 KB/s (default 10)")
+    ap.add_argument("--train-minutes-max", type=float, metavar="N",
+                    help="the Train tab's (and /train's) longest run in minutes, one run at a time on the server "
+                         "(default 10 on this computer; OFF when exposed unless given; 0 turns training off)")
     ap.add_argument("--allow-downloads", action="store_true",
                     help="let users make an exposed app download hub models (one at a time, in the slow lane, "
                          "within --downloads-mb); always on for a local app")
@@ -118,7 +121,7 @@ def add_limit_flags(ap: argparse.ArgumentParser) -> None:
 
 NUMBERS = ("max_upload_mb", "cache_mb", "models_mb", "max_megapixels", "upload_budget_mb", "session_minutes",
            "sessions_mb", "job_seconds", "exports_mb", "header_seconds",
-           "downloads_mb")  # the flags that are Limits fields of the same name
+           "downloads_mb", "train_minutes_max")  # the flags that are Limits fields of the same name
 
 
 def limits(args: argparse.Namespace):

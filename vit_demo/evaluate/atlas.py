@@ -65,14 +65,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..distributed.torchrun import Dist, finish, gather_objects, init_distributed, share_objects
+from ..distributed.torchrun import Dist, gather_objects, share_objects
 from ..methods.attention import head_maps, mean_attention_distance
 from ..model import TokenLayout, VisionTransformer
 from ..progress import TimeUp, batches, check, report, time_left
 from .child import in_child
 from .concepts import FIT_ROWS, PRESENCE_PCT, Concepts, fit_concepts
 from .geometry import box_to_input, near_edge, patch_coverage
-from .survey import Folder, Loader, Picture, label_index, list_pictures, read_batch, read_folder
+from .survey import Folder, Loader, Picture, folder_job, label_index, none_readable, read_batch, require_classifier
 
 if TYPE_CHECKING:
     from ..checkpoints.load import LoadedModel
@@ -145,17 +145,17 @@ def head_replaced(model: VisionTransformer, layer: int, head: int, value: Tensor
 # ----------------------------------------------------------------------------- what a head does
 
 
-def attention_entropy(a: Tensor, num_prefix: int) -> Tensor:
+def attention_entropy(attention: Tensor, num_prefix: int) -> Tensor:
     """[B, H, N, N] attention -> [B, H]: each patch query's entropy over the N keys / log N, averaged."""
-    rows = a[:, :, num_prefix:].double()
+    rows = attention[:, :, num_prefix:].double()
     h = -(rows * rows.clamp(min=1e-300).log()).sum(dim=-1)
-    return (h / math.log(a.shape[-1])).mean(dim=-1)
+    return (h / math.log(attention.shape[-1])).mean(dim=-1)
 
 
-def prefix_shares(a: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
+def prefix_shares(attention: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
     """[B, H, N, N] -> ([B, H] share of the patch queries' attention on [class], on the other prefix tokens)."""
     P = layout.num_prefix
-    rows = a[:, :, P:].double()
+    rows = attention[:, :, P:].double()
     prefix = rows[..., :P].sum(dim=-1).mean(dim=-1)
     cls = rows[..., layout.cls_index].mean(dim=-1) if layout.cls_index is not None else torch.zeros_like(prefix)
     return cls, prefix - cls
@@ -573,28 +573,22 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
     with the number of pictures that would fit). ValueError for a headless model, a layer
     outside 0..depth, too few concepts or no readable picture."""
     t0 = time.perf_counter()
-    model, depth = lm.model, len(lm.model.blocks)
-    if model.cfg.num_classes == 0:
-        raise ValueError(f"{lm.name} is headless (no classifier): the atlas needs class logits")
+    depth = len(lm.model.blocks)
+    require_classifier(lm, "the atlas needs class logits")
     layer = default_layer(depth) if layer is None else layer
     if not 0 <= layer <= depth:
         raise ValueError(f"--layer must be in 0..{depth} for {lm.name}, not {layer}")
     if concepts < 2:
         raise ValueError(f"--concepts must be at least 2, not {concepts}")
-    pictures, mode = list_pictures(images, labels, limit)
-    folder = read_folder(images, mode, lm.data_config)
-    dist = init_distributed(lm.device)
-    try:
+    with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
         seen, drop, wrong = sharded_passes(lm, pictures, folder, layer, batch_size, progress, dist, load,
-                                           atlas_cost(model, concepts))
+                                           atlas_cost(lm.model, concepts))
         if seen is None:
             return None
         if not seen.pictures:
-            raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(seen.errors[:3]))
+            raise none_readable(images, pictures, seen.errors)
         result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed, fitted, isolated)
-    finally:
-        finish(dist)
-    result.update(folder=str(images), labels=mode, processes=dist.world)
+    result.update(folder=str(images), labels=folder.mode, processes=dist.world)
     if folder.watermark_box is not None:
         result["shortcut"] = folder.shortcut
     result["seconds"] = round(time.perf_counter() - t0, 2)

@@ -32,7 +32,7 @@ class Concepts:
         return np.clip(self.codes / np.maximum(scale, 1e-12), 0, 1)
 
 
-def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
+def fit_concepts(tokens: np.ndarray, count: int, seed: int = 0) -> Concepts:
     """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
     token split into its positive and negative parts, so that W H codes the whole signed token:
     x ~ W (H+ - H-)), fitted on at most :data:`FIT_ROWS` rows spread through the folder, every row
@@ -42,13 +42,13 @@ def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
     n, P, C = tokens.shape
     x = tokens.reshape(-1, C).astype(np.float32)
     A = np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1)
-    if A.shape[0] < k:
-        raise ValueError(f"{A.shape[0]} patch tokens cannot make {k} concepts")
+    if A.shape[0] < count:
+        raise ValueError(f"{A.shape[0]} patch tokens cannot make {count} concepts")
     fit_rows = A[np.linspace(0, A.shape[0] - 1, min(FIT_ROWS, A.shape[0])).astype(int)]
-    nmf = NMF(n_components=k, init="nndsvda", max_iter=400, random_state=seed)
+    nmf = NMF(n_components=count, init="nndsvda", max_iter=400, random_state=seed)
     nmf.fit(fit_rows)
     W = nmf.transform(A)
     H = nmf.components_
     error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
-    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error,
+    return Concepts(W.reshape(n, P, count).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error,
                     H.astype(np.float32))
