@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..checkpoints.load import DEFAULT_CHECKPOINT
+from ..train.fast import PRECISIONS
 from ..train.loop import TrainOptions, curves_path, state_path
 from ..train.loop import run as train
 from .common import DEVICES
@@ -40,7 +41,10 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="fixes the split, the init and every augmentation")
     p.add_argument("--resume", action="store_true", help="continue from OUT.train-state (last finished epoch)")
     p.add_argument("--device", default="auto", choices=DEVICES)
-    p.add_argument("--amp", action="store_true", help="bf16 autocast for the training forward pass (CPU and CUDA)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="the training forward pass's arithmetic: 'auto' (default) trains from scratch under bf16 autocast "
+                        "where the CPU or GPU multiplies bf16 in hardware, else in fp32; 'fp32'; 'bf16'")
+    p.add_argument("--amp", action="store_true", help="the same as --precision bf16")
     p.add_argument("--compile", action="store_true", help="torch.compile the training step's model (needs a C++ compiler "
                                                           "on the CPU; the first epoch includes the compilation)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -71,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                         flip=args.flip, batch_size=args.batch_size, lr=args.lr,
                         freeze_backbone=args.freeze_backbone, val_split=args.val_split, seed=args.seed,
                         resume=args.resume, device=args.device, progress=not args.no_progress, amp=args.amp,
+                        precision=args.precision,
                         compile=args.compile)
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
     try:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .augment import train_batch
+from .fast import fast_input, fast_layout, step_context
 
 DEFAULT_MINUTES = {"cpu": 10.0, "cuda": 3.0, "mps": 5.0}  # from scratch with no --epochs / --minutes
 EPOCH_LIMITS = (1, 2000)  # the fewest and most epochs a budget may give
@@ -31,11 +32,12 @@ def default_minutes(device: torch.device) -> float:
 
 
 def seconds_per_step(model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer], x_all: torch.Tensor,
-                     y_all: torch.Tensor, batch_size: int, dc, augment, device: torch.device, amp: bool = False,
+                     y_all: torch.Tensor, batch_size: int, dc, augment, device: torch.device, bf16: bool = False,
                      steps: tuple[int, int] = PROBE_STEPS) -> float:
-    """Wall seconds of one training step (augmentation, forward, backward, AdamW), measured on a
-    copy of ``model`` with batches drawn by a generator of its own: ``steps`` = (untimed, timed)."""
-    m = copy.deepcopy(model).to(device).train()
+    """Wall seconds of one training step (augmentation, forward, backward, AdamW) as the run makes
+    it (``bf16``, :mod:`.fast`), measured on a copy of ``model`` with batches drawn by a generator of
+    its own: ``steps`` = (untimed, timed)."""
+    m = fast_layout(copy.deepcopy(model).to(device).train(), device)
     opt = make_optimizer(m)
     g = torch.Generator().manual_seed(12345)
     warm, timed = steps
@@ -46,8 +48,8 @@ def seconds_per_step(model: nn.Module, make_optimizer: Callable[[nn.Module], tor
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
         idx = torch.randint(0, len(x_all), (min(batch_size, len(x_all)),), generator=g)
-        x = train_batch(x_all[idx].to(device), dc, augment, g)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        x = fast_input(train_batch(x_all[idx].to(device), dc, augment, g), device)
+        with step_context(device, bf16):
             loss = F.cross_entropy(m(x).logits.float(), y_all[idx].to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -38,6 +38,7 @@ from .baseline import fit_verdict, pixel_baseline
 from .budget import PROBE_STEPS, default_minutes, epochs_for, eval_estimate, format_eta, seconds_per_step
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
 from .data import DataError, FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
+from .fast import fast_input, fast_layout, plain_layout, step_context, use_bf16
 from .recipe import (
     STEMS,
     Recipe,
@@ -79,8 +80,22 @@ class TrainOptions:
     resume: bool = False
     device: str = "auto"
     progress: bool = True
-    amp: bool = False  # bf16 autocast for the training forward pass (CPU and CUDA)
+    precision: str = "auto"  # "auto": bf16 autocast from scratch where the device has bf16 arithmetic; "fp32"; "bf16"
+    amp: bool = False  # --amp, the old name of --precision bf16
     compile: bool = False  # torch.compile the training forward pass
+
+
+def bf16_of(opts: TrainOptions, device: torch.device) -> bool:
+    """Whether the run trains in bf16 autocast: ``--precision`` (``--amp`` is ``bf16``), ``auto`` by
+    the device (:func:`~.fast.use_bf16`)."""
+    if opts.amp and opts.precision == "fp32":
+        raise DataError("--amp is --precision bf16: give one of them, not --amp with --precision fp32")
+    if device.type not in ("cpu", "cuda") and (opts.amp or opts.precision == "bf16"):
+        raise DataError(f"--precision bf16 (--amp): bf16 autocast is for the CPU and CUDA, not {device.type}")
+    try:
+        return use_bf16("bf16" if opts.amp else opts.precision, device, scratch=opts.from_ is None)
+    except ValueError as e:
+        raise DataError(str(e)) from e
 
 
 # ----------------------------------------------------------------------------- distributed
@@ -180,7 +195,8 @@ def scratch_input_size(opts: TrainOptions, index: FolderIndex | None, num_classe
         minutes = opts.minutes if opts.minutes is not None else default_minutes(device)
         batch = min(per_rank, max(1, len(train_idx)))  # a folder smaller than a batch trains on all of it a step
         choice = choose_size(picture, share, stem, opts.patch_size,
-                             lambda n: probe_step(n, num_classes, stem, opts.patch_size, recipe, batch, device, opts.amp),
+                             lambda n: probe_step(n, num_classes, stem, opts.patch_size, recipe, batch, device,
+                                                  bf16_of(opts, device)),
                              steps_per_epoch=max(1, len(train_idx) // per_rank // dist.world),
                              val_steps=len(val_idx) / batch / dist.world, seconds=60 * minutes, epochs=opts.epochs,
                              budget_words=f"{minutes:g} minutes (the default budget)" if opts.epochs else "")
@@ -210,8 +226,8 @@ def find_cifar(data: str) -> CifarLayout | None:
 
 
 def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: int, dist: Dist,
-                    device: torch.device, progress: bool, amp: bool = False, eta: str = "") -> tuple[float, float]:
-    """One pass over this rank's shard (``amp``: the forward pass under bf16 autocast).
+                    device: torch.device, progress: bool, bf16: bool = False, eta: str = "") -> tuple[float, float]:
+    """One pass over this rank's shard (``bf16``: the forward pass under bf16 autocast, :mod:`.fast`).
     Returns (mean train loss, images/s over all ranks)."""
     from tqdm import tqdm
 
@@ -226,9 +242,9 @@ def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: in
                disable=not (progress and dist.main), file=sys.stderr)
     for i in bar:
         idx = torch.tensor(order[i * per_rank : (i + 1) * per_rank] or order[:per_rank])
-        x = train_batch(x_all[idx].to(device), s.dc, r.augment, g)
+        x = fast_input(train_batch(x_all[idx].to(device), s.dc, r.augment, g), device)
         y = y_all[idx].to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        with step_context(device, bf16):
             logits = model(x).logits
         loss = F.cross_entropy(logits.float(), y, label_smoothing=r.label_smoothing)
         opt.zero_grad(set_to_none=True)
@@ -304,14 +320,15 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         device = torch.device("cuda", dist.local_rank)
     say = log if dist.main else (lambda msg: None)
     torch.manual_seed(opts.seed)
+    bf16 = bf16_of(opts, device)
     s = build(opts, say, dist, device)
-    model = s.model.to(device)
-    s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start)
+    model = fast_layout(s.model.to(device), device)
+    s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start, bf16)
     r = s.recipe
     opt = make_optimizer(model, r, opts.freeze_backbone)
     steps = max(1, len(s.data.train_x) // max(1, r.batch_size // dist.world) // dist.world)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(r.epochs * steps, round(r.warmup_epochs * steps)))
-    fp = fingerprint(opts, s, dist)
+    fp = fingerprint(opts, s, dist) | ({"bf16": True} if bf16 else {})  # a bf16 run resumes in bf16 (fp32 states predate the key)
     spath = state_path(opts.out)
     history: list[dict[str, float]] = []
     best: dict[str, Any] = {"acc": -1.0, "epoch": 0, "state": None}
@@ -323,12 +340,12 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         sched.load_state_dict(st["scheduler"])
         history, best, start = st["history"], st["best"], st["epoch"]
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
-    say(header(s, model, opts, dist, device))
+    say(header(s, model, opts, dist, device, bf16))
     ddp = training_module(model, opts, dist, device)
     t_epochs, eta, ends = time.perf_counter(), "", [time.perf_counter()]
     epoch = start - 1
     while (epoch := epoch + 1) < r.epochs:
-        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp, eta)
+        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, bf16, eta)
         val_loss, val_acc = evaluate(model, s, device)
         ends.append(time.perf_counter())
         if budget is not None:  # the epochs' own clock keeps the run to its budget
@@ -346,7 +363,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
             save_state(spath, {"fingerprint": fp, "epoch": epoch + 1, "history": history, "best": best,
                                "model": model.state_dict(), "optimizer": opt.state_dict(),
                                "scheduler": sched.state_dict()})
-    summary = finish(opts, s, model, history, best, dist, t_start, budget)
+    summary = finish(opts, s, plain_layout(model), history, best, dist, t_start, budget)
     if dist.world > 1:
         import torch.distributed as tdist
 
@@ -410,7 +427,8 @@ def replan(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: d
     return replace(s, recipe=r), r
 
 
-def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, spent: float) -> tuple[Setup, float | None]:
+def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, spent: float,
+                bf16: bool = False) -> tuple[Setup, float | None]:
     """The epochs of the run and its time budget in seconds (None when ``--epochs`` or a fine-tune's
     default fixes them): from scratch without ``--epochs``, the budget is ``--minutes`` or
     :func:`~.budget.default_minutes`; a resumed run keeps the epochs it started with; under torchrun
@@ -431,7 +449,7 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
             eval_s = eval_estimate(step_s, len(s.data.val_x) / min(per_rank, len(s.data.train_x)) / dist.world)
         else:
             step_s = seconds_per_step(s.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), s.data.train_x,
-                                      s.data.train_y, per_rank, s.dc, r.augment, device, opts.amp)
+                                      s.data.train_y, per_rank, s.dc, r.augment, device, bf16)
             probe_s = step_s * sum(PROBE_STEPS)
             t0 = time.perf_counter()
             evaluate(s.model, s, device)
@@ -442,7 +460,8 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
     return replace(s, recipe=replace(s.recipe, epochs=epochs, warmup_epochs=warmup)), budget
 
 
-def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> str:
+def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device,
+           bf16: bool = False) -> str:
     """The run's first line: the data, the model and the recipe."""
     r = s.recipe
     budgeted = opts.epochs is None and (s.mode == "scratch" or opts.minutes is not None)
@@ -455,7 +474,16 @@ def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, d
             f"{f' (what fits the time budget; {repeat}--epochs N repeats a run exactly)' if budgeted else ''}, "
             f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
             + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
-            + "".join(f", {flag}" for flag, on in (("bf16 autocast", opts.amp), ("compiled", opts.compile)) if on))
+            + f", {precision_words(opts, bf16)}" + (", compiled" if opts.compile else ""))
+
+
+def precision_words(opts: TrainOptions, bf16: bool) -> str:
+    """``bf16 autocast (the CPU has bf16 arithmetic; --precision fp32 to turn it off)``, ``fp32``, ..."""
+    if opts.amp or opts.precision != "auto":
+        return "bf16 autocast" if bf16 else "fp32"
+    if bf16:
+        return "bf16 autocast (this device multiplies bf16 in hardware; --precision fp32 turns it off)"
+    return "fp32" + ("" if opts.from_ else " (no bf16 arithmetic in hardware here)")
 
 
 def kept_note(best: dict[str, Any], epoch: int, validated: bool) -> str:
@@ -467,8 +495,6 @@ def kept_note(best: dict[str, Any], epoch: int, validated: bool) -> str:
 def training_module(model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> nn.Module:
     """What the steps call: the model, wrapped for DDP under torchrun, compiled with ``--compile``
     (validation always runs the plain model)."""
-    if opts.amp and device.type not in ("cpu", "cuda"):
-        raise DataError(f"--amp: bf16 autocast is for the CPU and CUDA, not {device.type}")
     m: nn.Module = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel

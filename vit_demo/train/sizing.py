@@ -75,7 +75,7 @@ def small_size(side: int, stem: str, patch_size: int | None = None) -> int:
 
 
 def probe_step(size: int, num_classes: int, stem: str, patch_size: int | None, recipe: Recipe, batch: int,
-               device: torch.device, amp: bool = False) -> float:
+               device: torch.device, bf16: bool = False) -> float:
     """Seconds of one training step of the from-scratch model at ``size`` on ``batch`` pictures of
     random pixels (its own random state: the run's draws are untouched)."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -84,7 +84,7 @@ def probe_step(size: int, num_classes: int, stem: str, patch_size: int | None, r
         x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
         y = torch.randint(0, num_classes, (batch,))
         return seconds_per_step(model, lambda m: make_optimizer(m, recipe, False), x, y, batch,
-                                scratch_data_config(size), recipe.augment, device, amp, steps=SIZE_PROBE_STEPS)
+                                scratch_data_config(size), recipe.augment, device, bf16, steps=SIZE_PROBE_STEPS)
 
 
 def describe(picture: tuple[int, int], share: float) -> str:
