@@ -403,39 +403,64 @@ def profile_steps(size: int, classes: int, bf16: bool, dev, steps: int) -> dict:
 
 SUITE_COLUMNS = ("set", "pictures", "classes", "ViT best", "ViT last", "epochs", "wall s", "CPU s", "load",
                  "logreg", "RBF-SVM", "CNN best", "CNN s", "train-val loss")
+SHORT_COLUMNS = ("best", "epochs", "grid", "wall s", "CPU s", "load")  # the short budget's, after "ViT best" ... "load"
 
 
-def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None, cnn_epochs: int) -> dict:
-    """Each set made, trained with no flag but --data and --out (and --minutes when asked), and
-    measured beside the pixel baselines and the same-size CNN on the very same split."""
+def suite_makers() -> dict:
+    """Every set the suite can make: the six of ``suite_data`` and the issue-43 ones of ``heldout_data``."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
+    import heldout_data
+    import suite_data
+
+    return suite_data.MAKERS | heldout_data.MAKERS
+
+
+def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None, cnn_epochs: int,
+                short: float = 2.0) -> dict:
+    """Each set made, trained with no flag but --data and --out (and --minutes when asked), then again
+    with ``--minutes short`` (0: not), and measured beside the pixel baselines and the same-size CNN
+    (``cnn_epochs`` 0: not) on the very same split."""
+    makers = suite_makers()  # benchmarks/suite on the path
     import torch
     from safetensors import safe_open
     from suite_baselines import loss_gap, split_of, svm_baseline, train_cnn
-    from suite_data import MAKERS
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = {}
     for name in sets:
-        data = MAKERS[name](tmp / name, scale=scale)
+        data = makers[name](tmp / name, scale=scale)
         out = tmp / f"{name}.safetensors"
         r = run_train(["--data", str(data), "--out", str(out), *(["--minutes", str(minutes)] if minutes else [])])
         with safe_open(str(out), "pt") as f:
             history = json.loads(f.metadata()["training"])["history"]
         params = vit_params(out)
-        d, dc = split_of(data)
         row = {"set": name, "pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
                "ViT best": r["best_val_accuracy"], "ViT last": r["val_accuracy"], "epochs": r["epochs"], "wall s": r["wall_s"],
                "CPU s": r["cpu_s"], "load": "-".join(str(v) for v in r["load_avg_1min"]),
-               "fit": r["fit"], "train-val loss": loss_gap(history)}
-        sk = svm_baseline(d)
-        cnn = train_cnn(d, dc, params, epochs=cnn_epochs)
-        row.update({"logreg": round(r["baseline_accuracy"], 4), "RBF-SVM": sk["svm"], "CNN best": cnn["cnn_best"],
-                    "CNN s": cnn["cnn_s"],
-                    "cnn_params": cnn["cnn_params"], "vit_params": params})
-        rows[name] = row
-        print(json.dumps(row), flush=True)
+               "fit": r["fit"], "train-val loss": loss_gap(history), "logreg": round(r["baseline_accuracy"], 4)}
+        if short:
+            row |= short_run(data, tmp / f"{name}-short.safetensors", short)
+        d, dc = split_of(data)
+        row["RBF-SVM"] = svm_baseline(d)["svm"]
+        if cnn_epochs:
+            cnn = train_cnn(d, dc, params, epochs=cnn_epochs)
+            row |= {"CNN best": cnn["cnn_best"], "CNN s": cnn["cnn_s"], "cnn_params": cnn["cnn_params"]}
+        rows[name] = row | {"vit_params": params}
+        print(json.dumps(rows[name]), flush=True)
     return rows
+
+
+def short_run(data: Path, out: Path, minutes: float) -> dict:
+    """``train --data DATA --out OUT --minutes M``: the columns :data:`SHORT_COLUMNS`, named ``M-min ...``."""
+    from safetensors import safe_open
+
+    r = run_train(["--data", str(data), "--out", str(out), "--minutes", str(minutes)])
+    with safe_open(str(out), "pt") as f:
+        grid = json.loads(f.metadata()["config"])
+    side = grid["img_size"][0] // grid["patch_size"]
+    values = (r["best_val_accuracy"], r["epochs"], f"{side}x{side}", r["wall_s"], r["cpu_s"],
+              "-".join(str(v) for v in r["load_avg_1min"]))
+    return {f"{minutes:g}-min {c}": v for c, v in zip(SHORT_COLUMNS, values)}
 
 
 def vit_params(ckpt: Path) -> int:
@@ -447,10 +472,13 @@ def vit_params(ckpt: Path) -> int:
 
 
 def suite_table(rows: dict) -> str:
-    """The suite's rows as a markdown table."""
-    lines = ["| " + " | ".join(SUITE_COLUMNS) + " |", "|" + "---|" * len(SUITE_COLUMNS)]
+    """The suite's rows as a markdown table (the short budget's columns after the default's load)."""
+    short = [k for k in next(iter(rows.values()), {}) if k.split(" ", 1)[-1] in SHORT_COLUMNS and "-min " in k]
+    at = SUITE_COLUMNS.index("load") + 1
+    columns = [*SUITE_COLUMNS[:at], *short, *SUITE_COLUMNS[at:]]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows.values():
-        lines.append("| " + " | ".join(str(row.get(c, "")) for c in SUITE_COLUMNS) + " |")
+        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -461,10 +489,13 @@ def main() -> None:
     ap.add_argument("--held-out", action="store_true", help="scratch: also a set like the issue's held-out one")
     ap.add_argument("--device", default="auto", help="scratch / speed: where to train (default: auto)")
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--sets", default="shapes,blobs,outlines,digits,glyphs,textures", help="suite: which data sets")
+    ap.add_argument("--sets", default="shapes,blobs,outlines,digits,glyphs,textures",
+                    help="suite: which data sets (also sdfshapes, heldshapes, heldicons: benchmarks/suite/heldout_data.py)")
     ap.add_argument("--scale", type=float, default=1.0, help="suite: pictures per class, as a share of each set's full size")
     ap.add_argument("--minutes", type=float, help="suite: pass --minutes to train (default: train's own default)")
-    ap.add_argument("--cnn-epochs", type=int, default=40, help="suite: epochs of the same-size CNN (default 40)")
+    ap.add_argument("--cnn-epochs", type=int, default=40, help="suite: epochs of the same-size CNN (default 40; 0: none)")
+    ap.add_argument("--short", type=float, default=2.0, help="suite: also train with --minutes SHORT, a column of its own "
+                                                             "(default 2; 0: not)")
     ap.add_argument("--table", help="suite: write the markdown table here")
     ap.add_argument("--sizes", default="32,8", help="speed: picture sizes (default 32,8)")
     ap.add_argument("--threads", default="1", help="speed: torch thread counts, interleaved (default 1; e.g. 1,2)")
@@ -479,7 +510,8 @@ def main() -> None:
                   "speed": lambda: bench_speed(args.device, tuple(map(int, args.sizes.split(","))),
                                                tuple(map(int, args.threads.split(","))), args.compiled),
                   "profile": lambda: bench_profile(args.device),
-                  "suite": lambda: bench_suite(Path(d), args.sets.split(","), args.scale, args.minutes, args.cnn_epochs)}[which]
+                  "suite": lambda: bench_suite(Path(d), args.sets.split(","), args.scale, args.minutes, args.cnn_epochs,
+                                               args.short)}[which]
             results[which] = fn()
             print(json.dumps({which: results[which]}), flush=True)
     if args.json:

@@ -35,7 +35,15 @@ from ..viz.charts import training_figure
 from ..viz.export import save_figure
 from .augment import eval_batch, train_batch
 from .baseline import fit_verdict, pixel_baseline
-from .budget import PROBE_STEPS, default_minutes, epochs_for, eval_estimate, format_eta, seconds_per_step
+from .budget import (
+    PROBE_STEPS,
+    default_minutes,
+    epochs_for,
+    eval_estimate,
+    fastest_threads,
+    format_eta,
+    seconds_per_step,
+)
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
 from .data import DataError, FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
 from .fast import fast_input, fast_layout, plain_layout, step_context, use_bf16
@@ -50,7 +58,7 @@ from .recipe import (
     warmup_cosine,
     with_new_head,
 )
-from .sizing import SizeChoice, choose_size, probe_step
+from .sizing import SizeChoice, choose_size, default_step, probe_step
 
 STATE_SUFFIX = ".train-state"  # beside OUT; not a checkpoint suffix, so the app never lists it
 
@@ -83,6 +91,11 @@ class TrainOptions:
     precision: str = "auto"  # "auto": bf16 autocast from scratch where the device has bf16 arithmetic; "fp32"; "bf16"
     amp: bool = False  # --amp, the old name of --precision bf16
     compile: bool = False  # torch.compile the training forward pass
+
+
+def budgeted(opts: TrainOptions) -> bool:
+    """The run trains for a time budget (from scratch without ``--epochs``, or with ``--minutes``)."""
+    return opts.epochs is None and (opts.from_ is None or opts.minutes is not None)
 
 
 def bf16_of(opts: TrainOptions, device: torch.device) -> bool:
@@ -152,7 +165,7 @@ def build(opts: TrainOptions, log: Callable[[str], None], dist: Dist | None = No
         if chosen.note:
             log(chosen.note)
         try:
-            cfg = scratch_config(chosen.size, num_classes, opts.patch_size, stem)
+            cfg = scratch_config(chosen.size, num_classes, opts.patch_size or chosen.patch, stem)
         except DataError as e:
             raise DataError(f"{e} ({chosen.note})" if chosen.note else str(e)) from e
         size = chosen.size
@@ -184,8 +197,9 @@ def scratch_input_size(opts: TrainOptions, index: FolderIndex | None, num_classe
         return SizeChoice(32, "")
     saved = state_path(opts.out)
     if opts.resume and saved.is_file():
-        size = int(torch.load(saved, map_location="cpu", weights_only=True)["fingerprint"]["config"]["img_size"][0])
-        return SizeChoice(size, f"training at {size} px, the size of the run being resumed")
+        cfg = torch.load(saved, map_location="cpu", weights_only=True)["fingerprint"]["config"]
+        size, patch = int(cfg["img_size"][0]), int(cfg["patch_size"])
+        return SizeChoice(size, f"training at {size} px, patch {patch}, the size of the run being resumed", patch=patch)
     choice = None
     if dist.main:
         picture, share = size_share(index.files)
@@ -312,7 +326,17 @@ def load_state(path: Path, fp: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train as ``opts`` says; return the summary (the ``--json`` object)."""
+    """Train as ``opts`` says; return the summary (the ``--json`` object). A budgeted run on a CPU may
+    train on fewer torch threads (:func:`~.budget.fastest_threads`); the count is restored at the end."""
+    threads = torch.get_num_threads()
+    try:
+        return train_run(opts, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """:func:`run` itself."""
     t_start = time.perf_counter()
     device = resolve_device(opts.device)
     dist = init_distributed(device)
@@ -321,6 +345,8 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
     say = log if dist.main else (lambda msg: None)
     torch.manual_seed(opts.seed)
     bf16 = bf16_of(opts, device)
+    if device.type == "cpu" and dist.world == 1 and budgeted(opts):  # before any probe: they run on the count kept
+        fastest_threads(default_step(device, bf16), say)
     s = build(opts, say, dist, device)
     model = fast_layout(s.model.to(device), device)
     s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start, bf16)
@@ -465,8 +491,7 @@ def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, d
     """The run's first line: the data, the model and the recipe."""
     r = s.recipe
     budgeted = opts.epochs is None and (s.mode == "scratch" or opts.minutes is not None)
-    timed_size = s.size is not None and s.size.step_s is not None  # the size, too, came from the clock
-    repeat = f"--img-size {s.dc.input_size[0]} " if timed_size else ""
+    repeat = f"{s.size.flags} " if s.size is not None and s.size.flags else ""  # the size or grid came from the clock
     return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
             f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
             f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
