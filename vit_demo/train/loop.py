@@ -111,6 +111,16 @@ def bf16_of(opts: TrainOptions, device: torch.device) -> bool:
         raise DataError(str(e)) from e
 
 
+def step_settings(opts: TrainOptions, device: torch.device, dist: Dist, say: Callable[[str], None]) -> bool:
+    """Whether the run trains in bf16 (:func:`bf16_of`); a budgeted run on a CPU, one process, first
+    keeps the torch threads its steps are fastest on (:func:`~.budget.fastest_threads`), so that
+    every probe after it times the steps the run will make."""
+    bf16 = bf16_of(opts, device)
+    if device.type == "cpu" and dist.world == 1 and budgeted(opts):
+        fastest_threads(default_step(device, bf16), say)
+    return bf16
+
+
 # ----------------------------------------------------------------------------- distributed
 
 
@@ -344,9 +354,7 @@ def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[st
         device = torch.device("cuda", dist.local_rank)
     say = log if dist.main else (lambda msg: None)
     torch.manual_seed(opts.seed)
-    bf16 = bf16_of(opts, device)
-    if device.type == "cpu" and dist.world == 1 and budgeted(opts):  # before any probe: they run on the count kept
-        fastest_threads(default_step(device, bf16), say)
+    bf16 = step_settings(opts, device, dist, say)
     s = build(opts, say, dist, device)
     model = fast_layout(s.model.to(device), device)
     s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start, bf16)
@@ -490,20 +498,19 @@ def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, d
            bf16: bool = False) -> str:
     """The run's first line: the data, the model and the recipe."""
     r = s.recipe
-    budgeted = opts.epochs is None and (s.mode == "scratch" or opts.minutes is not None)
     repeat = f"{s.size.flags} " if s.size is not None and s.size.flags else ""  # the size or grid came from the clock
     return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
             f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
             f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
             f"patch {model.cfg.patch_size}{', conv stem' if model.cfg.conv_stem else ''}; {r.epochs} epochs"
-            f"{f' (what fits the time budget; {repeat}--epochs N repeats a run exactly)' if budgeted else ''}, "
+            f"{f' (what fits the time budget; {repeat}--epochs N repeats a run exactly)' if budgeted(opts) else ''}, "
             f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
             + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
             + f", {precision_words(opts, bf16)}" + (", compiled" if opts.compile else ""))
 
 
 def precision_words(opts: TrainOptions, bf16: bool) -> str:
-    """``bf16 autocast (the CPU has bf16 arithmetic; --precision fp32 to turn it off)``, ``fp32``, ..."""
+    """How the header names the run's precision, and why when ``auto`` chose it."""
     if opts.amp or opts.precision != "auto":
         return "bf16 autocast" if bf16 else "fp32"
     if bf16:
