@@ -4,7 +4,7 @@
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
                   [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
-                  [--mcp]
+                  [--train-minutes-max 10] [--mcp]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -27,7 +27,26 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported an
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (and ``$VIT_DEMO_ARGS``), checked: no negative number, every proxy an address."""
     ap = argparse.ArgumentParser(description="The vit_demo app: how a Vision Transformer sees your image.")
+    add_app_flags(ap)
+    add_limit_flags(ap)
+    if argv is None:  # a host that runs `python app.py` as it is (a Space) gives its flags in $VIT_DEMO_ARGS
+        argv = shlex.split(os.environ.get("VIT_DEMO_ARGS", "")) + sys.argv[1:]
+    args = ap.parse_args(argv)
+    for flag in NUMBERS:
+        if (getattr(args, flag) or 0) < 0:
+            ap.error(f"--{flag.replace('_', '-')} cannot be negative")
+    for addr in args.trusted_proxy:
+        try:
+            ipaddress.ip_network(addr, strict=False)
+        except ValueError:
+            ap.error(f"--trusted-proxy {addr}: not an address or a network")
+    return args
+
+
+def add_app_flags(ap: argparse.ArgumentParser) -> None:
+    """Where the app listens, what it offers (models, examples) and how it runs them."""
     ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",
                     help="address to bind (default 127.0.0.1: this computer only; $GRADIO_SERVER_NAME, which a "
                          "Hugging Face Space sets to 0.0.0.0)")
@@ -48,8 +67,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CPU threads per model run (default: CPU cores / --concurrency, at least 1)")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="do not load the default model in the background at start-up")
-    # (defaults: vit_demo.app.limits.Limits; not imported here, so that numpy loads after the
-    # thread count is set)
+    ap.add_argument("--mcp", action="store_true",
+                    help="also serve the app as tools for agents: Gradio's MCP server at /gradio_api/mcp/ "
+                         "(predict, explain, attention, verify; needs gradio[mcp])")
+    ap.add_argument("--exposed", action="store_true",
+                    help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
+
+
+def add_limit_flags(ap: argparse.ArgumentParser) -> None:
+    """What the app may keep and accept: the :class:`vit_demo.app.server.limits.Limits` fields of
+    the same names (:data:`NUMBERS`; their defaults are there: not imported here, so that numpy
+    loads after the thread count is set)."""
     ap.add_argument("--cache-mb", type=float,
                     help="memory for the analyses kept for instant re-renders; the least recently used "
                          "leave first (default 1024)")
@@ -78,32 +106,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="disk for slides, decks and animations made for users (default 512; the oldest go)")
     ap.add_argument("--header-seconds", type=float,
                     help="a connection that has not sent its request headers within this long is closed (default 10)")
-    ap.add_argument("--mcp", action="store_true",
-                    help="also serve the app as tools for agents: Gradio's MCP server at /gradio_api/mcp/ "
-                         "(predict, explain, attention, verify; needs gradio[mcp])")
-    ap.add_argument("--exposed", action="store_true",
-                    help=argparse.SUPPRESS)  # tests: the exposed app's limits while bound to 127.0.0.1
-    if argv is None:  # a host that runs `python app.py` as it is (a Space) gives its flags in $VIT_DEMO_ARGS
-        argv = shlex.split(os.environ.get("VIT_DEMO_ARGS", "")) + sys.argv[1:]
-    args = ap.parse_args(argv)
-    for flag in NUMBERS:
-        if (getattr(args, flag) or 0) < 0:
-            ap.error(f"--{flag.replace('_', '-')} cannot be negative")
-    for addr in args.trusted_proxy:
-        try:
-            ipaddress.ip_network(addr, strict=False)
-        except ValueError:
-            ap.error(f"--trusted-proxy {addr}: not an address or a network")
-    return args
+    ap.add_argument("--train-minutes-max", type=float, metavar="N",
+                    help="the Train tab's (and /train's) longest run in minutes, one run at a time on the server "
+                         "(default 10 on this computer; OFF when exposed unless given; 0 turns training off)")
 
 
 NUMBERS = ("max_upload_mb", "cache_mb", "models_mb", "max_megapixels", "upload_budget_mb", "session_minutes",
-           "sessions_mb", "job_seconds", "exports_mb", "header_seconds")  # the flags that are Limits fields of the same name
+           "sessions_mb", "job_seconds", "exports_mb", "header_seconds",
+           "train_minutes_max")  # the flags that are Limits fields of the same name
 
 
 def limits(args: argparse.Namespace):
-    """The flags -> what the app may keep and accept (a :class:`vit_demo.app.limits.Limits`)."""
-    from vit_demo.app.limits import Limits
+    """The flags -> what the app may keep and accept (a :class:`vit_demo.app.server.limits.Limits`)."""
+    from vit_demo.app.server.limits import Limits
 
     exposed = args.exposed or args.share or not is_loopback(args.host)
     given = {k: getattr(args, k) for k in NUMBERS if getattr(args, k) is not None}
@@ -143,26 +158,31 @@ def main(argv: list[str] | None = None) -> int:
     prepare_server(lim, graceful=args.share)
     guard_server(lim, share=args.share)
     if lim.exposed:
-        if args.share:
-            what = "--share makes the app public on the internet through a gradio.live link"
-        elif args.exposed:
-            what = "--exposed: the limits of an exposed app, on this computer only"
-        else:
-            what = f"--host {args.host} makes the app reachable from other computers on port {args.port}"
-        uploads = ("images and checkpoints" if lim.allow_checkpoint_upload
-                   else "images (checkpoint upload is off: --allow-checkpoint-upload turns it on)")
-        print(f"WARNING: {what}: anyone who can reach it can upload {uploads} and use this machine's CPU. "
-              f"Loading checkpoints by server path is switched off.", file=sys.stderr)
+        print(exposure_warning(args, lim), file=sys.stderr)
 
     from vit_demo.app.build import AppConfig, build, launch_kwargs
 
     cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device, limits=lim,
                     mcp=args.mcp)
-    demo, reg = build(cfg)
+    app = build(cfg)
     if not args.no_warm_up:  # the first image should not wait for the model to load
-        threading.Thread(target=_warm_up, args=(reg, demo), daemon=True, name="warm-up").start()
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs(demo))
+        threading.Thread(target=_warm_up, args=(app.reg, app.server.warm_up), daemon=True, name="warm-up").start()
+    app.demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs(app.server))
     return 0
+
+
+def exposure_warning(args: argparse.Namespace, lim) -> str:
+    """What an exposed app prints at start: who can reach it and what they can upload."""
+    if args.share:
+        what = "--share makes the app public on the internet through a gradio.live link"
+    elif args.exposed:
+        what = "--exposed: the limits of an exposed app, on this computer only"
+    else:
+        what = f"--host {args.host} makes the app reachable from other computers on port {args.port}"
+    uploads = ("images and checkpoints" if lim.allow_checkpoint_upload
+               else "images (checkpoint upload is off: --allow-checkpoint-upload turns it on)")
+    return (f"WARNING: {what}: anyone who can reach it can upload {uploads} and use this machine's CPU. "
+            f"Loading checkpoints by server path is switched off.")
 
 
 def prepare_server(lim, graceful: bool = False) -> None:
@@ -170,7 +190,7 @@ def prepare_server(lim, graceful: bool = False) -> None:
     proxies whose X-Forwarded-For uvicorn may believe (none unless --trusted-proxy), and SIGTERM
     removing the folder before the process ends, at once (``graceful``, with --share: like
     Ctrl-C, Gradio closes the server and its tunnel first, then atexit removes the folder)."""
-    from vit_demo.app.workspace import workspace
+    from vit_demo.app.server.workspace import workspace
 
     ws = workspace()
     os.environ["GRADIO_TEMP_DIR"] = str(ws.gradio)
@@ -192,8 +212,8 @@ def guard_server(lim, share: bool = False) -> None:
     at most ``connections_per_address`` open connections per address (not for a trusted proxy,
     nor for the share tunnel, which connects from this computer for every visitor); repeated
     log lines dropped beyond 20 a minute."""
-    from vit_demo.app.connections import ConnectionRules, guard_connections
-    from vit_demo.app.quietlog import quiet_repeats
+    from vit_demo.app.server.connections import ConnectionRules, guard_connections
+    from vit_demo.app.server.quietlog import quiet_repeats
 
     exempt = (*lim.trusted_proxies, *(("127.0.0.1", "::1") if share else ()))
     per_address = lim.connections_per_address if lim.exposed else None
@@ -201,7 +221,9 @@ def guard_server(lim, share: bool = False) -> None:
     quiet_repeats()
 
 
-def _warm_up(reg, demo) -> None:
+def _warm_up(reg, sections_warm_up) -> None:
+    """The default model loaded, then the sections' own warm-up (:attr:`vit_demo.app.server.settings.ServerSettings.warm_up`:
+    the Atlas tab's atlas of the examples, when it is not kept on disk yet)."""
     t0 = time.perf_counter()
     try:
         reg.warm_up()
@@ -209,8 +231,8 @@ def _warm_up(reg, demo) -> None:
     except Exception as e:  # a broken default checkpoint: the UI says so when it is used
         print(f"note: could not warm up the default model: {e}", file=sys.stderr)
         return
-    try:  # then the sections' own (the Atlas tab's atlas of the examples, when it is not kept on disk yet)
-        demo.warm_up_sections()
+    try:
+        sections_warm_up()
     except Exception as e:  # noqa: BLE001 - the tab says what is missing when it is opened
         print(f"note: a section's warm-up failed: {e}", file=sys.stderr)
 

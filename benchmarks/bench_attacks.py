@@ -46,7 +46,7 @@ from app_server import start_app  # noqa: E402
 from attacks import Raw, crash_spawned_children, file_payload, rss_mb, thread_heaps  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from vit_demo.app.workspace import folder_bytes  # noqa: E402
+from vit_demo.app.server.workspace import folder_bytes  # noqa: E402
 
 MB = 1 << 20
 ROWS: list[dict] = []

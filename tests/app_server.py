@@ -59,8 +59,8 @@ class AppServer:
 
     def local(self, name: str) -> Path:
         """The file on this computer that a name the app gave stands for: an exposed app names
-        its files ``files/...`` (vit_demo.app.masking), a local one by their paths."""
-        from vit_demo.app.masking import TOKEN
+        its files ``files/...`` (vit_demo.app.server.masking), a local one by their paths."""
+        from vit_demo.app.server.masking import TOKEN
 
         return self.folder() / "gradio" / name[len(TOKEN):] if name.startswith(TOKEN) else Path(name)
 

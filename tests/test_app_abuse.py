@@ -191,9 +191,9 @@ def test_app_folder_removed_on_exit_and_after_a_kill(deit_tiny_path: Path, packa
 
 def test_one_address_cannot_open_endless_sessions(app) -> None:
     """Every new session costs Gradio memory and CPU (its state; the copy of the page it built,
-    23 ms, vit_demo.app.lean leaves out): one address opens at most 60 new ones per 10 minutes.
+    23 ms, vit_demo.app.server.lean leaves out): one address opens at most 60 new ones per 10 minutes.
     (Near the end of the module: it uses up the address's share.)"""
-    from vit_demo.app.lanes import TOO_MANY_SESSIONS
+    from vit_demo.app.server.lanes import TOO_MANY_SESSIONS
 
     raw = Raw(app.url)
     fn = raw.fn_index("on_lazy")  # the cheapest event there is

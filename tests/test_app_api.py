@@ -40,9 +40,69 @@ def new_client(app) -> Client:
     return Client(app.url, verbose=False)
 
 
+# Every named endpoint's parameters, by name and in order (README, "Scripts can use the named API").
+# Adding a control to a tab changes none of them: /analyze is (image, model), whatever the tabs show.
+ENDPOINTS = {
+    "/predict": ["image", "model", "k"],
+    "/analyze": ["image", "model"],
+    "/attention": ["layer", "head", "query", "patch", "cmap", "alpha", "smooth"],
+    "/compare": ["k"],
+    "/train": ["dataset", "minutes", "zip"],  # the Train tab's run (tests/test_app_train.py)
+}
+TOOLS = {  # --mcp: the tools' events (their parameters are the MCP tools')
+    "/tool_predict": ["image", "k", "model"],
+    "/tool_explain": ["image", "method", "class_index", "model"],
+    "/tool_attention": ["image", "layer", "head", "rollout", "model"],
+    "/tool_verify": ["image", "model"],
+}
+
+
+def parameters(named: dict) -> dict[str, list[str]]:
+    """endpoint -> its parameters' names, from /gradio_api/info's ``named_endpoints``."""
+    return {name: [p["parameter_name"] for p in ep["parameters"]] for name, ep in named.items()}
+
+
 def test_named_endpoints(client: Client) -> None:
     named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert {"/predict", "/analyze", "/attention", "/compare"} <= set(named)
+    assert parameters(named) == ENDPOINTS
+
+
+def built_parameters(monkeypatch: pytest.MonkeyPatch, tabs=None, mcp: bool = False) -> dict[str, list[str]]:
+    """The named endpoints of the page built in this process (what /gradio_api/info serves)."""
+    from vit_demo.app import build as build_module
+
+    if tabs is not None:
+        monkeypatch.setattr(build_module, "TABS", tabs)
+    app = build_module.build(build_module.AppConfig(mcp=mcp))
+    return parameters(app.demo.get_api_info()["named_endpoints"])
+
+
+def test_endpoint_parameters_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert built_parameters(monkeypatch) == ENDPOINTS
+    assert built_parameters(monkeypatch, mcp=True) == ENDPOINTS | TOOLS
+
+
+def test_a_new_control_in_a_tab_moves_no_endpoint_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A control added to what two tabs show for a new analysis (one in the middle of the list):
+    every endpoint keeps its parameters. (Before, /analyze took every tab's controls, positionally:
+    the new one shifted the ones after it.)"""
+    import gradio as gr
+
+    from vit_demo.app.build import TABS
+    from vit_demo.app.tabs.attention import AttentionTab
+    from vit_demo.app.tabs.relevance import RelevanceTab
+
+    def wider(tab: type) -> type:
+        class Wider(tab):
+            def layout(self, ctx):
+                super().layout(ctx)
+                extra = gr.Slider(0, 1, value=0.5, label=f"A new control of {self.title}")
+                self.show_inputs = [*self.show_inputs[:1], extra, *self.show_inputs[1:]]
+
+        return Wider
+
+    tabs = tuple(wider(t) if t in (AttentionTab, RelevanceTab) else t for t in TABS)
+    assert built_parameters(monkeypatch, tabs) == ENDPOINTS
 
 
 def test_predict_matches_cli(client: Client, deit_tiny_path: Path, package_photos: dict[str, Path]) -> None:

@@ -14,19 +14,20 @@ import gradio as gr
 import numpy as np
 import pytest
 import torch
+from conftest import small_shapes_vit
 from PIL import Image
 
+from vit_demo.app import atlas_store as store_module
+from vit_demo.app import uploads as uploads_module
 from vit_demo.app.context import AppConfig, Context
 from vit_demo.app.examples import Example
-from vit_demo.app.limits import Limits
 from vit_demo.app.registry import ModelRegistry
+from vit_demo.app.server.limits import Limits
 from vit_demo.app.session import Session, Upload
-from vit_demo.app.tabs import atlas as tab_module
-from vit_demo.app.tabs import folder as folder_module
-from vit_demo.app.tabs.atlas import AtlasTab, code_tokens, tokens_after
+from vit_demo.app.tabs.atlas import AtlasTab
 from vit_demo.evaluate.atlas import atlas
+from vit_demo.evaluate.atlas_codes import code_tokens, tokens_after
 from vit_demo.images import load_image
-from vit_demo.model import VisionTransformer, ViTConfig
 from vit_demo.preprocess import preprocess
 from vit_demo.present import deck
 from vit_demo.present.slides import write_pptx
@@ -39,11 +40,7 @@ def tiny_checkpoint(path: Path, seed: int) -> Path:
     from vit_demo.checkpoints.files import save
     from vit_demo.train.recipe import scratch_data_config
 
-    torch.manual_seed(seed)
-    cfg = ViTConfig(img_size=(32, 32), patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=4)
-    model = VisionTransformer(cfg).init_weights().eval()
-    torch.nn.init.normal_(model.head.weight, std=0.5)
-    return save(model, scratch_data_config(32), path, name="tiny", class_names=CLASSES)
+    return save(small_shapes_vit(seed, depth=2), scratch_data_config(32), path, name="tiny", class_names=CLASSES)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +51,7 @@ def world(tmp_path_factory):
     pictures = sorted((root / "shapes").rglob("*.png"))[:6]
     ckpt = tiny_checkpoint(root / "tiny.safetensors", 0)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(tab_module.CACHE_ENV, str(root / "cache"))
+        mp.setenv(store_module.CACHE_ENV, str(root / "cache"))
         yield root, pictures, ckpt
 
 
@@ -128,7 +125,7 @@ def test_other_sessions_forward_passes_untouched_while_an_atlas_is_built(world, 
     (tmp_path / "pics").mkdir()
     for i, p in enumerate(pictures):
         (tmp_path / "pics" / f"{i}_{p.name}").write_bytes(p.read_bytes())
-    job = threading.Thread(target=tab_module.build_atlas, args=(lm, tmp_path / "pics", tmp_path, "k", ""))
+    job = threading.Thread(target=store_module.build_atlas, args=(lm, tmp_path / "pics", tmp_path, "k", ""))
     job.start()
     worst = 0.0
     with torch.inference_mode():
@@ -159,8 +156,8 @@ def test_views_and_a_clicked_patch(world) -> None:
 @pytest.mark.parametrize("exposed", [False, True], ids=["local", "exposed"])
 def test_built_from_uploads_within_the_survey_limits(world, monkeypatch: pytest.MonkeyPatch, exposed: bool) -> None:
     _, pictures, ckpt = world
-    monkeypatch.setattr(folder_module, "MAX_PICTURES_EXPOSED", 4)  # the survey's limits, made small
-    monkeypatch.setattr(folder_module, "MAX_PICTURES", 5)
+    monkeypatch.setattr(uploads_module, "MAX_PICTURES_EXPOSED", 4)  # the survey's limits, made small
+    monkeypatch.setattr(uploads_module, "MAX_PICTURES", 5)
     tab, ctx = make_tab(pictures, ckpt, exposed=exposed)
     sess = ctx.session(None)
     at, atlas_id = tab.build_from(ctx, sess, [str(p) for p in pictures])

@@ -130,6 +130,15 @@ def test_tour(page, app, package_photos: dict[str, Path], tmp_path: Path) -> Non
     pg.wait_for_selector("#attention-caption:has-text('patch 74')")  # row 5 (0.40 * 14), column 4 (0.30 * 14)
     assert pg.locator("#query-patch input").input_value() == "74"
     shot(pg, "03_attention_patch_query")
+    # ... and a click on the Patches tab's grid too (that tab wires its own click)
+    pg.get_by_role("tab", name="Patches").click()
+    pg.wait_for_selector("#patch-grid img")
+    old_grid = img_src(pg, "#patch-grid")
+    click_picture(pg, "#patch-grid img", 0.55, 0.10)  # row 2 (0.10 * 14), column 8 (0.55 * 14): patch 21
+    wait_src_change(pg, "#patch-grid", old_grid)  # the grid outlines it
+    pg.get_by_role("tab", name="Attention").click()
+    pg.wait_for_selector("#attention-caption:has-text('patch 21')")
+    assert pg.locator("#query-patch input").input_value() == "21"
 
     # 4. rollout and class-specific maps; 5. diagnostics
     pg.get_by_role("tab", name="Rollout & relevance").click()

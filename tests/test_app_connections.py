@@ -64,7 +64,7 @@ def test_slow_connections_from_one_address(app) -> None:
 
 
 def test_a_repeated_log_line_is_kept_20_times_a_minute() -> None:
-    from vit_demo.app.quietlog import RepeatFilter
+    from vit_demo.app.server.quietlog import RepeatFilter
 
     f = RepeatFilter(per_minute=20, window_s=0.3)
     rec = lambda msg: logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, None, None)  # noqa: E731

@@ -75,7 +75,7 @@ def _refusals(app, raw: Raw, server_image: Path, weights: Path, tmp: Path) -> tu
 
 @pytest.mark.parametrize("mode", ["local", "exposed"])
 def test_no_server_file_through_any_file_input(mode, local_app, exposed_app, package_photos, deit_tiny_path, tmp_path):
-    from vit_demo.app.guard import REFUSED
+    from vit_demo.app.server.guard import REFUSED
 
     app = local_app if mode == "local" else exposed_app
     raw = Raw(app.url)
@@ -102,7 +102,7 @@ def test_no_server_file_through_any_file_input(mode, local_app, exposed_app, pac
 def test_file_guard_rules(tmp_path: Path) -> None:
     """The rule itself, on a folder of its own: a stored file or an example, followed through
     symlinks; anything else refused with the same message."""
-    from vit_demo.app.guard import REFUSED, FileGuard, Refused
+    from vit_demo.app.server.guard import REFUSED, FileGuard, Refused
 
     uploads, outside = tmp_path / "uploads", tmp_path / "outside"
     (uploads / "abc").mkdir(parents=True)

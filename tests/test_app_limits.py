@@ -79,9 +79,9 @@ def test_checkpoint_upload_when_allowed(deit_tiny_path: Path) -> None:
     """The control: the same page built with --allow-checkpoint-upload has the checkpoint upload
     (built in-process: no server needed to read its config)."""
     from vit_demo.app.build import AppConfig, build
-    from vit_demo.app.limits import Limits
+    from vit_demo.app.server.limits import Limits
 
-    demo, _ = build(AppConfig(weights=[str(deit_tiny_path)], limits=Limits.for_exposure(True, True)))
+    demo, _, _ = build(AppConfig(weights=[str(deit_tiny_path)], limits=Limits.for_exposure(True, True)))
     assert _checkpoint_inputs(demo.get_config_file())
 
 

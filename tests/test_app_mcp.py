@@ -24,7 +24,7 @@ from PIL import Image
 
 pytest.importorskip("mcp")  # gradio[mcp]
 
-from vit_demo.app.fetch import FetchRefused, fetch_picture  # noqa: E402
+from vit_demo.app.server.fetch import FetchRefused, fetch_picture  # noqa: E402
 
 TOOLS = ("predict", "explain", "attention", "verify")
 
@@ -95,6 +95,8 @@ def test_tools_listed_and_described(app) -> None:
     assert "chefer" in tools["explain"]["inputSchema"]["properties"]["method"]["enum"]
     assert tools["attention"]["inputSchema"]["properties"]["rollout"]["type"] == "boolean"
     r = c.tool("analyze", image=data_url(b"x"))  # a page event by its name: not callable either
+    assert r["isError"] and "Unknown tool" in texts(r)[0]
+    r = c.tool("train", dataset="digits", minutes=0.05)  # /train, a named event: training is not a tool
     assert r["isError"] and "Unknown tool" in texts(r)[0]
 
 
@@ -258,11 +260,11 @@ def test_tools_run_under_the_time_limit(deit_tiny_path: Path) -> None:
     import gradio as gr
 
     from vit_demo.app.build import AppConfig, build
-    from vit_demo.app.limits import Limits
+    from vit_demo.app.server.limits import Limits
 
-    demo, _reg = build(AppConfig(weights=[str(deit_tiny_path)], mcp=True, limits=Limits(job_seconds=1e-3)))
+    demo, _reg, server = build(AppConfig(weights=[str(deit_tiny_path)], mcp=True, limits=Limits(job_seconds=1e-3)))
     fns = {fn.api_name: fn.fn for fn in demo.fns.values() if (fn.api_name or "").startswith("tool_")}
-    photo = demo.example_paths[0]
+    photo = server.example_paths[0]
     args = {"predict": (photo, 2, ""), "explain": (photo, "integrated-gradients", -1, ""),
             "attention": (photo, 1, 1, False, ""), "verify": (photo, "")}
     assert set(fns) == {f"tool_{t}" for t in args}
@@ -275,6 +277,6 @@ def test_no_mcp_without_the_flag() -> None:
     """The page without --mcp: no tool events, Gradio's MCP server off."""
     from vit_demo.app.build import AppConfig, build, launch_kwargs
 
-    demo, _reg = build(AppConfig())
+    demo, _reg, server = build(AppConfig())
     assert not any((fn.api_name or "").startswith("tool_") for fn in demo.fns.values())
-    assert launch_kwargs(demo)["mcp_server"] is False
+    assert launch_kwargs(server)["mcp_server"] is False

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_demo.app import workspace as ws
+from vit_demo.app.server import workspace as ws
 from vit_demo.app.session import SessionBudget, Upload
 from vit_demo.budget import ByteLRU, default_budgets
 from vit_demo.images import load_image
@@ -31,7 +31,7 @@ def test_stale_folders_go_live_ones_stay(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-        from vit_demo.app.workspace import Workspace
+        from vit_demo.app.server.workspace import Workspace
         w = Workspace({str(tmp_path)!r})
         print(w.root, flush=True)
         time.sleep(60)
@@ -66,7 +66,7 @@ def test_a_starting_app_is_never_taken_for_a_dead_one(tmp_path: Path) -> None:
     maker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-        from vit_demo.app.workspace import Workspace
+        from vit_demo.app.server.workspace import Workspace
         made = [Workspace({str(tmp_path)!r}) for _ in range(300)]
         print(len(made), flush=True)
         sys.stdin.read()
@@ -190,7 +190,7 @@ def test_time_limit() -> None:
 
 
 def test_slow_jobs_keep_their_signature_for_gradio() -> None:
-    from vit_demo.app.lanes import time_limited
+    from vit_demo.app.server.lanes import time_limited
 
     def handler(a, b=2, progress=None):
         return a + b
@@ -212,8 +212,8 @@ def test_model_keys_name_files_never_paths(tmp_path: Path, deit_tiny_path: Path)
     cut and made unique when long or shared, never a folder; short enough for the door's limit."""
     import shutil
 
-    from vit_demo.app.guard import MAX_VALUE
     from vit_demo.app.registry import ModelRegistry
+    from vit_demo.app.server.guard import MAX_VALUE
 
     long = "deit_tiny_patch16_224_" + "x" * 60 + ".safetensors"
     files = []
@@ -240,7 +240,7 @@ def test_gradio_sessions_keep_no_copy_of_the_page(monkeypatch) -> None:
     import gradio as gr
     import gradio.state_holder as sh
 
-    from vit_demo.app.lean import lean_sessions
+    from vit_demo.app.server.lean import lean_sessions
 
     gradios = sh.SessionState
     while getattr(gradios, "lean", False):  # an app built earlier in this process made sessions lean already

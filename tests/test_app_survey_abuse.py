@@ -27,7 +27,7 @@ from attacks import Raw, crash_spawned_children, file_payload, values_for
 from PIL import Image
 from test_survey import overlapping_zip, zeros_zip
 
-from vit_demo.app.workspace import folder_bytes
+from vit_demo.app.server.workspace import folder_bytes
 
 pytest.importorskip("httpx")
 

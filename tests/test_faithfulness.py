@@ -7,18 +7,11 @@ import json
 
 import pytest
 import torch
+from conftest import load_photos
 
 from vit_demo import methods
 from vit_demo.evaluate.curves import deletion_insertion, patch_order
 from vit_demo.evaluate.faithfulness import evaluate, format_results, spread
-
-
-def load_photos(lm, paths, size=None):
-    from vit_demo.images import load_image
-    from vit_demo.preprocess import preprocess
-
-    dc = lm.data_config if size is None else lm.data_config.with_size(size)
-    return torch.stack([preprocess(load_image(p), dc)[0] for p in paths])
 
 
 def naive_curves(model, x, saliency, target, per_step):

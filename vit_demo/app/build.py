@@ -5,6 +5,7 @@ wire its events. Nothing is computed or drawn here."""
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import gradio as gr
 from gradio.utils import get_upload_folder
@@ -13,14 +14,16 @@ from ..budget import release_free_heap
 from . import flow, tools
 from .context import AppConfig, Context, Section
 from .examples import all_examples
-from .guard import FileGuard, JoinGuard
-from .lanes import MODEL, SLOW, guard_queue, limit_slow_jobs
-from .lean import lean_sessions
 from .page import INTRO, launch_kwargs, wire_presentation_mode
 from .registry import ModelRegistry
 from .sections.display import DisplayControls
 from .sections.inputs import InputSection
 from .sections.models import ModelPicker
+from .server.guard import FileGuard, JoinGuard
+from .server.lanes import MODEL, SLOW, TRAIN, guard_queue, limit_slow_jobs
+from .server.lean import lean_sessions
+from .server.settings import ServerSettings
+from .server.workspace import workspace
 from .session import SessionBudget
 from .tabs.atlas import AtlasTab
 from .tabs.attention import AttentionTab
@@ -30,27 +33,38 @@ from .tabs.folder import FolderTab
 from .tabs.patches import PatchesTab
 from .tabs.present import PresentTab
 from .tabs.relevance import RelevanceTab
-from .workspace import workspace
+from .tabs.train import TrainTab
 
 TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab,
-                                   FolderTab, AtlasTab)
+                                   FolderTab, AtlasTab, TrainTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
-__all__ = ["AppConfig", "build", "launch_kwargs"]
+__all__ = ["App", "AppConfig", "build", "launch_kwargs"]
 
 
-def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
-    """The app's Blocks and its model registry (models load lazily; nothing touches the network)."""
+class App(NamedTuple):
+    """What :func:`build` makes: the page, the shared models, and the settings its server is launched with."""
+
+    demo: gr.Blocks
+    reg: ModelRegistry
+    server: ServerSettings  # launch_kwargs(server) and app.py's warm-up read it
+
+
+def build(cfg: AppConfig) -> App:
+    """The app's Blocks, its model registry and its server's settings (models load lazily;
+    nothing touches the network)."""
     lim = cfg.limits
     reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
                         cache_bytes=lim.cache_bytes)
     examples = all_examples(cfg.examples)
-    lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.lean)
+    lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.server.lean)
     workspace().exports_budget = lim.exports_bytes
     ctx = Context(cfg, reg, reg.default_key(), examples,
                   heavy={"concurrency_id": MODEL, "concurrency_limit": cfg.concurrency},
                   slow={"concurrency_id": SLOW, "concurrency_limit": lim.slow_concurrency},
+                  # one training runs at a time (the trainer's lock); the second place answers a second one at once
+                  training={"concurrency_id": TRAIN, "concurrency_limit": 2},
                   sessions=SessionBudget(lim.sessions_bytes, lim.session_minutes * 60),
                   files=FileGuard([get_upload_folder()], [e.path for e in examples]))
     picker, inputs, display = ModelPicker(), InputSection(), DisplayControls()
@@ -82,17 +96,27 @@ def build(cfg: AppConfig) -> tuple[gr.Blocks, ModelRegistry]:
 
     # Every queued event, API calls included, waits in one queue of at most max_queue requests;
     # api_open=False closes the REST routes (/gradio_api/run/NAME) that would skip it. The door
-    # (vit_demo.app.lanes) checks every request's values and files before it joins, keeps each
+    # (vit_demo.app.server.lanes) checks every request's values and files before it joins, keeps each
     # client to one job in the slow lane and caps its share of the queue.
     demo.queue(max_size=cfg.max_queue, default_concurrency_limit=4, api_open=False)
     guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files), lim.exposed)
     limit_slow_jobs(demo, lim.job_seconds, reg.slow_job_room)
-    demo.limits = lim  # launch_kwargs(demo): the upload cap, the gate
-    demo.mcp_lifespan = tools.mcp_lifespan(demo, lim) if cfg.mcp else None  # launch_kwargs(demo): the MCP server
-    demo.example_paths = [str(e.path) for e in ctx.examples]  # launch(allowed_paths=...) serves exactly these files
-    demo.warm_up_sections = lambda: [s.warm_up(ctx) for s in ctx.sections]  # app.py's warm-up thread, after the model
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)
-    return demo, reg
+    return App(demo, reg, server_settings(cfg, ctx))
+
+
+def server_settings(cfg: AppConfig, ctx: Context) -> ServerSettings:
+    """The limits, and what only the page knows: the example photos (launch() serves exactly
+    these files), the MCP server (``--mcp``) and the sections' warm-up (app.py's thread, after the model)."""
+    calls = tools.caller_cap(cfg.limits) if cfg.mcp else None
+
+    def warm_up() -> None:
+        for s in ctx.sections:
+            s.warm_up(ctx)
+
+    return ServerSettings(cfg.limits, example_paths=[str(e.path) for e in ctx.examples],
+                          mcp_lifespan=tools.mcp_lifespan(ctx.demo, cfg.limits, calls) if cfg.mcp else None,
+                          mcp_calls=calls, warm_up=warm_up)
 
 
 def join_guard(demo: gr.Blocks, files: FileGuard) -> JoinGuard:

@@ -1,6 +1,6 @@
 """Small things every section of the app uses: readable errors, status notes, the pictures sent
 to the browser (fast JPEG / PNG files, random names, within the disk budget), opening an
-upload (only a file the :class:`~vit_demo.app.guard.FileGuard` allows), and class names for display."""
+upload (only a file the :class:`~vit_demo.app.server.guard.FileGuard` allows), and class names for display."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from PIL import Image  # noqa: E402
 from ..analysis import Analysis  # noqa: E402
 from ..images import ImageError  # noqa: E402
 from ..progress import TimeUp  # noqa: E402
-from .guard import FileGuard, InputError, clip  # noqa: E402
-from .limits import Limits  # noqa: E402
 from .registry import ModelError  # noqa: E402
+from .server.guard import FileGuard, InputError, clip  # noqa: E402
+from .server.limits import Limits  # noqa: E402
+from .server.workspace import trim, workspace  # noqa: E402
 from .session import Upload, open_image  # noqa: E402
-from .workspace import trim, workspace  # noqa: E402
 
 log = logging.getLogger("vit_demo.app")
 

@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoints.load import LoadedModel
-from .guard import FileGuard
-from .limits import Limits
 from .registry import ModelRegistry
+from .server.guard import FileGuard
+from .server.limits import Limits
 from .session import Session, SessionBudget
 
 Component = Any  # a Gradio component (kept as Any: this module does not import Gradio)
-SizeFn = Callable[[Any, Any], "tuple[int, int] | None"]  # (analysis, head) -> clicked picture's size, or None
 
 
 @dataclass
@@ -63,7 +62,8 @@ class Section:
     - ``lazy_outputs``: slower pictures drawn by :meth:`lazy` only while the tab is open;
     - ``redisplay_inputs`` / ``redisplay_outputs``: read and written by :meth:`redisplay` when
       the colormap, opacity or smoothing changes;
-    - ``query_outputs``: written by :meth:`show_query` when the query patch changes.
+    - ``query_inputs`` / ``query_outputs``: read and written by :meth:`show_query` when the
+      query patch changes (a click on a picture of the input: :mod:`vit_demo.app.query`).
     """
 
     name = ""  # the tab's id (also what Session.open_tab holds)
@@ -78,6 +78,7 @@ class Section:
         self.lazy_outputs: list[Component] = []
         self.redisplay_inputs: list[Component] = []
         self.redisplay_outputs: list[Component] = []
+        self.query_inputs: list[Component] = []
         self.query_outputs: list[Component] = []
         self.gr_tab: Component | None = None  # the gr.Tab of a tab section, set by build()
 
@@ -108,8 +109,9 @@ class Section:
         """Redraw for a new colormap, opacity or smoothing."""
         return {}
 
-    def show_query(self, sess: Session, lm: LoadedModel, query: int) -> dict:
-        """Redraw for a new query patch (a click on a picture of the input)."""
+    def show_query(self, sess: Session, lm: LoadedModel, query: int, vals: dict[Component, Any]) -> dict:
+        """Redraw for a new query patch (a click on a picture of the input; ``vals``: the values of
+        every section's ``query_inputs``)."""
         return {}
 
     def warm_up(self, ctx: Context) -> None:
@@ -126,6 +128,7 @@ class Context:
     examples: list = field(default_factory=list)
     heavy: dict = field(default_factory=dict)  # event settings for the ones that run a model (the model lane)
     slow: dict = field(default_factory=dict)  # ... for decks, slow methods, animations, exports (the slow lane)
+    training: dict = field(default_factory=dict)  # ... for a training (the Train tab, /train: a lane of its own)
     sessions: SessionBudget | None = None  # the pictures all sessions keep, within a budget
     files: FileGuard | None = None  # the server files a request may name (uploads, examples)
     demo: Component = None
@@ -141,8 +144,7 @@ class Context:
     alpha: Component = None
     smooth: Component = None
     tabs: Component = None  # the gr.Tabs (a section may open another tab)
-    # pictures of the input where a click picks the query patch: (picture, size of it or None to ignore)
-    click_targets: list[tuple[Component, SizeFn]] = field(default_factory=list)
+    folder_files: Component = None  # the Whole folder tab's pictures (the Atlas tab builds from them too)
     # set by vit_demo.app.flow: chain "analyse the image again" onto an event (``dep.then`` or ``dep.success``)
     reanalyze: Callable[[Callable], Any] | None = None
 

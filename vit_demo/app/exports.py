@@ -22,7 +22,7 @@ import gradio as gr
 from .. import viz
 from .common import friendly
 from .context import Component, Context
-from .workspace import fresh, trim, workspace
+from .server.workspace import fresh, trim, workspace
 
 EXPORT = "⬇ PNG for slides (2400 px)"
 EXPORT_WIDTH = 2400  # px: slide resolution of every downloadable figure

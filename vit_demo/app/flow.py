@@ -5,10 +5,12 @@ A closed tab is cleared, and shows the analysis when it is opened: an upload dra
 only what can be seen (measured: half of the upload's server time went into pictures of closed
 tabs).
 
-The upload event is the public ``/analyze`` endpoint: its inputs are the image, the model
-and every section's ``show_inputs``; its outputs the model description, the status, then every
-section's ``views``, ``controls`` and ``files``, then every export button, in the order of the sections (a closed tab's
-views are None: an API client's session has the Patches tab open).
+The page's upload event reads the image, the model and every section's ``show_inputs``; the
+public ``/analyze`` endpoint is its twin with a fixed signature, ``(image, model)``, every
+section's settings at their defaults (:meth:`UploadFlow.wire_api`), so that a control added to a
+tab moves no API parameter. Both write the model description, the status, then every section's
+``views``, ``controls`` and ``files``, then every export button, in the order of the sections (a
+closed tab's views are None: an API client's session has the Patches tab open).
 """
 
 from __future__ import annotations
@@ -154,17 +156,31 @@ class UploadFlow:
         return dep.then(friendly(self.on_lazy), [self.state], self.lazy_outputs, api_visibility="private",
                         show_progress="minimal")
 
+    def wire_api(self) -> None:
+        """The public ``/analyze``: ``(image, model)`` -> the upload event's outputs, every
+        section's ``show_inputs`` at its initial value (on a hidden button: not the page's event)."""
+        defaults = [c.value for c in self.show_inputs]
+        on_image = friendly(self.on_image)
+
+        def analyze(image: Any, model: str | None = None, sess: Any = None) -> Any:
+            """Analyse ``image`` with ``model`` (the model menu's value; empty: the app's default)."""
+            return on_image(image, model, *defaults, sess)
+
+        gr.Button(visible=False).click(analyze, [self.ctx.image, self.ctx.model_dd, self.state], self.outputs,
+                                       api_name="analyze", preprocess=False, **self.ctx.heavy)
+
     def reanalyze(self, step: Any) -> Any:
         return self.chain(step(friendly(self.on_image_again), self.inputs, self.outputs, api_visibility="private",
                                preprocess=False, **self.ctx.heavy))
 
 
 def wire(ctx: Context) -> None:
-    """Attach the upload event (``/analyze``), its follow-ups, the tab selections and ``ctx.reanalyze``."""
+    """Attach the upload event and its follow-ups, ``/analyze``, the tab selections and ``ctx.reanalyze``."""
     flow = UploadFlow(ctx)
     ctx.reanalyze = flow.reanalyze
-    flow.chain(ctx.image.change(friendly(flow.on_image), flow.inputs, flow.outputs, api_name="analyze",
+    flow.chain(ctx.image.change(friendly(flow.on_image), flow.inputs, flow.outputs, api_visibility="private",
                                 trigger_mode="always_last", preprocess=False, **ctx.heavy))
+    flow.wire_api()
     for s in ctx.sections:
         if s.gr_tab is not None:
             s.on_open(s.gr_tab.select(flow.tab_handler(s), [ctx.state, *s.show_inputs],

@@ -19,7 +19,6 @@ from ..progress import part
 from .context import Context
 from .exports import export_dir, slug, within_budget
 from .jobs import LongAction
-from .session import Session
 
 ANIMATE = "▶ Animate through the layers (GIF + MP4)"
 
@@ -81,7 +80,3 @@ class AnimationRow:
     def outputs(self) -> list[Any]:
         """What the owning tab lists in its ``files``: hidden again for every new analysis."""
         return [self.gif, self.files]
-
-
-def session_name(sess: Session) -> str:
-    return sess.upload.name if sess.upload is not None else "image"

@@ -7,6 +7,9 @@ from typing import Any
 
 import gradio as gr
 
+from .server.limits import Limits
+from .server.settings import ServerSettings
+
 CSS = """
 .gradio-container {max-width: 1400px !important; margin: auto;}
 #page, #page > *, #title {min-width: 0;}
@@ -87,7 +90,7 @@ HEAD = """<style>
   #present-mode {display: none !important;}
   #page .row > .column, #page .row > .block, #page .row > .form, #page .row .form > .block {min-width: 100% !important;}
   /* the tabs in two rows, not three */
-  #tabs button[role=tab] {padding: 4px 6px !important; font-size: 0.82em !important;}
+  #tabs button[role=tab] {padding: 4px 4px !important; font-size: 0.78em !important;}
   /* the maps side by side come in two columns (Session.narrow): as tall as they need, as wide as the screen */
   #methods, #relevance, #methods .image-container, #relevance .image-container {height: auto !important;}
   #methods img, #relevance img {width: 100%; height: auto; object-fit: contain;}
@@ -125,28 +128,26 @@ def theme() -> gr.themes.Theme:
     )
 
 
-def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
+def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
     """The parts of ``launch()`` that shape the page, keep it offline and put the gate
-    (:class:`vit_demo.app.middleware.Gate`) in front of every route. ``show_error=False``: the
-    app's own messages (``gr.Error``) are shown; the text of any other exception (a framework's,
-    which may hold server paths or repeat a request) stays in the server's log."""
-    from .limits import Limits
-
-    limits = getattr(demo, "limits", None) or Limits()
-    lifespan = getattr(demo, "mcp_lifespan", None)  # --mcp: vit_demo.app.tools.mcp_lifespan
-    mcp = lifespan is not None
-    kwargs = app_kwargs(limits, getattr(demo, "mcp_calls", None))
-    if mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
-        kwargs["lifespan"] = lifespan
+    (:class:`vit_demo.app.server.middleware.Gate`) in front of every route, for the app's
+    ``server`` settings (:attr:`vit_demo.app.build.App.server`; None: the defaults).
+    ``show_error=False``: the app's own messages (``gr.Error``) are shown; the text of any other
+    exception (a framework's, which may hold server paths or repeat a request) stays in the server's log."""
+    server = server or ServerSettings()
+    limits = server.limits
+    kwargs = app_kwargs(limits, server.mcp_calls)
+    if server.mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
+        kwargs["lifespan"] = server.mcp_lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
-                run_history=False, mcp_server=mcp, ssr_mode=False, show_error=False, app_kwargs=kwargs,
-                state_session_capacity=SESSION_CAPACITY, allowed_paths=list(getattr(demo, "example_paths", [])))
+                run_history=False, mcp_server=server.mcp, ssr_mode=False, show_error=False, app_kwargs=kwargs,
+                state_session_capacity=SESSION_CAPACITY, allowed_paths=list(server.example_paths))
 
 
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
-def app_kwargs(limits: Any, mcp_calls: Any = None) -> dict[str, Any]:
+def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
     """Gradio's FastAPI app: the gate as its middleware (exposed, with the path mask inside it),
     request errors that repeat nothing, and no FastAPI schema (Gradio already leaves out /docs
     and /redoc; its own /gradio_api/info stays)."""
@@ -155,8 +156,8 @@ def app_kwargs(limits: Any, mcp_calls: Any = None) -> dict[str, Any]:
     from gradio.utils import get_upload_folder
     from starlette.middleware import Middleware
 
-    from .masking import PathMask
-    from .middleware import Gate, UploadBudget
+    from .server.masking import PathMask
+    from .server.middleware import Gate, UploadBudget
 
     budget = None
     if limits.upload_budget_bytes is not None:

@@ -38,9 +38,8 @@ class Upload:
     notes: list[str] = field(default_factory=list)  # things the user should know (e.g. animated GIF)
 
 
-def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_bytes: int = MAX_FILE_BYTES,
-               max_pixels: int = MAX_PIXELS, reduce_to: int | None = WORK_PIXELS) -> Upload:
-    """A user's file -> an RGB picture of at most ``reduce_to`` pixels, or :class:`ImageError`
+def open_image(path: str | os.PathLike | None, max_bytes: int = MAX_FILE_BYTES, max_pixels: int = MAX_PIXELS) -> Upload:
+    """A user's file -> an RGB picture of at most :data:`WORK_PIXELS` pixels, or :class:`ImageError`
     with a message for people (files over ``max_bytes``, the app's ``--max-upload-mb``, are
     refused before decoding, pictures over ``max_pixels``, ``--max-megapixels``, too)."""
     if path is None or not str(path):
@@ -54,11 +53,11 @@ def open_image(path: str | os.PathLike | None, min_side: int = MIN_SIDE, max_byt
             fmt = probe.format or ""
     except Exception:  # load_image below says what is wrong, in words
         frames, fmt = 1, ""
-    img = load_image(p, max_pixels=max_pixels, max_bytes=max_bytes, reduce_to=reduce_to)
+    img = load_image(p, max_pixels=max_pixels, max_bytes=max_bytes, reduce_to=WORK_PIXELS)
     w, h = img.info.get("original_size", img.size)
-    if min(w, h) < min_side:
-        raise ImageError(f"{name}: the image is only {w}x{h} px; it needs at least {min_side} px on each side "
-                         f"(one {min_side}-px patch) to show anything")
+    if min(w, h) < MIN_SIDE:
+        raise ImageError(f"{name}: the image is only {w}x{h} px; it needs at least {MIN_SIDE} px on each side "
+                         f"(one {MIN_SIDE}-px patch) to show anything")
     if frames > 1:
         many = f"{frames:,} or more" if fmt == "TIFF" and frames >= FRAMES_COUNTED else f"{frames}"
         notes.append(f"{name} is an animated {fmt or 'image'} with {many} frames: using the first frame")

@@ -13,7 +13,7 @@ caps per client), the model lane and the upload limits like any other request, a
 under the slow lane's time limit. Exposed, one caller (address) has at most
 :func:`calls_per_caller` calls in progress (one with the default two jobs at a time in the
 lane: one caller never holds the whole lane), the next refused at once
-(:class:`vit_demo.app.middleware.CallerCap`): the tools' "one slow job per client". A picture
+(:class:`vit_demo.app.server.middleware.CallerCap`): the tools' "one slow job per client". A picture
 comes as a base64 data URL (an http(s) URL on a local app only, fetched within the upload limit
 from a public host: never on an exposed app, where a URL is refused before anything is fetched).
 """
@@ -35,11 +35,12 @@ from ..methods.attention import cls_attention
 from ..methods.rollout import rollout as rollout_map
 from .common import friendly, open_upload, png
 from .context import Context
-from .fetch import fetch_picture
-from .guard import InputError, clip, whole
-from .lanes import time_limited
-from .middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .sections.inputs import predictions_json
+from .server.fetch import fetch_picture
+from .server.guard import InputError, clip, whole
+from .server.lanes import time_limited
+from .server.limits import Limits
+from .server.middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .tabs.compare import compare_with_timm
 
 TOOLS = ("predict", "explain", "attention", "verify")  # the MCP tools, by function name
@@ -51,24 +52,22 @@ MAP_SIDE = 448  # px: the longer side of a map sent back
 ECHO_MAX = 200  # characters of an MCP error about a value (Gradio's repeat the whole value)
 
 
-def _analysis(ctx: Context, image: Any, model: str | None):
-    key = model or ctx.default_key
-    ctx.reg.spec(key)  # an unknown model is refused before the picture is read
-    up = open_upload(image, ctx.files, ctx.cfg.limits)
-    return up, ctx.reg.get(key), ctx.reg.analyze(key, up.picture)
+class Tools:
+    """The four tools of one app: each a method of its own, whose name, parameters and docstring
+    Gradio makes the MCP tool's name, schema and description (keep the text: it is what an agent reads)."""
 
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
 
-def _classifier(a: Any) -> None:
-    if not a.logits.numel():
-        raise InputError(f"{a.model_name} has no classifier: it has no predictions or class maps.")
+    def analysis(self, image: Any, model: str | None) -> tuple[Any, Any, Any]:
+        """(the upload, the model, the analysis) for a tool's picture; an unknown model is refused
+        before the picture is read."""
+        key = model or self.ctx.default_key
+        self.ctx.reg.spec(key)
+        up = open_upload(image, self.ctx.files, self.ctx.cfg.limits)
+        return up, self.ctx.reg.get(key), self.ctx.reg.analyze(key, up.picture)
 
-
-def make_tools(ctx: Context) -> dict[str, Callable]:
-    """The four tool functions for this app (their names and docstrings are the MCP tools').
-    Long because each tool's docstring is its MCP description, a paragraph and a line a parameter."""
-
-    @friendly
-    def predict(image: Any, k: float = 5, model: str = "") -> dict:
+    def predict(self, image: Any, k: float = 5, model: str = "") -> dict:
         """What the Vision Transformer sees in a picture: its top-k ImageNet classes with their probabilities,
         as the command line's `predict --json` gives them. The picture is resized and center-cropped to the
         model's input (224 x 224 px for the default DeiT-Tiny); the answer names the model and any notes about
@@ -80,13 +79,12 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
         k = whole(5 if k is None else k, "k", 1, 10)
-        up, _lm, a = _analysis(ctx, image, model)
-        _classifier(a)
+        up, _lm, a = self.analysis(image, model)
+        classifier(a)
         return {"image": up.name, "model": a.model_name, "topk": predictions_json(a, min(k, a.logits.numel())),
                 "notes": up.notes}
 
-    @friendly
-    def explain(image: Any, method: str = "chefer", class_index: float = -1, model: str = "") -> tuple[str, dict]:
+    def explain(self, image: Any, method: str = "chefer", class_index: float = -1, model: str = "") -> tuple[str, dict]:
         """Where in the picture the evidence for one class lies: a class-specific relevance map drawn over the
         picture, returned as a PNG image, and which class and method it shows. Bright means the patch raised
         that class's score. The methods: chefer (Chefer et al. 2021, gradient-weighted attention relevance,
@@ -101,8 +99,8 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
         """
         if method not in METHODS:
             raise InputError(f"method must be one of {', '.join(METHODS)}.")
-        up, lm, a = _analysis(ctx, image, model)
-        _classifier(a)
+        up, lm, a = self.analysis(image, model)
+        classifier(a)
         n = a.logits.numel()
         cls = a.top1 if class_index is None or float(class_index) == -1 else whole(class_index, "class_index", 0, n - 1)
         from ..analysis import class_maps
@@ -113,8 +111,8 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
                               "class": a.labels[cls] if cls < len(a.labels) else str(cls),
                               "prob": round(float(a.probs[cls]), 4)}
 
-    @friendly
-    def attention(image: Any, layer: float = 0, head: float = 0, rollout: bool = False, model: str = "") -> tuple[str, dict]:
+    def attention(self, image: Any, layer: float = 0, head: float = 0, rollout: bool = False,
+                  model: str = "") -> tuple[str, dict]:
         """Where the [class] token looks: the attention of the [class] token to every patch of the picture at
         one layer and one head (or the mean of the heads), or attention rollout (the attention carried through
         all layers, Abnar & Zuidema 2020), drawn over the picture and returned as a PNG image. Attention is
@@ -127,7 +125,7 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
             rollout: true for attention rollout through all the layers instead of one layer's map.
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
-        up, _lm, a = _analysis(ctx, image, model)
+        up, _lm, a = self.analysis(image, model)
         L = whole(0 if layer is None else layer, "layer", 0, a.depth) or a.depth
         h = whole(0 if head is None else head, "head", 0, a.num_heads)
         if rollout:
@@ -138,8 +136,7 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
         picture = viz.overlay_image(a.picture, heat.numpy(), size=MAP_SIDE)
         return png(picture), {"image": up.name, "model": a.model_name, "map": what}
 
-    @friendly
-    def verify(image: Any, model: str = "") -> dict:
+    def verify(self, image: Any, model: str = "") -> dict:
         """Check the from-scratch Vision Transformer against timm's own implementation running the same
         weights on this picture: the verdict in one sentence, the largest difference of the logits and of
         every layer's attention, whether the top-5 classes agree, and both models' top-5. Builds timm's model
@@ -149,15 +146,25 @@ def make_tools(ctx: Context) -> dict[str, Callable]:
             image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
-        key = model or ctx.default_key
-        _up, lm, a = _analysis(ctx, image, model)
-        _classifier(a)
-        c = compare_with_timm(a, lm, ctx.reg.timm_twin(key), 5)
+        key = model or self.ctx.default_key
+        _up, lm, a = self.analysis(image, model)
+        classifier(a)
+        c = compare_with_timm(a, lm, self.ctx.reg.timm_twin(key), 5)
         keys = ("verdict", "identical", "max_abs_logit_diff", "topk_agree", "layer_attn_max_diff", "scratch_topk",
                 "timm_topk", "scratch_probs", "timm_probs")
         return {"model": a.model_name, **{k: _plain(c[k]) for k in keys if k in c}}
 
-    return {"predict": predict, "explain": explain, "attention": attention, "verify": verify}
+
+def classifier(a: Any) -> None:
+    """Refuse a model without a classifier (a tool that needs predictions)."""
+    if not a.logits.numel():
+        raise InputError(f"{a.model_name} has no classifier: it has no predictions or class maps.")
+
+
+def make_tools(ctx: Context) -> dict[str, Callable]:
+    """The four tool functions for this app, by name (their names and docstrings are the MCP tools')."""
+    tools = Tools(ctx)
+    return {name: friendly(getattr(tools, name)) for name in TOOLS}
 
 
 def _plain(v: Any) -> Any:
@@ -190,20 +197,24 @@ def wire(ctx: Context) -> None:
                      **ctx.heavy)
 
 
-def mcp_lifespan(demo: Any, limits: Any):
+def caller_cap(limits: Limits) -> CallerCap | None:
+    """Exposed: the count of each caller's tool calls in progress (at most :func:`calls_per_caller`),
+    which the MCP client (:func:`with_secret`) and the gate both read; None on a local app."""
+    return CallerCap(calls_per_caller(limits.concurrency)) if limits.exposed else None
+
+
+def mcp_lifespan(demo: gr.Blocks, limits: Limits, cap: CallerCap | None = None):
     """A FastAPI lifespan that, once Gradio has made its MCP server, keeps its tools to
     :data:`TOOLS` and puts the URL rule (:func:`url_rule`) in front of its conversion of pictures:
     exposed, a picture given as an http(s) URL is refused (an MCP error) before anything is
     fetched; local, it is fetched from a public host within the upload limit
-    (:func:`vit_demo.app.fetch.fetch_picture`). Exposed, each caller's calls are counted
-    (:class:`vit_demo.app.middleware.CallerCap`, ``demo.mcp_calls``, which the gate reads too)."""
+    (:func:`vit_demo.app.server.fetch.fetch_picture`). ``cap``: each caller's calls counted
+    (:func:`caller_cap`; the gate reads the same count, :attr:`vit_demo.app.server.settings.ServerSettings.mcp_calls`)."""
     fetch = None if limits.exposed else functools.partial(fetch_picture, max_bytes=limits.max_upload_bytes)
-    cap = CallerCap(calls_per_caller(limits.concurrency)) if limits.exposed else None
-    demo.mcp_calls = cap  # launch_kwargs(demo): the gate refuses a busy caller's requests before reading them
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        server = getattr(demo, "mcp_server_obj", None)
+        server = demo.mcp_server_obj  # Gradio's, made at launch
         if server is not None:
             server.tool_to_endpoint = {t: e for t, e in server.tool_to_endpoint.items()
                                        if t.removeprefix(server.tool_prefix) in TOOLS}
@@ -226,7 +237,7 @@ def calls_per_caller(concurrency: int) -> int:
 def with_secret(make_client: Callable, cap: CallerCap | None = None) -> Callable:
     """Gradio's MCP client of this app, made once (Gradio made one per call until the first was
     stored: concurrent first calls each fetched the app's config, and timed out on a busy
-    machine), its requests marked as the app's own (:data:`vit_demo.app.middleware.LOOPBACK_SECRET`:
+    machine), its requests marked as the app's own (:data:`vit_demo.app.server.middleware.LOOPBACK_SECRET`:
     the gate charges the picture once, to the MCP caller, and the queue sees the caller's
     address), waiting up to :data:`LOOPBACK_TIMEOUT_S` (httpx's default, 5 s, failed tool calls
     on a busy machine), its calls within ``cap`` when given."""

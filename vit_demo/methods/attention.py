@@ -61,15 +61,15 @@ def many_readers(layout: TokenLayout) -> bool:
     return layout.probe is None and layout.cls_index is None
 
 
-def on_grid(v: Tensor, layout: TokenLayout) -> Tensor:
+def on_grid(values: Tensor, layout: TokenLayout) -> Tensor:
     """[..., gh*gw] -> [..., gh, gw]."""
-    return v.reshape(*v.shape[:-1], *layout.grid)
+    return values.reshape(*values.shape[:-1], *layout.grid)
 
 
 def stacked(attentions: Sequence[Tensor]) -> Tensor | None:
     """The layers' attention as one [L, B, H, N, N] tensor, without a copy, when they lie one
     after another in one block, as a capturing forward pass without autograd writes them (see
-    ``VisionTransformer.forward_features``); None otherwise. Batched over layers, a map costs a
+    ``vit_demo.model.capture.capture_slots``); None otherwise. Batched over layers, a map costs a
     few operations in all instead of a few per layer (each one ~5-20 us on a CPU)."""
     a0 = attentions[0]
     step = a0.numel() * a0.element_size()
@@ -79,19 +79,20 @@ def stacked(attentions: Sequence[Tensor]) -> Tensor | None:
     return a0.as_strided((len(attentions), *a0.shape), (a0.numel(), *a0.stride()))
 
 
-def class_row(m: Tensor, layout: TokenLayout) -> Tensor:
+def class_row(matrix: Tensor, layout: TokenLayout) -> Tensor:
     """[B, ..., N, N] token-to-token matrix -> [B, ..., gh, gw]: the row of the query that makes
     the prediction, over the patch keys. With an attention-pool head: its probe [B, N] carried
-    through ``m`` (probe @ m); else the [class] query's row, or the mean of the patch queries'
+    through ``matrix`` (probe @ matrix); else the [class] query's row, or the mean of the patch queries'
     rows when there is no [class] token."""
     P, q = layout.num_prefix, query_index(layout)
     if layout.probe is not None:
-        probe = layout.probe.to(m.device, m.dtype).reshape(m.shape[0], *([1] * (m.ndim - 3)), 1, m.shape[-1])
-        row = (probe @ m)[..., 0, P:]
+        probe = layout.probe.to(matrix.device, matrix.dtype)
+        probe = probe.reshape(matrix.shape[0], *([1] * (matrix.ndim - 3)), 1, matrix.shape[-1])
+        row = (probe @ matrix)[..., 0, P:]
     elif q is not None:
-        row = m[..., q, P:]
+        row = matrix[..., q, P:]
     else:
-        row = m[..., P:, P:].mean(dim=-2)
+        row = matrix[..., P:, P:].mean(dim=-2)
     return on_grid(row, layout)
 
 

@@ -29,9 +29,9 @@ def default_layer(model: VisionTransformer) -> nn.Module:
     return model.blocks[-2] if len(model.blocks) > 1 else model.norm_pre
 
 
-def gradcam(model: VisionTransformer, x: Tensor, target: Target = None, layer: nn.Module | None = None) -> Tensor:
-    """GradCAM map [B, gh, gw] of ``layer``'s output for the target logit (None: top-1)."""
-    layer = default_layer(model) if layer is None else layer
+def gradcam(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
+    """GradCAM map [B, gh, gw] of :func:`default_layer`'s output for the target logit (None: top-1)."""
+    layer = default_layer(model)
     seen: list[Tensor] = []
     me = threading.get_ident()  # another thread's forward through the same layer is not ours
     def keep(m: nn.Module, inp: tuple, out: Tensor | tuple) -> None:

@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model import Attention, AttentionPool, Mlp, ParallelScalingBlock, QuickGELU, RMSNorm, VisionTransformer
+from ..model import VisionTransformer
 from .gradients import attention_gradients, grad_rollout
 from .passes import gradient_lock, gradient_pass, targets
 from .registry import Target, register
@@ -89,9 +89,9 @@ def _stabilize(t: Tensor, eps: float) -> Tensor:
     return torch.where(t >= 0, t + eps, t - eps)
 
 
-def scale_gradient(t: Tensor, factor: float) -> Tensor:
+def scale_gradient(tensor: Tensor, factor: float) -> Tensor:
     """Same value, gradient divided by ``factor`` (lxt's uniform rule ``divide_gradient``)."""
-    return t.detach() + (t - t.detach()) / factor
+    return tensor.detach() + (tensor - tensor.detach()) / factor
 
 
 def identity_rule(x: Tensor, y: Tensor) -> Tensor:
@@ -99,12 +99,12 @@ def identity_rule(x: Tensor, y: Tensor) -> Tensor:
     return y.detach() + (x - x.detach()) * (y / (x + INPUT_EPS)).detach()
 
 
-def layer_norm_constant_std(m: nn.LayerNorm, x: Tensor) -> Tensor:
+def layer_norm_constant_std(norm: nn.LayerNorm, x: Tensor) -> Tensor:
     """LayerNorm with its standard deviation detached (lxt's ``layer_norm_forward``)."""
     mean = x.mean(dim=-1, keepdim=True)
-    std = ((x - mean) ** 2).mean(dim=-1, keepdim=True).add(m.eps).sqrt()
+    std = ((x - mean) ** 2).mean(dim=-1, keepdim=True).add(norm.eps).sqrt()
     y = (x - mean) / std.detach()
-    return y * m.weight + m.bias if m.elementwise_affine else y
+    return y * norm.weight + norm.bias if norm.elementwise_affine else y
 
 
 class _GammaLinear(torch.autograd.Function):
@@ -138,22 +138,22 @@ class _GammaLinear(torch.autograd.Function):
         return r_in / _stabilize(x, INPUT_EPS), None, None, None
 
 
-def gamma_linear(m: nn.Linear, x: Tensor, gamma: float) -> Tensor:
-    """``m(x)`` with the gamma rule's backward pass."""
-    return _GammaLinear.apply(x, m.weight, m.bias, gamma)
+def gamma_linear(linear: nn.Linear, x: Tensor, gamma: float) -> Tensor:
+    """``linear(x)`` with the gamma rule's backward pass."""
+    return _GammaLinear.apply(x, linear.weight, linear.bias, gamma)
 
 
-def gamma_patch_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
+def gamma_patch_conv(conv: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
     """The patch convolution (stride = kernel, no padding) as a linear map of each patch, with
     the gamma rule's backward pass: [B, c, h, w] -> [B, C, gh, gw]."""
-    (kh, kw), (sh, sw) = m.kernel_size, m.stride
-    if (kh, kw) != (sh, sw) or m.padding != (0, 0) or m.groups != 1 or m.dilation != (1, 1):
+    (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
+    if (kh, kw) != (sh, sw) or conv.padding != (0, 0) or conv.groups != 1 or conv.dilation != (1, 1):
         raise ValueError("the gamma rule here covers patch convolutions (stride = kernel) only")
     B, c, h, w = x.shape
     gh, gw = h // kh, w // kw
     patches = x.reshape(B, c, gh, kh, gw, kw).permute(0, 2, 4, 1, 3, 5).reshape(B, gh * gw, c * kh * kw)
-    out = _GammaLinear.apply(patches, m.weight.reshape(m.out_channels, -1), m.bias, gamma)  # [B, gh*gw, C]
-    return out.transpose(1, 2).reshape(B, m.out_channels, gh, gw)
+    out = _GammaLinear.apply(patches, conv.weight.reshape(conv.out_channels, -1), conv.bias, gamma)  # [B, gh*gw, C]
+    return out.transpose(1, 2).reshape(B, conv.out_channels, gh, gw)
 
 
 class _GammaConv(torch.autograd.Function):
@@ -187,19 +187,19 @@ class _GammaConv(torch.autograd.Function):
         return r_in / _stabilize(x, INPUT_EPS), None, None, None, None, None
 
 
-def gamma_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
-    """``m(x)`` with the gamma rule's backward pass: a patch convolution as a linear map of each
+def gamma_conv(conv: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
+    """``conv(x)`` with the gamma rule's backward pass: a patch convolution as a linear map of each
     patch (:func:`gamma_patch_conv`), any other one (a conv stem's) through :class:`_GammaConv`."""
-    if m.kernel_size == m.stride and m.padding == (0, 0) and m.groups == 1 and m.dilation == (1, 1):
-        return gamma_patch_conv(m, x, gamma)
-    if m.groups != 1 or m.dilation != (1, 1) or isinstance(m.padding, str):
+    if conv.kernel_size == conv.stride and conv.padding == (0, 0) and conv.groups == 1 and conv.dilation == (1, 1):
+        return gamma_patch_conv(conv, x, gamma)
+    if conv.groups != 1 or conv.dilation != (1, 1) or isinstance(conv.padding, str):
         raise ValueError("the gamma rule here covers convolutions without groups, dilation or named padding")
-    return _GammaConv.apply(x, m.weight, m.bias, gamma, m.stride, m.padding)
+    return _GammaConv.apply(x, conv.weight, conv.bias, gamma, conv.stride, conv.padding)
 
 
-def rms_norm_constant(m: RMSNorm, x: Tensor) -> Tensor:
+def rms_norm_constant(norm: nn.Module, x: Tensor) -> Tensor:
     """RMSNorm with its root mean square detached (the LayerNorm rule without the mean)."""
-    return x / (x.pow(2).mean(dim=-1, keepdim=True) + m.eps).sqrt().detach() * m.weight
+    return x / (x.pow(2).mean(dim=-1, keepdim=True) + norm.eps).sqrt().detach() * norm.weight
 
 
 def cp_gate(gate: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
@@ -230,25 +230,28 @@ def explanation_mode(model: VisionTransformer, rules: LrpRules = CP_LRP) -> Iter
     """Within the block, ``model``'s backward pass propagates LRP relevance by ``rules``.
 
     Forward hooks on this instance's LayerNorm, activation, Linear and Conv modules return
-    the same values with rule-shaped gradients, every :class:`Attention` (and an attention
-    pool) gets a rule for its q, k, v and every GLU MLP one for its gate. Everything is removed
-    on exit, also after an error.
+    the same values with rule-shaped gradients. The model's own modules say what they are by
+    their ``relevance`` attribute: every attention (``"attention"``: the blocks', an attention
+    pool's, a parallel block's) gets a rule for its q, k, v in ``relevance_rule``, every GLU
+    MLP (``"gate"``) one for its gate; an RMSNorm is ``"rms_norm"``, QuickGELU ``"activation"``.
+    Everything is removed on exit, also after an error.
     """
     if rules.attention not in ("cp", "attnlrp"):
         raise ValueError(f"unknown attention rule {rules.attention!r}: 'cp' or 'attnlrp'")
     attn_rule, gate_rule = (cp_attention, cp_gate) if rules.attention == "cp" else (attnlrp_attention, uniform_gate)
     handles = []
-    attentions = [m for m in model.modules() if isinstance(m, (Attention, AttentionPool, ParallelScalingBlock))]
-    gated = [m for m in model.modules() if isinstance(m, Mlp) and m.kind != "mlp"]
+    attentions = [m for m in model.modules() if getattr(m, "relevance", None) == "attention"]
+    gated = [m for m in model.modules() if getattr(m, "relevance", None) == "gate"]
     lock = gradient_lock(model)
     lock.acquire()  # no plain gradient pass on this instance while the rules are on
     try:
         for m in model.modules():
+            kind = getattr(m, "relevance", None)
             if isinstance(m, nn.LayerNorm):
                 handles.append(m.register_forward_hook(lambda mod, inp, out: layer_norm_constant_std(mod, inp[0])))
-            elif isinstance(m, RMSNorm):
+            elif kind == "rms_norm":
                 handles.append(m.register_forward_hook(lambda mod, inp, out: rms_norm_constant(mod, inp[0])))
-            elif isinstance(m, (nn.GELU, QuickGELU, nn.SiLU)):
+            elif isinstance(m, (nn.GELU, nn.SiLU)) or kind == "activation":
                 handles.append(m.register_forward_hook(lambda mod, inp, out: identity_rule(inp[0], out)))
             elif isinstance(m, nn.Linear):
                 g = rules.gamma_linear

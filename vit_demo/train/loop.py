@@ -63,6 +63,10 @@ from .sizing import SizeChoice, choose_size, default_step, probe_step
 STATE_SUFFIX = ".train-state"  # beside OUT; not a checkpoint suffix, so the app never lists it
 
 
+def no_hook(*_: Any) -> None:
+    """The default :attr:`TrainOptions.on_epoch`: nothing."""
+
+
 class ResumeError(ValueError):
     """``resume`` cannot continue: no saved state, or one saved by a different run."""
 
@@ -91,6 +95,9 @@ class TrainOptions:
     precision: str = "auto"  # "auto": bf16 autocast from scratch where the device has bf16 arithmetic; "fp32"; "bf16"
     amp: bool = False  # --amp, the old name of --precision bf16
     compile: bool = False  # torch.compile the training forward pass
+    # called as on_epoch(setup, row, model) before the first epoch (row: {"epoch": 0}: the untrained model) and
+    # after every epoch (row: its history row), on every process; an exception raised there stops the run
+    on_epoch: Callable[[Setup, dict[str, Any], VisionTransformer], None] = no_hook
 
 
 def budgeted(opts: TrainOptions) -> bool:
@@ -376,6 +383,7 @@ def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[st
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
     say(header(s, model, opts, dist, device, bf16))
     ddp = training_module(model, opts, dist, device)
+    opts.on_epoch(s, {"epoch": start}, model)
     t_epochs, eta, ends = time.perf_counter(), "", [time.perf_counter()]
     epoch = start - 1
     while (epoch := epoch + 1) < r.epochs:
@@ -386,6 +394,7 @@ def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[st
             s, r = keep_to_budget(s, sched, steps, fp, budget - (ends[-1] - t_start), ends, epoch + 1, dist, say)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
                         "images_per_s": ips})
+        opts.on_epoch(s, history[-1], model)
         score = val_acc if val_acc == val_acc else -train_loss  # no validation: lowest training loss
         if score >= best["acc"] or best["state"] is None:
             best = {"acc": score, "epoch": epoch + 1,

@@ -15,7 +15,7 @@ from ...checkpoints.load import LoadedModel
 from ..common import VIEW_SIZE, display_label, friendly, open_upload, png
 from ..context import Context, Section
 from ..exports import export_row, save, wire_export, wrap
-from ..guard import whole
+from ..server.guard import whole
 from ..session import Session, Upload
 
 # ----------------------------------------------------------------------------- views
@@ -33,7 +33,7 @@ def predictions_json(a: Analysis, k: int = 5) -> list[dict[str, Any]]:
     return a.topk(int(k)) if a.logits.numel() else []
 
 
-def input_caption(a: Analysis, up: Upload, lm: LoadedModel) -> str:
+def input_caption(up: Upload, lm: LoadedModel) -> str:
     dc = lm.input_config(up.picture.size)
     h, w = dc.input_size
     if lm.model.cfg.naflex:
@@ -48,10 +48,10 @@ def input_caption(a: Analysis, up: Upload, lm: LoadedModel) -> str:
             f"Steps: {dc.describe()}.")
 
 
-def input_picture(a: Analysis, size: int = VIEW_SIZE) -> Image.Image:
-    """The model-input picture, enlarged without smoothing so the pixels stay honest."""
+def input_picture(a: Analysis) -> Image.Image:
+    """The model-input picture, enlarged without smoothing so the pixels stay honest (to about :data:`VIEW_SIZE`)."""
     pic = a.picture
-    s = max(1, size // max(pic.size))
+    s = max(1, VIEW_SIZE // max(pic.size))
     return pic.resize((pic.width * s, pic.height * s), Image.Resampling.NEAREST) if s > 1 else pic
 
 
@@ -98,7 +98,7 @@ class InputSection(Section):
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a, k = sess.analysis, vals[self.show_inputs[0]]
-        return {self.model_input: png(input_picture(a)), self.input_md: input_caption(a, sess.upload, lm),
+        return {self.model_input: png(input_picture(a)), self.input_md: input_caption(sess.upload, lm),
                 self.topk: predictions(a, k) if a.logits.numel() else None}
 
     def wire(self, ctx: Context) -> None:
@@ -112,12 +112,12 @@ class InputSection(Section):
             return {self.topk: predictions(sess.analysis, k)}
 
         @friendly
-        def on_predict(payload, key, k):
+        def on_predict(image: Any, model: str | None = None, k: float = 5):
             """JSON top-k for one image, as ``python -m vit_demo predict --json`` gives it."""
             k = whole(5 if k is None else k, "k", 1, 10)
-            key = key or ctx.default_key
+            key = model or ctx.default_key
             reg.spec(key)  # an unknown model is refused before the image is read
-            up = open_upload(payload, ctx.files, ctx.cfg.limits)
+            up = open_upload(image, ctx.files, ctx.cfg.limits)
             a = reg.analyze(key, up.picture)
             if not a.logits.numel():
                 raise gr.Error(f"{a.model_name} has no classifier: it has no predictions.", print_exception=False)

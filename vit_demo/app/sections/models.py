@@ -13,9 +13,9 @@ import gradio as gr
 from ...checkpoints.load import DEFAULT_CHECKPOINT, LoadedModel, weights_dir
 from ..common import friendly, note, payload_path
 from ..context import Context, Section
-from ..guard import Refused
-from ..limits import CHECKPOINT_MAX_MB
 from ..registry import ModelError, ModelSpec
+from ..server.guard import Refused
+from ..server.limits import CHECKPOINT_MAX_MB
 from ..session import Session
 
 MENU_SESSIONS = 4096  # browser sessions whose last menu is remembered (the oldest forgotten first)

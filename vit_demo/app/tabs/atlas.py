@@ -2,49 +2,37 @@
 of pictures (:mod:`vit_demo.evaluate.atlas`). Pick a layer and a head, or a concept: its best
 patches over the folder (crops, the patch outlined) and what it does, in one sentence and in
 numbers. Click a patch of the current upload: which concepts it is made of (its tokens coded
-with the atlas's NMF dictionary), and where the chosen concept is on the whole picture.
+with the atlas's NMF dictionary, :mod:`vit_demo.evaluate.atlas_codes`), and where the chosen
+concept is on the whole picture.
 
-The atlas of a checkpoint's model over the app's example photos is computed once and kept on
-disk (:func:`cache_root`, one folder per weights hash, atlas code and photos), in the background
-at start (app.py's warm-up) or at the tab's first opening, so that from then on the tab opens at
-once. Pictures or a zip (here, or those of the Whole folder tab) build a new atlas in the slow
-lane, with a progress bar and a cancel button, within the survey's limits
-(:func:`vit_demo.app.tabs.folder.received`). "Slide" writes the atlas's most important heads as a
-slide (:func:`vit_demo.present.deck.atlas_slide`), PowerPoint and PDF.
+The atlases themselves are :mod:`vit_demo.app.atlas_store`'s: the atlas of a checkpoint's model
+over the app's example photos, kept on disk and computed once in the background (app.py's warm-up,
+or the tab's first opening), so that from then on the tab opens at once; and the atlases built here
+from pictures or a zip (here, or those of the Whole folder tab) in the slow lane, with a progress
+bar and a cancel button, within the folder jobs' limits (:func:`vit_demo.app.uploads.received`).
+"Slide" writes the atlas's most important heads as a slide (:func:`vit_demo.present.deck.atlas_slide`),
+PowerPoint and PDF. This module is the tab's page only.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import hashlib
-import json
-import os
 import re
 import secrets
-import shutil
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import numpy as np
-import torch
 from PIL import Image
-from scipy.optimize import nnls
 
 from ... import viz
 from ...analysis import Analysis
-from ...checkpoints.load import LoadedModel, file_sha256
-from ...evaluate import atlas as atlas_code
-from ...present import atlas_report
-from ...present.atlas_report import Crops, accuracy_change, write_report
+from ...checkpoints.load import LoadedModel
+from ...present.atlas_report import accuracy_change
 from ...present.deck import atlas_slide
 from ...present.slides import write_pdf, write_pptx
-from ...progress import check, part, reporting
+from ...progress import check, part
+from ..atlas_store import REPORT_ZIP, Atlas, AtlasStore, ExampleAtlases, build_atlas, public_report
 from ..common import VIEW_SIZE, friendly, jpeg, png
 from ..context import Context, Section
 from ..exports import slug, within_budget
@@ -52,194 +40,9 @@ from ..jobs import LongAction
 from ..motion import present_dir
 from ..registry import ModelError, ModelRegistry
 from ..session import Session
-from .folder import FolderTab, received, unreadable
+from ..uploads import received, unreadable
 
-REPORT_ZIP = "atlas-report.zip"  # what the report downloads as (the survey's: survey-report.zip)
-
-CACHE_ENV = "VIT_DEMO_CACHE"  # where the example photos' atlases are kept (default: ~/.cache/vit_demo)
-FORMAT = 1  # the cache folder's layout (part of its key, with the atlas code's hash)
-KEEP = 8  # example atlases kept on disk (the least recently used go)
-STORE = 16  # atlases built from uploads kept by the app (the oldest forgotten first)
-CODED = 32  # uploads whose tokens are coded, kept
 SLIDE_WIDTH = 2400  # px
-
-
-# ----------------------------------------------------------------------------- the atlases
-
-
-def cache_root() -> Path:
-    """``$VIT_DEMO_CACHE/atlas``, else ``$XDG_CACHE_HOME/vit_demo/atlas`` (``~/.cache/vit_demo/atlas``)."""
-    env = os.environ.get(CACHE_ENV)
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vit_demo"
-    return base / "atlas"
-
-
-@lru_cache(maxsize=1)
-def code_version() -> str:
-    """A hash of the code an atlas comes from (the atlas, its report and this cache's layout)."""
-    h = hashlib.sha256(f"format {FORMAT}".encode())
-    for mod in (atlas_code, atlas_report):
-        h.update(Path(mod.__file__).read_bytes())
-    return h.hexdigest()[:12]
-
-
-def cache_key(weights: Path, pictures: list[Path]) -> str:
-    """The cache folder's name: the weights' hash, the atlas code's hash and the pictures' names and sizes."""
-    st = weights.stat()
-    h = hashlib.sha256(file_sha256(str(weights), st.st_size, st.st_mtime_ns).encode() + code_version().encode())
-    for p in pictures:
-        h.update(f"{p.name}:{p.stat().st_size};".encode())
-    return h.hexdigest()[:24]
-
-
-@dataclass
-class Atlas:
-    """One atlas the tab shows: the atlas's result, its NMF dictionary, its crops, whose model."""
-
-    result: dict[str, Any]
-    components: np.ndarray  # [K, 2C]: the NMF's H over [relu(x), relu(-x)] of the tokens
-    crops: Crops  # report/crops/ of its folder
-    model_key: str
-    source: str  # what it was made from, in words
-
-    def crop(self, t: dict[str, Any]) -> Image.Image | None:
-        rel = self.crops(t["path"], t["row"], t["col"])
-        return Image.open(self.crops.out / rel).convert("RGB") if rel is not None else None
-
-    def head(self, layer: int, head: int) -> dict[str, Any]:
-        return next(h for h in self.result["heads"] if h["layer"] == layer and h["head"] == head)
-
-
-def finish(lm: LoadedModel, result: dict[str, Any], components: np.ndarray, out: Path, key: str, source: str) -> Atlas:
-    """The report (its page and the crops of every head and concept) and the dictionary in ``out``."""
-    write_report(result, out / "report", lm.data_config, lm.model.cfg.patch_size)
-    np.save(out / "components.npy", components)
-    return Atlas(result, components, Crops(out / "report", lm.data_config, lm.model.cfg.patch_size), key, source)
-
-
-def build_atlas(lm: LoadedModel, pictures: Path, out: Path, key: str, source: str) -> Atlas:
-    """The atlas of the folder ``pictures`` (its default layer and number of concepts), made with
-    a copy of the model: the atlas hooks into the blocks (it replaces heads' outputs to ablate
-    them), and the app's model runs every other session's forward passes meanwhile."""
-    fitted: dict[str, Any] = {}
-    own = dataclasses.replace(lm, model=copy.deepcopy(lm.model))
-    result = atlas_code.atlas(own, pictures, progress=False, fitted=fitted)
-    return finish(lm, result, fitted["concepts"].components, out, key, source)
-
-
-class ExampleAtlases:
-    """The atlas of each checkpoint's model over the example photos, from the disk cache or
-    computed once (one model at a time; a second caller waits for the first)."""
-
-    def __init__(self, reg: ModelRegistry, examples: list[Path]) -> None:
-        self.reg, self.examples = reg, examples
-        self.ready: dict[str, Atlas] = {}
-        self.progress: dict[str, str] = {}  # key -> what its computation is doing
-        self.lock = threading.Lock()
-
-    def folder(self, key: str) -> Path | None:
-        """Where the atlas of ``key`` is kept; None for a model without a public file or without examples."""
-        spec = self.reg.spec(key)
-        if spec.path is None or not self.examples or self.reg.is_private(key) or not spec.path.is_file():
-            return None
-        return cache_root() / cache_key(spec.path, self.examples)
-
-    def cached(self, key: str) -> Atlas | None:
-        """The atlas of ``key`` if it is in memory or on disk (never computes)."""
-        if key in self.ready:
-            return self.ready[key]
-        out = self.folder(key)
-        if out is None or not (out / "atlas.json").is_file():
-            return None
-        lm = self.reg.get(key)
-        result = json.loads((out / "atlas.json").read_text(encoding="utf-8"))
-        at = Atlas(result, np.load(out / "components.npy"), Crops(out / "report", lm.data_config,
-                   lm.model.cfg.patch_size), key, f"the {result['images']} example photos")
-        os.utime(out)  # recently used: kept
-        self.ready[key] = at
-        return at
-
-    def compute(self, key: str) -> Atlas:
-        """The atlas of ``key`` over the example photos, computed here unless it is kept already."""
-        with self.lock:
-            at = self.cached(key)
-            if at is not None:
-                return at
-            out = self.folder(key)
-            if out is None:
-                raise ModelError("no atlas of the example photos is kept for this model (no checkpoint file of its "
-                                 "own, or no example photos): build one from your pictures")
-            shutil.rmtree(out, ignore_errors=True)  # a computation that did not finish
-            (out / "pictures").mkdir(parents=True)
-            for i, p in enumerate(self.examples):
-                shutil.copyfile(p, out / "pictures" / f"{i:02d}_{p.name}")
-            try:
-                at = build_atlas(self.reg.get(key), out / "pictures", out, key, "")
-            except BaseException:
-                shutil.rmtree(out, ignore_errors=True)
-                raise
-            at.source = f"the {at.result['images']} example photos"
-            tmp = out / f"atlas.json.{secrets.token_hex(4)}"
-            tmp.write_text(json.dumps(at.result), encoding="utf-8")
-            os.replace(tmp, out / "atlas.json")  # last: a folder with atlas.json is complete
-            trim_cache(cache_root(), KEEP)
-            self.ready[key] = at
-            return at
-
-    def background(self, key: str) -> None:
-        """Compute the atlas of ``key`` in a thread, if it is not kept (start-up, a first opening)."""
-        if key in self.progress or self.cached(key) is not None or self.folder(key) is None:
-            return
-
-        def run() -> None:
-            try:
-                with reporting(lambda share, text: self.progress.__setitem__(key, f"{text} · {share:.0%}")):
-                    self.compute(key)
-                self.progress.pop(key, None)
-            except Exception as e:  # noqa: BLE001 - said in the tab
-                self.progress[key] = f"failed: {e}"
-
-        self.progress[key] = "starting"
-        threading.Thread(target=run, daemon=True, name="atlas-examples").start()
-
-
-def trim_cache(root: Path, keep: int) -> None:
-    """Only the ``keep`` most recently used atlas folders of ``root`` stay."""
-    folders = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
-    for d in folders[keep:]:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-# ----------------------------------------------------------------------------- the current upload, coded
-
-
-def tokens_after(lm: LoadedModel, x: torch.Tensor, layer: int) -> torch.Tensor:
-    """The tokens after block ``layer`` (from 1; 0: the embeddings) [B, N, C], as the atlas took
-    them, without hooks (the model is shared by every session)."""
-    model = lm.model
-    with torch.inference_mode():
-        t, layout = model.embed(x.to(lm.device))
-        t = model.norm_pre(t)
-        rope, bias = model.positions(layout.grid, t.device)
-        for i in range(layer):
-            r = rope[i] if rope is not None and model.cfg.rope == "mixed" else rope
-            t, _ = model.blocks[i](t, False, r, bias, layout.grid)
-    return t
-
-
-def code_tokens(tokens: np.ndarray, components: np.ndarray) -> np.ndarray:
-    """[P, C] tokens -> [P, K] codes: for each, the non-negative w minimising
-    ||[relu(x), relu(-x)] - w H|| (the NMF's own transform, by exact NNLS)."""
-    A = np.concatenate([np.maximum(tokens, 0), np.maximum(-tokens, 0)], axis=1).astype(np.float64)
-    H = components.astype(np.float64).T
-    return np.stack([nnls(H, a)[0] for a in A]).astype(np.float32)
-
-
-def upload_codes(lm: LoadedModel, a: Analysis, at: Atlas) -> np.ndarray:
-    """The current upload's patches coded with the atlas's concepts: [gh, gw, K]."""
-    P = lm.model.cfg.num_prefix_tokens
-    t = tokens_after(lm, a.x, at.result["concept_layer"])[0, P:].float().cpu().numpy()
-    return code_tokens(t, at.components).reshape(*a.layout.grid, -1)
 
 
 # ----------------------------------------------------------------------------- views
@@ -290,7 +93,7 @@ def head_text(at: Atlas, h: dict[str, Any]) -> str:
             f"positional {h['positional']:.2f}")
 
 
-def concept_text(at: Atlas, c: dict[str, Any]) -> str:
+def concept_text(c: dict[str, Any]) -> str:
     imp = sorted(c["importance"].items(), key=lambda kv: -kv[1])[:5]
     best = ", ".join(f"{k} {v:+.2f}" for k, v in imp)
     off = f", {c['off_object_share']:.0%} off the object" if c.get("off_object_share") is not None else ""
@@ -404,10 +207,8 @@ class AtlasTab(Section):
         self.atlas_id = gr.State(None)  # a built atlas's id in self.store; None: the model's atlas of the examples
         self.show_inputs = [self.atlas_id, self.concept, ctx.cmap, ctx.alpha]
         self.views = [self.picture, self.patch_md]
-        self.store: OrderedDict[str, Atlas] = OrderedDict()
-        self.coded: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self.store = AtlasStore()  # the atlases built here, and uploads coded with an atlas
         self.examples = ExampleAtlases(ctx.reg, [e.path for e in ctx.examples])
-        self.lock = threading.Lock()
         self.ctx = ctx
 
     # -- which atlas, and the upload coded with it
@@ -416,7 +217,7 @@ class AtlasTab(Section):
         """The atlas this session looks at: the one it built, else the kept atlas of the examples
         for its model, else for the default model (computed in the background if need be: only
         the default model's is computed unasked), or a sentence saying why there is none (yet)."""
-        if isinstance(atlas_id, str) and atlas_id in self.store:
+        if atlas_id in self.store:
             return self.store[atlas_id]
         for key in dict.fromkeys([sess.model_key or ctx.default_key, ctx.default_key]):
             try:
@@ -441,13 +242,7 @@ class AtlasTab(Section):
         a = sess.analysis if sess.ready else None
         if a is None or sess.model_key != at.model_key:
             return None
-        key = (a.key, id(at))
-        with self.lock:
-            if key not in self.coded:
-                self.coded[key] = upload_codes(ctx.model(sess), a, at)
-                while len(self.coded) > CODED:
-                    self.coded.popitem(last=False)
-            return self.coded[key]
+        return self.store.codes(ctx.model(sess), a, at)
 
     # -- what the tab shows
 
@@ -466,7 +261,7 @@ class AtlasTab(Section):
                 self.head: gr.update(choices=head_choices(at, layer), value=head),
                 self.concept: gr.update(choices=concept_choices(at), value=concept),
                 self.head_md: head_text(at, h), self.head_gallery: tiles(at, h["top"]),
-                self.concept_md: concept_text(at, c), self.concept_gallery: tiles(at, c["top"])}
+                self.concept_md: concept_text(c), self.concept_gallery: tiles(at, c["top"])}
 
     def picture_views(self, ctx: Context, sess: Session, at: Atlas | str, concept: Any, cmap: str, alpha: float,
                       query: int | None = None) -> dict:
@@ -534,8 +329,7 @@ class AtlasTab(Section):
                         [self.slide_files])
 
     def wire_build(self, ctx: Context, inputs: list[Any], outputs: list[Any]) -> None:
-        folder = next((s for s in ctx.sections if isinstance(s, FolderTab)), None)
-        theirs = [folder.uploads] if folder is not None else []
+        theirs = [ctx.folder_files] if ctx.folder_files is not None else []  # the Whole folder tab's pictures
 
         def on_build(files, *rest):
             *their_files, sess, atlas_id, layer, head, concept, cmap, alpha = rest
@@ -549,7 +343,7 @@ class AtlasTab(Section):
         self.build.wire(ctx, on_build, [self.uploads, *theirs, *inputs], [self.atlas_id, self.report, *outputs])
 
     def build_from(self, ctx: Context, sess: Session, files: list[Any] | None) -> tuple[Atlas, str | None]:
-        """A new atlas of the uploaded pictures (the survey's path and limits), or of the example
+        """A new atlas of the uploaded pictures (the folder jobs' path and limits), or of the example
         photos with the session's model when there are none; (it, its id in the store or None)."""
         key = sess.model_key or ctx.default_key
         if not files:
@@ -562,20 +356,9 @@ class AtlasTab(Section):
                 raise unreadable(e, pics, notes) from e
             at.source = f"your {at.result['images']} pictures" + (f" ({notes[-1]})" if notes else "")
             check()
-            public = json.loads(json.dumps(at.result))  # the downloaded report names no server path
-            for item in (*public["heads"], *public["concepts"]):
-                for t in item["top"]:
-                    t["path"] = Path(t["path"]).name
-            public["folder"], public["report"] = "the upload", "report.html"
-            (out / "report" / "atlas.json").write_text(json.dumps(public, indent=1), encoding="utf-8")
-            shutil.make_archive(str(out / Path(REPORT_ZIP).stem), "zip", out, "report")
+            public_report(at, out)  # the downloaded report names no server path
         within_budget()
-        atlas_id = secrets.token_hex(16)
-        with self.lock:
-            self.store[atlas_id] = at
-            while len(self.store) > STORE:
-                self.store.popitem(last=False)
-        return at, atlas_id
+        return at, self.store.add(at)
 
     def slide_files_for(self, ctx: Context, sess: Any, atlas_id: Any) -> dict:
         sess = ctx.session(sess)

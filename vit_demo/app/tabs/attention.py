@@ -25,6 +25,7 @@ from ..common import VIEW_SIZE, friendly, jpeg, png
 from ..context import Context, Section
 from ..exports import export_row, save, slug, wire_export
 from ..motion import AnimationRow, animation_files
+from ..query import wire_query_click
 from ..session import Session, Upload
 
 CLASS_TOKEN = "[class] token"
@@ -39,11 +40,6 @@ def query_picture_size(a: Analysis) -> tuple[int, int]:
     scale = max(1, round(VIEW_SIZE / max(a.picture.size)))
     gh, gw = a.layout.grid
     return gw * a.patch_size * scale, gh * a.patch_size * scale
-
-
-def click_to_patch(a: Analysis, x: float, y: float, size: tuple[int, int]) -> int:
-    """The patch under a click at pixel (x, y) of a picture of ``size`` showing the model input."""
-    return viz.patch_index_at(x, y, size, a.layout.grid)
 
 
 def head_choices(num_heads: int) -> list[tuple[str, str]]:
@@ -64,6 +60,17 @@ def layer_index(value: Any, depth: int) -> tuple[int, str]:
         shown = min(max(v, 1), depth)
         return shown - 1, f"There is no layer {v} (this model has layers 1 to {depth}): showing layer {shown}. "
     return v - 1, ""
+
+
+def layer_label(depth: int | None) -> str:
+    """The layer slider's label: its ends named for the model shown (none before the first analysis)."""
+    return "Layer (1 = first)" if depth is None else f"Layer (1 = first, {depth} = last)"
+
+
+def one_head(head: Any) -> int | None:
+    """The head menu's value as one head's index, or None (all heads, their mean, every layer)."""
+    h = _head(head)
+    return h if isinstance(h, int) else None
 
 
 def _head(head: str | int | None) -> str | int:
@@ -233,11 +240,6 @@ def export_attention(a: Analysis, up: Upload, layer: int, head: str | int | None
     return save(fig, name)
 
 
-def query_from(a: Analysis | None, mode: str, patch: Any) -> int | None:
-    """The query patch the controls ask for (None: the [class] token, or a value out of range)."""
-    return query_and_note(a, mode, patch)[0]
-
-
 def query_and_note(a: Analysis | None, mode: str, patch: Any) -> tuple[int | None, str]:
     """The query patch the controls ask for, and a note when the asked-for patch does not exist
     (then the [class] token is shown, and the caption says so instead of silently ignoring it)."""
@@ -261,7 +263,7 @@ class AttentionTab(Section):
 
     def layout(self, ctx: Context) -> None:
         with gr.Row(equal_height=True):
-            self.layer = gr.Slider(1, 12, value=12, step=1, label="Layer (1 = first, 12 = last)", elem_id="layer", scale=3,
+            self.layer = gr.Slider(1, 12, value=12, step=1, label=layer_label(None), elem_id="layer", scale=3,
                                    min_width=220)
             self.head = gr.Dropdown(head_choices(3), value=HEAD_ALL, label="Head", elem_id="head", scale=2)
             self.qmode = gr.Radio([CLASS_TOKEN, PATCH_QUERY], value=CLASS_TOKEN, label="Query: whose attention?",
@@ -282,97 +284,83 @@ class AttentionTab(Section):
                 self.btn, self.file = export_row("attention-file")
                 self.motion = AnimationRow()
                 self.motion.layout("attention")
-        # the explorer's settings, in the order of the /attention endpoint's parameters
+        # the explorer's settings (read by name: a new control joins the lists, /attention's parameters stay)
         self.show_inputs = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
         self.views = [self.query_img, self.att_img, self.att_md]
         self.controls = [self.layer, self.head, self.qmode, self.qpatch]
         self.files = [*self.motion.outputs]
         self.exports = [self.btn]
-        self.redisplay_inputs = self.show_inputs
+        self.redisplay_inputs = list(self.show_inputs)
         self.redisplay_outputs = [self.att_img, self.att_md, self.query_img]
-        ctx.click_targets.append((self.query_img, lambda a, _head: query_picture_size(a)))
-        ctx.click_targets.append((self.att_img, single_map_size))
+        self.query_inputs = [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth]
+        self.query_outputs = [self.qmode, self.qpatch, self.att_img, self.att_md, self.query_img]
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a = sess.analysis
-        ly, hd, _, _, cm, al, sm = (vals[c] for c in self.show_inputs)
-        ly = layer_index(ly, a.depth)[0] if ly is not None else a.depth - 1
+        layer, head, _, _, cmap, alpha, smooth = (vals[c] for c in self.redisplay_inputs)
+        layer = layer_index(layer, a.depth)[0] if layer is not None else a.depth - 1
         heads = dict((v, lab) for lab, v in head_choices(a.num_heads))
-        hd = hd if hd in heads else HEAD_ALL
+        head = head if head in heads else HEAD_ALL
         q = sess.query
-        att, caption = attention_view(a, ly, hd, q, cm, al, sm)
+        att, caption = attention_view(a, layer, head, q, cmap, alpha, smooth)
         return {
             self.query_img: png(query_picture(a, q)),
             self.att_img: jpeg(att),
             self.att_md: caption,
-            self.layer: gr.update(maximum=a.depth, value=ly + 1),
-            self.head: gr.update(choices=head_choices(a.num_heads), value=hd),
+            self.layer: gr.update(maximum=a.depth, value=layer + 1, label=layer_label(a.depth)),
+            self.head: gr.update(choices=head_choices(a.num_heads), value=head),
             self.qmode: gr.update(choices=query_choices(a), value=PATCH_QUERY if q is not None else CLASS_TOKEN),
             self.qpatch: gr.update(maximum=a.layout.num_patches - 1, value=q if q is not None else 0),
         }
 
     def redisplay(self, sess: Session, vals: dict) -> dict:
         """The explorer's picture for its settings; the picker too when the query changed."""
-        ly, hd, qm, qp, cm, al, sm = (vals[c] for c in self.show_inputs)
-        q, q_note = query_and_note(sess.analysis, qm, qp)
-        ly, ly_note = layer_index(ly, sess.analysis.depth)
-        pic, caption = attention_view(sess.analysis, ly, hd, q, cm, al, sm)
-        note = (ly_note + q_note).strip()
+        layer, head, mode, patch, cmap, alpha, smooth = (vals[c] for c in self.redisplay_inputs)
+        q, q_note = query_and_note(sess.analysis, mode, patch)
+        layer, layer_note = layer_index(layer, sess.analysis.depth)
+        pic, caption = attention_view(sess.analysis, layer, head, q, cmap, alpha, smooth)
+        note = (layer_note + q_note).strip()
         out = {self.att_img: jpeg(pic), self.att_md: (f"**{note}** " if note else "") + caption}
         if q != sess.query:  # the picker outlines the query: redraw it only when that changes
             sess.query = q
             out[self.query_img] = png(query_picture(sess.analysis, q))
         return out
 
+    def show_query(self, sess: Session, lm: LoadedModel, query: int, vals: dict) -> dict:
+        """A new query patch (a click here or in another tab): the explorer shows where it looks."""
+        a = sess.analysis
+        layer, head, cmap, alpha, smooth = (vals[c] for c in self.query_inputs)
+        pic, caption = attention_view(a, layer_index(layer, a.depth)[0], head, query, cmap, alpha, smooth)
+        return {self.qmode: PATCH_QUERY, self.qpatch: query, self.att_img: jpeg(pic), self.att_md: caption,
+                self.query_img: png(query_picture(a, query))}
+
     def wire(self, ctx: Context) -> None:
-        state = ctx.state
+        # /attention's parameters, by name and in this order, whatever else the tab shows
+        api = [self.layer, self.head, self.qmode, self.qpatch, ctx.cmap, ctx.alpha, ctx.smooth]
 
         @friendly
-        def on_attention(*args):
-            *rest, sess = args
+        def on_attention(layer: float, head: str, query: str, patch: float, cmap: str, alpha: float, smooth: bool,
+                         sess: Any = None):
+            """The explorer's picture, its caption and the query picker for these settings: ``layer``
+            from 1, ``head`` the menu's value ("all", "mean", "layers" or a head's index from 0),
+            ``query`` whose attention ("[class] token" or "a patch (click the picture)"), ``patch``
+            the query patch's number."""
             sess = ctx.session(sess)
             if not sess.ready:
                 return gr.skip()
-            return self.redisplay(sess, dict(zip(self.show_inputs, rest)))
+            return self.redisplay(sess, dict(zip(api, (layer, head, query, patch, cmap, alpha, smooth))))
 
-        def click_handler(size_of):
-            @friendly
-            def on_click(ly, hd, cm, al, sm, sess, evt: gr.SelectData):
-                sess = ctx.session(sess)
-                if not sess.ready or not isinstance(evt.index, (list, tuple)) or len(evt.index) != 2:
-                    return gr.skip()
-                a = sess.analysis
-                size = size_of(a, hd)
-                if size is None or not float(evt.index[1]) < size[1]:  # a head grid, or the colour bar under the map
-                    return gr.skip()
-                q = click_to_patch(a, float(evt.index[0]), float(evt.index[1]), size)
-                sess.query = q
-                pic, caption = attention_view(a, layer_index(ly, a.depth)[0], hd, q, cm, al, sm)
-                out = {state: sess, self.qmode: PATCH_QUERY, self.qpatch: q, self.att_img: jpeg(pic),
-                       self.att_md: caption, self.query_img: png(query_picture(a, q))}
-                lm = ctx.model(sess)
-                for s in ctx.sections:
-                    out.update(s.show_query(sess, lm, q))
-                return out
-
-            return on_click
-
-        att_outputs = [self.att_img, self.att_md, self.query_img]
         gr.on([self.layer.input, self.head.input, self.qmode.input, self.qpatch.input], on_attention,
-              [*self.show_inputs, state], att_outputs, api_name="attention", trigger_mode="always_last",
-              show_progress="hidden", preprocess=False)
-        click_inputs = [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth, state]
-        click_outputs = [state, self.qmode, self.qpatch, *att_outputs,
-                         *(c for s in ctx.sections for c in s.query_outputs)]
-        for target, size_of in ctx.click_targets:
-            target.select(click_handler(size_of), click_inputs, click_outputs, api_visibility="private",
-                          trigger_mode="always_last", show_progress="hidden", preprocess=False)
-        self.motion.wire(ctx, [self.head, ctx.cmap, ctx.alpha], lambda s, lm, hd, cm, al: animation_files(
-            s.analysis, lm, s.upload.name, ("attention",), _head(hd) if isinstance(_head(hd), int) else None, None, cm,
-            al))
+              [*api, ctx.state], [self.att_img, self.att_md, self.query_img], api_name="attention",
+              trigger_mode="always_last", show_progress="hidden", preprocess=False)
+        # a click on the picker, or on a single-head map, makes the patch under it the query
+        wire_query_click(ctx, self.query_img, lambda a, _vals: query_picture_size(a))
+        wire_query_click(ctx, self.att_img, lambda a, vals: single_map_size(a, vals[self.head]))
+        self.motion.wire(ctx, [self.head, ctx.cmap, ctx.alpha], lambda s, lm, head, cmap, alpha: animation_files(
+            s.analysis, lm, s.upload.name, ("attention",), one_head(head), None, cmap, alpha))
         wire_export(ctx, self.btn, self.file, [self.layer, self.head, ctx.cmap, ctx.alpha, ctx.smooth],
-                    lambda s, ly, hd, cm, al, sm: export_attention(s.analysis, s.upload, layer_index(ly, s.analysis.depth)[0],
-                                                                   hd, s.query, cm, al, sm))
+                    lambda s, layer, head, cmap, alpha, smooth: export_attention(
+                        s.analysis, s.upload, layer_index(layer, s.analysis.depth)[0], head, s.query, cmap, alpha, smooth))
 
 
 def single_map_size(a: Analysis, head: Any) -> tuple[int, int] | None:

@@ -17,6 +17,7 @@ from ...methods.stem import receptive_field, stem_layers, stem_stages
 from ..common import jpeg, png
 from ..context import Context, Section
 from ..exports import export_row, save, wire_export
+from ..query import wire_query_click
 from ..session import Session, Upload
 
 SEQ_WIDTH = 900  # px: the sequence picture in the tab
@@ -122,8 +123,9 @@ def window_note(a: Analysis) -> str:
             f"over the whole grid.")
 
 
-def patch_picture(a: Analysis, highlight: int | None = None, numbers: bool = True) -> Image.Image:
-    return viz.patch_grid_image(a.picture, a.patch_size, numbers=numbers, highlight=highlight, window=a.window)
+def patch_picture(a: Analysis, highlight: int | None = None) -> Image.Image:
+    """The model input cut into numbered patches (``highlight`` outlined; SAM's windows drawn)."""
+    return viz.patch_grid_image(a.picture, a.patch_size, numbers=True, highlight=highlight, window=a.window)
 
 
 def patch_picture_size(a: Analysis) -> tuple[int, int]:
@@ -167,7 +169,6 @@ class PatchesTab(Section):
         self.views = [self.patch_img, self.patch_md, self.seq_img, self.stem_img]
         self.exports = [self.btn]
         self.query_outputs = [self.patch_img, self.seq_img]
-        ctx.click_targets.append((self.patch_img, lambda a, _head: patch_picture_size(a)))
 
     def _pictures(self, sess: Session, lm: LoadedModel, query: int | None) -> dict:
         a = sess.analysis
@@ -180,8 +181,9 @@ class PatchesTab(Section):
         return {**self._pictures(sess, lm, sess.query), self.patch_md: patch_caption(a, lm),
                 self.stem_img: gr.update(value=png(stem_picture(a, lm)) if stem else None, visible=stem)}
 
-    def show_query(self, sess: Session, lm: LoadedModel, query: int) -> dict:
+    def show_query(self, sess: Session, lm: LoadedModel, query: int, vals: dict) -> dict:
         return self._pictures(sess, lm, query)
 
     def wire(self, ctx: Context) -> None:
+        wire_query_click(ctx, self.patch_img, lambda a, _vals: patch_picture_size(a))  # a click: the query patch
         wire_export(ctx, self.btn, self.file, [], lambda s: export_patches(s.analysis, s.upload, s.query))

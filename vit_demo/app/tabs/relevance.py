@@ -74,9 +74,9 @@ def method_maps(
     }
     if lm is not None and a.logits.numel():
         cls = a.top1 if cls is None else int(cls)
-        cm = class_maps(a, lm, cls)
+        by_method = class_maps(a, lm, cls)
         label = a.labels[cls]
-        out.update({tile_title(name, label): cm[name] for name in TOP_ROW})
+        out.update({tile_title(name, label): by_method[name] for name in TOP_ROW})
     return out
 
 
@@ -105,8 +105,8 @@ def relevance_maps(a: Analysis, lm: LoadedModel | None, cls: int | None) -> dict
     if lm is None or not a.logits.numel():
         return {}
     cls = a.top1 if cls is None else int(cls)
-    cm, label = class_maps(a, lm, cls), a.labels[cls]
-    return {tile_title(name, label): cm[name] for name in relevance_names() if name in cm}
+    by_method, label = class_maps(a, lm, cls), a.labels[cls]
+    return {tile_title(name, label): by_method[name] for name in relevance_names() if name in by_method}
 
 
 def relevance_pending(a: Analysis, cls: int | None) -> list[str]:
@@ -160,11 +160,6 @@ def methods_details(fusion: str, discard: float, start_layer: int, depth: int) -
     return (f"<details><summary>Methods, papers and settings</summary>{cites}. Rollout here: {rollout_settings}. "
             "Every map is scaled to its own range (low to high), so compare where maps are bright, not how "
             "bright.</details>")
-
-
-def relevance_caption() -> str:
-    """The relevance row in words (kept for the API of the previous version): its titles and papers."""
-    return "; ".join(f"**{methods.get(n).title}** ({methods.get(n).cite})" for n in relevance_names())
 
 
 def export_relevance(a: Analysis, lm: LoadedModel, up: Upload, cls: int | None, cmap: str, alpha: float,
@@ -250,28 +245,32 @@ class RelevanceTab(Section):
         self.redisplay_outputs = [self.methods_img, self.relevance_img, self.methods_md]
         self._reg = ctx.reg
 
-    def picture(self, sess: Session, fu, di, st, cl, cm, al, sm, compute: bool) -> dict:
-        """The tiles (each with its colour bar) and their caption; ``st``: the slider's layer,
-        from 1. ``compute``: run the backward pass for the class-specific maps if they are not
-        cached; otherwise they show as grey placeholders."""
+    def picture(self, sess: Session, fusion: str, discard: float, start: Any, class_value: Any, cmap: str,
+                alpha: float, smooth: bool, compute: bool) -> dict:
+        """The tiles (each with its colour bar) and their caption, for the values of :attr:`inputs`;
+        ``start``: the slider's layer, from 1; ``class_value``: the class menu's value.
+        ``compute``: run the backward pass for the class-specific maps if they are not cached;
+        otherwise they show as grey placeholders."""
         a = sess.analysis
-        cls = chosen_class(a, cl)
-        st = start_index(st, a.depth)
+        cls = chosen_class(a, class_value)
+        first = start_index(start, a.depth)
         lm = self._reg.get(sess.model_key) if (compute or has_class_maps(a, cls)) else None
-        maps = method_maps(a, lm, fu, di, st, cls)
+        maps = method_maps(a, lm, fusion, discard, first, cls)
         pending = [] if lm is not None else pending_titles(a, cls)
         rel = relevance_maps(a, lm, cls)
         rel_pending = [] if lm is not None else relevance_pending(a, cls)
-        caption = methods_caption(a, fu, di, st, cls)
+        caption = methods_caption(a, fusion, discard, first, cls)
         cols = NARROW_COLUMNS if sess.narrow else None
         if pending or rel_pending:  # finished when the pass ends (follow_up), and after the tab's opening (on_open)
             sess.placeholders[self.name] = sess.view_key
             caption = f"{COMPUTING}\n\n{caption}"
-        return {self.methods_img: jpeg(viz.with_colorbar(viz.tiles_image(a.picture, maps, cm, al, sm, pending=pending,
-                                                                         columns=cols), cm)),
-                self.relevance_img: jpeg(viz.with_colorbar(viz.tiles_image(a.picture, rel, cm, al, sm,
-                                                                           pending=rel_pending, columns=cols), cm))
-                if rel or rel_pending else None,
+
+        def tiles(by_title: dict, waiting: list[str]) -> str:
+            return jpeg(viz.with_colorbar(viz.tiles_image(a.picture, by_title, cmap, alpha, smooth, pending=waiting,
+                                                          columns=cols), cmap))
+
+        return {self.methods_img: tiles(maps, pending),
+                self.relevance_img: tiles(rel, rel_pending) if rel or rel_pending else None,
                 self.methods_md: caption}
 
     def unfinished(self, sess: Session) -> bool:
@@ -281,14 +280,14 @@ class RelevanceTab(Section):
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         a = sess.analysis
-        k, fu, di, st, cm, al, sm = (vals[c] for c in self.show_inputs)
+        k, fusion, discard, start, cmap, alpha, smooth = (vals[c] for c in self.show_inputs)
         choices = class_choices(a, k)
-        st = start_index(st, a.depth) + 1
+        start = start_index(start, a.depth) + 1
         return {
-            self.start: gr.update(maximum=a.depth, value=st),
+            self.start: gr.update(maximum=a.depth, value=start),
             self.cls_dd: gr.update(choices=choices, value=choices[0][1] if choices else None,
                                    interactive=bool(choices)),
-            **self.picture(sess, fu, di, st, None, cm, al, sm, False),
+            **self.picture(sess, fusion, discard, start, None, cmap, alpha, smooth, False),
         }
 
     def redisplay(self, sess: Session, vals: dict) -> dict:
@@ -302,9 +301,10 @@ class RelevanceTab(Section):
             if not sess.ready or not sess.analysis.logits.numel():
                 return gr.skip()
             if sess.open_tab != self.name:  # closed: the backward pass now, the picture when it is opened
-                fu, di, st, cl = rest[:4]
+                fusion, discard, start, class_value = rest[:4]
                 a = sess.analysis
-                method_maps(a, self._reg.get(sess.model_key), fu, di, start_index(st, a.depth), chosen_class(a, cl))
+                method_maps(a, self._reg.get(sess.model_key), fusion, discard, start_index(start, a.depth),
+                            chosen_class(a, class_value))
                 if not self.unfinished(sess) or sess.open_tab != self.name:
                     return gr.skip()  # (opened while the pass ran: its placeholders are replaced now)
             return self.picture(sess, *rest, True)
@@ -358,14 +358,14 @@ class RelevanceTab(Section):
         gr.on([self.fusion.input, self.discard.input, self.start.input, self.cls_dd.input], on_methods,
               [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private", trigger_mode="always_last",
               show_progress="minimal", preprocess=False, **ctx.heavy)
-        self.motion.wire(ctx, [self.cls_dd, ctx.cmap, ctx.alpha], lambda s, lm, cl, cm, al: animation_files(
+        self.motion.wire(ctx, [self.cls_dd, ctx.cmap, ctx.alpha], lambda s, lm, class_value, cmap, alpha: animation_files(
             s.analysis, lm, s.upload.name, ("rollout", "relevance") if s.analysis.logits.numel() else ("rollout",),
-            None, chosen_class(s.analysis, cl), cm, al))
+            None, chosen_class(s.analysis, class_value), cmap, alpha))
         wire_export(ctx, self.btn, self.file, self.inputs,
-                    lambda s, fu, di, st, cl, cm, al, sm: export_methods(
-                        s.analysis, ctx.model(s), s.upload, fu, di, start_index(st, s.analysis.depth),
-                        chosen_class(s.analysis, cl), cm, al, sm))
+                    lambda s, fusion, discard, start, class_value, cmap, alpha, smooth: export_methods(
+                        s.analysis, ctx.model(s), s.upload, fusion, discard, start_index(start, s.analysis.depth),
+                        chosen_class(s.analysis, class_value), cmap, alpha, smooth))
         wire_export(ctx, self.rel_btn, self.rel_file, [self.cls_dd, ctx.cmap, ctx.alpha, ctx.smooth],
-                    lambda s, cl, cm, al, sm: export_relevance(s.analysis, ctx.model(s), s.upload,
-                                                               chosen_class(s.analysis, cl), cm, al, sm),
+                    lambda s, class_value, cmap, alpha, smooth: export_relevance(
+                        s.analysis, ctx.model(s), s.upload, chosen_class(s.analysis, class_value), cmap, alpha, smooth),
                     label="⬇ PNG for slides: the relevance row")

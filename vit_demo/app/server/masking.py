@@ -5,7 +5,7 @@ Gradio names every file it serves by its absolute path in its upload and cache f
 own, ``/tmp/vit_demo_<random>/gradio/``): the example photos in ``/config`` and in the page,
 every upload's answer, every picture an event sends to the page, each one's ``/file=`` address.
 The page and gradio_client send those names back as they got them. :class:`PathMask`, an ASGI
-middleware inside the gate (:mod:`vit_demo.app.middleware`):
+middleware inside the gate (:mod:`vit_demo.app.server.middleware`):
 
 - in every JSON, HTML, plain-text and event-stream response (the config, the page, the upload
   route's answer, the queue's results, error texts) replaces that folder's path with
@@ -14,7 +14,7 @@ middleware inside the gate (:mod:`vit_demo.app.middleware`):
 - in the requests that name files, puts the folder's path back: the file route's address
   (``/gradio_api/file=files/...``) and the bodies of every route but the upload route (a
   name at the start of a JSON string, or after ``/file=`` in an address); a path a client
-  sends in full still works (the file checks of :mod:`vit_demo.app.guard` decide, as before);
+  sends in full still works (the file checks of :mod:`vit_demo.app.server.guard` decide, as before);
 - files themselves (the file route's answers) go as they are; only its error texts are rewritten.
 
 Given Gradio's ``release`` (``6.31.0``), it also says only the major version (``6``) where the

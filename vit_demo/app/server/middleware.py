@@ -72,7 +72,7 @@ def host_name(header: str) -> str:
 
 class UploadBudget:
     """How much each client may take within ``window_s`` seconds (bytes of uploads; or new
-    sessions, :mod:`vit_demo.app.lanes`), and all clients together (``total``)."""
+    sessions, :mod:`vit_demo.app.server.lanes`), and all clients together (``total``)."""
 
     def __init__(self, per_client: int, total: int | None = None, window_s: float = 600) -> None:
         self.per_client, self.total, self.window_s = int(per_client), total, window_s

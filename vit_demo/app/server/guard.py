@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..images import ImageError
+from ...images import ImageError
 
 REFUSED = "That file is not available to this app: upload it, or pick one of the examples."
 MAX_PATH = 4096  # characters: no real path is longer

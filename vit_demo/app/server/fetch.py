@@ -49,8 +49,7 @@ class PinnedTransport(httpx.HTTPTransport):
         return super().handle_request(request)
 
 
-def fetch_picture(url: str, max_bytes: int, timeout_s: float = TIMEOUT_S,
-                  resolve: Callable[[str], str] = public_address) -> str:
+def fetch_picture(url: str, max_bytes: int, resolve: Callable[[str], str] = public_address) -> str:
     """The picture at ``url`` (http or https, a public host) as a base64 data URL, or
     :class:`FetchRefused`: another scheme, a private address, a redirect, an error status, more
     than ``max_bytes``. ``resolve``: the name -> the address to connect to (the tests' own
@@ -61,7 +60,7 @@ def fetch_picture(url: str, max_bytes: int, timeout_s: float = TIMEOUT_S,
         raise FetchRefused("not a valid URL") from e
     if u.scheme not in ("http", "https") or not u.host:
         raise FetchRefused("only http and https URLs are fetched")
-    with httpx.Client(transport=PinnedTransport(resolve(u.host)), timeout=timeout_s,
+    with httpx.Client(transport=PinnedTransport(resolve(u.host)), timeout=TIMEOUT_S,
                       follow_redirects=False) as client, client.stream("GET", u) as r:
         if r.status_code != 200:
             raise FetchRefused(f"the address answered {r.status_code}, not a picture")

@@ -3,11 +3,11 @@
 Every queued event, UI or API, public or private, comes in through Gradio's ``Queue.push``;
 :func:`guard_queue` puts one door in front of it that, in order:
 
-1. refuses a request whose values do not fit its event (:class:`~vit_demo.app.guard.JoinGuard`:
+1. refuses a request whose values do not fit its event (:class:`~vit_demo.app.server.guard.JoinGuard`:
    server files, odd shapes, over-long strings), before anything runs;
 2. (exposed) lets one address open at most :data:`NEW_SESSIONS` new sessions per 10 minutes:
    Gradio keeps every session's state values (no longer its copy of the page:
-   :mod:`vit_demo.app.lean`), up to :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
+   :mod:`vit_demo.app.server.lean`), up to :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
 3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
    first has finished; exposed, an address may hold two, for two browser tabs);
 4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
@@ -19,7 +19,10 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
 explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
 side-by-side figures, slide exports: seconds to minutes, :data:`SLOW_EVENTS`), each with its own
-number of jobs at a time, so that predictions never wait behind a deck. Every job of the slow
+number of jobs at a time, so that predictions never wait behind a deck. A training (the Train tab,
+``/train``: minutes, in a process of its own) has a group of its own, :data:`TRAIN`, so that decks do
+not wait ten minutes behind it: one training runs on the whole server at a time (its lock refuses a
+second one at once), under its own time limit (:mod:`vit_demo.app.trainer`). Every job of the slow
 lane runs under a time limit (:func:`limit_slow_jobs`, :func:`vit_demo.progress.time_limit`).
 No Gradio import: the queue is reached through ``demo._queue``.
 """
@@ -35,11 +38,13 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..progress import time_limit
+from ...progress import time_limit
 from .guard import JoinGuard
 from .middleware import UploadBudget, from_own_client
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
+TRAIN = "train"  # the Train tab's and /train's events: one training on the server at a time (vit_demo.app.trainer)
+SLOW_PER_HOST = 2  # slow jobs one address may have in flight, when exposed
 NEW_SESSIONS = 60  # new sessions one address may open per 10 minutes, when exposed (a tab is one)
 TOO_MANY_SESSIONS = "Too many new sessions from this address: wait a few minutes, or keep using the page you have open."
 SLOW_BUSY = ("This client already has a slow job (a slide deck, a slow method, an animation, a side-by-side figure "
@@ -76,13 +81,13 @@ def _slow_in_flight(queue: Any) -> list[Any]:
 
 class Door:
     """The checks of the module docstring, for one app. ``per_client`` / ``per_host``: requests
-    one session / one address may have waiting (None: no address cap); ``slow_per_host``: slow
-    jobs one address may have in flight when exposed."""
+    one session / one address may have waiting (None: no address cap); exposed, one address has
+    at most :data:`SLOW_PER_HOST` slow jobs in flight."""
 
     def __init__(self, queue: Any, fns: dict, join_guard: JoinGuard | None, per_client: int,
-                 per_host: int | None, exposed: bool, slow_per_host: int = 2) -> None:
+                 per_host: int | None, exposed: bool) -> None:
         self.queue, self.fns, self.join_guard = queue, fns, join_guard
-        self.per_client, self.per_host, self.exposed, self.slow_per_host = per_client, per_host, exposed, slow_per_host
+        self.per_client, self.per_host, self.exposed = per_client, per_host, exposed
         self.new_sessions = UploadBudget(NEW_SESSIONS, window_s=600)
 
     def client(self, event: Any) -> str | None:
@@ -131,7 +136,7 @@ class Door:
             slow = _slow_in_flight(self.queue)
             if session and sum(e.session_hash == session for e in slow) >= 1:
                 return SLOW_BUSY, "queue_full"
-            if self.exposed and host and sum(_host(e) == host for e in slow) >= self.slow_per_host:
+            if self.exposed and host and sum(_host(e) == host for e in slow) >= SLOW_PER_HOST:
                 return SLOW_BUSY, "queue_full"
         waiting = _waiting(self.queue)
         if session and sum(e.session_hash == session for e in waiting) >= self.per_client:

@@ -2,7 +2,7 @@
 how long a connection may take to send its request headers.
 
 Nothing else in the app sees a connection that has not sent its headers (the gate,
-:mod:`vit_demo.app.middleware`, starts at the first request). uvicorn, which runs Gradio's
+:mod:`vit_demo.app.server.middleware`, starts at the first request). uvicorn, which runs Gradio's
 server, closes an idle kept-alive connection after 5 s, but waits for unfinished headers
 forever: 2 x 10,000 such connections from one address took every file descriptor (the
 process's limit was 20,000), ``/config`` and other clients' predictions timed out, and asyncio

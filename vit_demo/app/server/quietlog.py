@@ -48,9 +48,9 @@ class RepeatFilter(logging.Filter):
             return False
 
 
-def quiet_repeats(names: tuple[str, ...] = LOGGERS, per_minute: int = PER_MINUTE) -> RepeatFilter:
-    """Install one :class:`RepeatFilter` on the loggers ``names`` (where the records are made)."""
-    f = RepeatFilter(per_minute)
-    for name in names:
+def quiet_repeats() -> RepeatFilter:
+    """Install one :class:`RepeatFilter` on the loggers :data:`LOGGERS` (where the records are made)."""
+    f = RepeatFilter(PER_MINUTE)
+    for name in LOGGERS:
         logging.getLogger(name).addFilter(f)
     return f

@@ -4,7 +4,7 @@ For every session it has seen (up to ``state_session_capacity``, 1000 here), Gra
 a copy of every component's configuration (``SessionState.config_values``): 290 KB of Python
 objects for this page, counted in no budget of the app's (200 fresh sessions: 58 MB; 1000:
 290 MB). Gradio reads that copy only to make deep links (``/gradio_api/deep_link``), a route
-this app closes (:mod:`vit_demo.app.middleware`), and building it took 23 ms of CPU per new
+this app closes (:mod:`vit_demo.app.server.middleware`), and building it took 23 ms of CPU per new
 session (0.3 s of wall time at load 12). :func:`lean_sessions` makes new sessions without it (with another
 Gradio version: built by Gradio's own code, then dropped at once). A seam of Gradio 6.31
 (``gradio.state_holder.SessionState``, which its ``StateHolder`` makes each session from);

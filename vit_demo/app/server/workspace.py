@@ -143,10 +143,10 @@ def fresh(folder: str | os.PathLike) -> Path:
     return Path(tempfile.mkdtemp(dir=folder, prefix=""))
 
 
-def trim(folder: str | os.PathLike, max_bytes: int, keep: int = 1, max_age_s: float | None = None) -> int:
+def trim(folder: str | os.PathLike, max_bytes: int, max_age_s: float | None = None) -> int:
     """Remove the files under ``folder`` older than ``max_age_s`` (when given), then the oldest
-    until it holds at most ``max_bytes`` (never the ``keep`` newest: the ones just written), and
-    the folders left empty; returns the bytes removed."""
+    until it holds at most ``max_bytes`` (never the newest: the one just written), and the
+    folders left empty; returns the bytes removed."""
     files, dirs = [], []
     for dirpath, subdirs, names in os.walk(folder):
         dirs += [os.path.join(dirpath, d) for d in subdirs]
@@ -162,7 +162,7 @@ def trim(folder: str | os.PathLike, max_bytes: int, keep: int = 1, max_age_s: fl
     files.sort()
     now = time.time()
     emptied = set()
-    for mtime, size, p in files[: max(0, len(files) - keep)]:
+    for mtime, size, p in files[:-1]:  # never the newest
         old = max_age_s is not None and now - mtime > max_age_s
         if total - freed <= max_bytes and not old:
             continue

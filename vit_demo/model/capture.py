@@ -1,0 +1,74 @@
+"""The capture path's speed (issue 30): every layer's attention probabilities at the cost of little
+more than a plain forward pass. Registered as the model's attention kernel (vit.py's ``attend`` and
+``capture_slots`` give the same numbers, slower):
+
+- without autograd the probabilities of all L layers go into one [L, B, H, N, N] tensor, each block
+  writing into its slot (``capture_slots``): the allocator keeps one block that size for the next
+  forward, where twelve separate ones went back to the OS and were faulted in again, page by page,
+  every time;
+- the scores q k^T are written straight into that slot and the softmax runs there in place, on
+  numbers still in cache (``scores_into``, ``probabilities``);
+- one :func:`attend` for every attention of every family: the fused kernel when nothing is
+  captured, the explicit softmax (into the slot when there is one) when something is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .vit import register
+
+
+def scores_into(capture: bool | torch.Tensor, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale * q k^T [B, H, N, N], the same numbers whichever way it is computed. When ``capture``
+    is a tensor of that shape and dtype (a slot of the block that a forward pass without autograd
+    keeps, see :func:`capture_slots`), the product is written straight into it, so that the softmax
+    can run in place on numbers still in cache; a power-of-2 scale (head size 64: 1/8) is applied
+    by the matrix product itself, exactly as a multiply after it would (other scales: multiplied
+    after, as always)."""
+    if not (isinstance(capture, torch.Tensor) and capture.dtype == q.dtype and capture.is_contiguous()
+            and capture.shape == (*q.shape[:-1], k.shape[-2])):
+        return torch.matmul(q, k.transpose(-2, -1)).mul_(scale)
+    B, H, N, D = q.shape  # a slot: [B, H, N, N]
+    exact = math.frexp(scale)[0] == 0.5  # a power of 2
+    out = capture.view(B * H, N, -1)
+    torch.baddbmm(out, q.reshape(B * H, N, D), k.transpose(-2, -1).reshape(B * H, D, -1), beta=0,
+                  alpha=scale if exact else 1.0, out=out)
+    return capture if exact else capture.mul_(scale)
+
+
+def probabilities(q: torch.Tensor, k: torch.Tensor, scale: float, capture: bool | torch.Tensor = True,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) [B, H, N, M], in place in ``capture`` when it is a slot that fits."""
+    attn = scores_into(capture, q, k, scale)
+    attn = attn if bias is None else attn.add_(bias)
+    return torch.softmax(attn, -1, out=attn) if attn is capture else attn.softmax(dim=-1)
+
+
+@register("kernel", "attend")
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, capture: bool | torch.Tensor = False,
+           bias: torch.Tensor | None = None, rule: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T * scale + bias) v: q [B, H, N, D], k and v [B, H, M, D] -> [B, H, N, D], and the
+    probabilities [B, H, N, M] when ``capture`` (True, or a slot to write them into) is not False.
+    ``rule``: LRP's rule for q, k, v (methods/lrp.py), None outside its explanation mode."""
+    if rule is not None:  # the same values, gradients shaped by the rule
+        q, k, v = rule(q, k, v)
+    if capture is False:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias), None
+    attn = probabilities(q, k, scale, capture, bias)
+    return attn @ v, attn
+
+
+@register("kernel", "slots")
+def capture_slots(x: torch.Tensor, capture: bool, depth: int, heads: int) -> Sequence[bool | torch.Tensor]:
+    """What each block gets for ``capture``: without autograd, its slot [B, H, N, N] of one
+    [L, B, H, N, N] tensor for every layer's probabilities; otherwise the flag itself."""
+    if not capture or torch.is_grad_enabled():
+        return [capture] * depth
+    B, N = x.shape[0], x.shape[1]
+    keep = torch.empty(depth, B, heads, N, N, dtype=x.dtype, device=x.device)
+    return [keep[i] for i in range(depth)]
