@@ -417,29 +417,24 @@ def suite_makers() -> dict:
 
 def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None, cnn_epochs: int,
                 short: float = 2.0) -> dict:
-    """Each set made, trained with no flag but --data and --out (and --minutes when asked), then again
-    with ``--minutes short`` (0: not), and measured beside the pixel baselines and the same-size CNN
-    (``cnn_epochs`` 0: not) on the very same split."""
+    """Each set made, trained with no flag but --data and --out (and ``--minutes`` when asked; 0: not
+    at all), then again with ``--minutes short`` (0: not), and measured beside the pixel baselines and
+    the same-size CNN (``cnn_epochs`` 0: not) on the very same split."""
     makers = suite_makers()  # benchmarks/suite on the path
     import torch
-    from safetensors import safe_open
-    from suite_baselines import loss_gap, split_of, svm_baseline, train_cnn
+    from suite_baselines import split_of, svm_baseline, train_cnn
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = {}
     for name in sets:
         data = makers[name](tmp / name, scale=scale)
-        out = tmp / f"{name}.safetensors"
-        r = run_train(["--data", str(data), "--out", str(out), *(["--minutes", str(minutes)] if minutes else [])])
-        with safe_open(str(out), "pt") as f:
-            history = json.loads(f.metadata()["training"])["history"]
-        params = vit_params(out)
-        row = {"set": name, "pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
-               "ViT best": r["best_val_accuracy"], "ViT last": r["val_accuracy"], "epochs": r["epochs"], "wall s": r["wall_s"],
-               "CPU s": r["cpu_s"], "load": "-".join(str(v) for v in r["load_avg_1min"]),
-               "fit": r["fit"], "train-val loss": loss_gap(history), "logreg": round(r["baseline_accuracy"], 4)}
+        row: dict = {"set": name}
+        if minutes != 0:
+            row |= default_run(data, tmp / f"{name}.safetensors", minutes)
         if short:
             row |= short_run(data, tmp / f"{name}-short.safetensors", short)
+        out = tmp / f"{name}{'-short' if minutes == 0 else ''}.safetensors"
+        params = vit_params(out)
         d, dc = split_of(data)
         row["RBF-SVM"] = svm_baseline(d)["svm"]
         if cnn_epochs:
@@ -448,6 +443,20 @@ def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None,
         rows[name] = row | {"vit_params": params}
         print(json.dumps(rows[name]), flush=True)
     return rows
+
+
+def default_run(data: Path, out: Path, minutes: float | None) -> dict:
+    """``train --data DATA --out OUT`` (``--minutes M`` when given): the suite's main columns."""
+    from safetensors import safe_open
+    from suite_baselines import loss_gap
+
+    r = run_train(["--data", str(data), "--out", str(out), *(["--minutes", str(minutes)] if minutes else [])])
+    with safe_open(str(out), "pt") as f:
+        history = json.loads(f.metadata()["training"])["history"]
+    return {"pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
+            "ViT best": r["best_val_accuracy"], "ViT last": r["val_accuracy"], "epochs": r["epochs"], "wall s": r["wall_s"],
+            "CPU s": r["cpu_s"], "load": "-".join(str(v) for v in r["load_avg_1min"]),
+            "fit": r["fit"], "train-val loss": loss_gap(history), "logreg": round(r["baseline_accuracy"], 4)}
 
 
 def short_run(data: Path, out: Path, minutes: float) -> dict:
@@ -460,7 +469,9 @@ def short_run(data: Path, out: Path, minutes: float) -> dict:
     side = grid["img_size"][0] // grid["patch_size"]
     values = (r["best_val_accuracy"], r["epochs"], f"{side}x{side}", r["wall_s"], r["cpu_s"],
               "-".join(str(v) for v in r["load_avg_1min"]))
-    return {f"{minutes:g}-min {c}": v for c, v in zip(SHORT_COLUMNS, values)}
+    return {f"{minutes:g}-min {c}": v for c, v in zip(SHORT_COLUMNS, values)} | {
+        "pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
+        "logreg": round(r["baseline_accuracy"], 4)}
 
 
 def vit_params(ckpt: Path) -> int:
@@ -475,7 +486,7 @@ def suite_table(rows: dict) -> str:
     """The suite's rows as a markdown table (the short budget's columns after the default's load)."""
     short = [k for k in next(iter(rows.values()), {}) if k.split(" ", 1)[-1] in SHORT_COLUMNS and "-min " in k]
     at = SUITE_COLUMNS.index("load") + 1
-    columns = [*SUITE_COLUMNS[:at], *short, *SUITE_COLUMNS[at:]]
+    columns = [c for c in (*SUITE_COLUMNS[:at], *short, *SUITE_COLUMNS[at:]) if any(c in row for row in rows.values())]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows.values():
         lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
@@ -492,7 +503,8 @@ def main() -> None:
     ap.add_argument("--sets", default="shapes,blobs,outlines,digits,glyphs,textures",
                     help="suite: which data sets (also sdfshapes, heldshapes, heldicons: benchmarks/suite/heldout_data.py)")
     ap.add_argument("--scale", type=float, default=1.0, help="suite: pictures per class, as a share of each set's full size")
-    ap.add_argument("--minutes", type=float, help="suite: pass --minutes to train (default: train's own default)")
+    ap.add_argument("--minutes", type=float, help="suite: pass --minutes to train (default: train's own default; 0: only the "
+                                                 "--short column)")
     ap.add_argument("--cnn-epochs", type=int, default=40, help="suite: epochs of the same-size CNN (default 40; 0: none)")
     ap.add_argument("--short", type=float, default=2.0, help="suite: also train with --minutes SHORT, a column of its own "
                                                              "(default 2; 0: not)")

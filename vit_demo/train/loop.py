@@ -339,6 +339,17 @@ def load_state(path: Path, fp: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def resume_state(path: Path, fp: dict[str, Any], model: nn.Module, opt: torch.optim.Optimizer,
+                 sched: torch.optim.lr_scheduler.LRScheduler) -> tuple[list[dict[str, float]], dict[str, Any], int]:
+    """The saved state at ``path`` (checked against ``fp``) loaded into the model, the optimiser and the
+    schedule; returns (history, best, epochs done)."""
+    st = load_state(path, fp)
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["optimizer"])
+    sched.load_state_dict(st["scheduler"])
+    return st["history"], st["best"], st["epoch"]
+
+
 # ----------------------------------------------------------------------------- the run
 
 
@@ -375,11 +386,7 @@ def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[st
     best: dict[str, Any] = {"acc": -1.0, "epoch": 0, "state": None}
     start = 0
     if opts.resume:
-        st = load_state(spath, fp)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["optimizer"])
-        sched.load_state_dict(st["scheduler"])
-        history, best, start = st["history"], st["best"], st["epoch"]
+        history, best, start = resume_state(spath, fp, model, opt, sched)
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
     say(header(s, model, opts, dist, device, bf16))
     ddp = training_module(model, opts, dist, device)
