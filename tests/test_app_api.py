@@ -40,7 +40,7 @@ def new_client(app) -> Client:
     return Client(app.url, verbose=False)
 
 
-# Every named endpoint's parameters, by name and in order (README, "Scripts can use the named API").
+# Every named endpoint's parameters, by name and in order (docs/app.md, "The named API").
 # Adding a control to a tab changes none of them: /analyze is (image, model), whatever the tabs show.
 ENDPOINTS = {
     "/predict": ["image", "model", "k"],

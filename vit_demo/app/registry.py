@@ -56,7 +56,7 @@ HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (t
     "deit3_small_patch16_224",
     "vit_base_patch16_224",
     "vit_small_patch16_224.dino",
-    # the other families (README, "Model families"): ImageNet classifiers first, then feature models
+    # the other families (docs/families.md): ImageNet classifiers first, then feature models
     "eva02_tiny_patch14_336.mim_in22k_ft_in1k",  # EVA-02: RoPE, SwiGLU
     "beitv2_base_patch16_224.in1k_ft_in1k",  # BEiT v2: relative position bias
     "vit_relpos_small_patch16_224.sw_in1k",  # relative-position MLP, no [class]

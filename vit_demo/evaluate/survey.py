@@ -54,7 +54,7 @@ from .geometry import box_to_input, cell_coverage, hit_patches, near_edge, patch
 if TYPE_CHECKING:
     from ..checkpoints.load import LoadedModel
 
-DEFAULT_METHOD = "lrp-amortised"  # the most faithful map that is not slow (SRG and SaCo on held-out photos, README)
+DEFAULT_METHOD = "lrp-amortised"  # the most faithful map that is not slow (SRG and SaCo on held-out photos, docs/faithfulness.md)
 LABEL_MODES = ("auto", "folders", "names")
 MAP_SIDE = 16  # maps with more patches a side are average-pooled to this many cells
 TOP_SHARE = 0.1  # concentration: the mass on this share of the patches

@@ -76,7 +76,7 @@ class LrpRules:
     gamma_conv: float = 0.25
 
 
-# Tuned on 10 photos outside the quick subset (sorted indices 5, 105, ..., 905); see README.
+# Tuned on 10 photos outside the quick subset (sorted indices 5, 105, ..., 905); see docs/faithfulness.md.
 CP_LRP = LrpRules("cp", gamma_linear=0.05, gamma_conv=0.25)
 ATTN_LRP = LrpRules("attnlrp", gamma_linear=0.05, gamma_conv=0.25)
 

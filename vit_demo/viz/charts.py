@@ -172,10 +172,11 @@ def training_figure(history: Sequence[dict[str, float]], title: str = "") -> Fig
     return fig
 
 
-def layer_diff_figure(diffs: Sequence[float], title: str, subtitle: str) -> Figure:
+def layer_diff_figure(diffs: Sequence[float], title: str, subtitle: str, tol: float = 1e-4) -> Figure:
     """Per layer (numbered from 1), the largest |attention difference| between two models (log
-    scale, the parity tolerance 1e-4 dashed). Exact zeros cannot sit on a log axis: they are drawn as short
-    bars on the floor labelled "0", and a chart of nothing but zeros says so in words."""
+    scale, the parity tolerance ``tol`` dashed: verify's default 1e-4). Exact zeros cannot sit on a
+    log axis: they are drawn as short bars on the floor labelled "0", and a chart of nothing but zeros
+    says so in words."""
     diffs = np.asarray(diffs, dtype=float)
     floor = 1e-12
     fig = Figure(figsize=(10, 4.8), layout="constrained", facecolor="white")
@@ -184,7 +185,6 @@ def layer_diff_figure(diffs: Sequence[float], title: str, subtitle: str) -> Figu
     for i, v in enumerate(diffs):
         if v == 0:
             ax.text(i, floor * 4, "0", ha="center", va="bottom", fontsize=TICK_SIZE + 1, color=TEXT_COLOR)
-    tol = 1e-4  # the parity check's (vit_demo.checkpoints.verify.DEFAULT_TOL)
     ax.axhline(tol, color="#c0392b", linestyle="--", linewidth=1.2, label=f"tolerance {tol:g}")
     ax.set_yscale("log")
     ax.set_ylim(floor, max(1e-3, float(diffs.max()) * 10))
