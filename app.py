@@ -4,7 +4,7 @@
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
                   [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
-                  [--train-minutes-max 10] [--mcp]
+                  [--train-minutes-max 10] [--allow-downloads] [--downloads-mb 2048] [--openapi] [--mcp]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -105,15 +105,23 @@ def add_limit_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--exports-mb", type=float,
                     help="disk for slides, decks and animations made for users (default 512; the oldest go)")
     ap.add_argument("--header-seconds", type=float,
-                    help="a connection that has not sent its request headers within this long is closed (default 10)")
+                    help="a connection that has not sent its request headers within this long is closed, and a "
+                         "request body gets this long before it must arrive at 16 KB/s (default 10)")
     ap.add_argument("--train-minutes-max", type=float, metavar="N",
                     help="the Train tab's (and /train's) longest run in minutes, one run at a time on the server "
                          "(default 10 on this computer; OFF when exposed unless given; 0 turns training off)")
+    ap.add_argument("--allow-downloads", action="store_true",
+                    help="let users make an exposed app download hub models (one at a time, in the slow lane, "
+                         "within --downloads-mb); always on for a local app")
+    ap.add_argument("--downloads-mb", type=float,
+                    help="disk for the hub models an exposed app downloads while it runs (default 2048)")
+    ap.add_argument("--openapi", action="store_true",
+                    help="serve Gradio's OpenAPI schema (/gradio_api/openapi.json) even when exposed")
 
 
 NUMBERS = ("max_upload_mb", "cache_mb", "models_mb", "max_megapixels", "upload_budget_mb", "session_minutes",
            "sessions_mb", "job_seconds", "exports_mb", "header_seconds",
-           "train_minutes_max")  # the flags that are Limits fields of the same name
+           "downloads_mb", "train_minutes_max")  # the flags that are Limits fields of the same name
 
 
 def limits(args: argparse.Namespace):
@@ -124,7 +132,8 @@ def limits(args: argparse.Namespace):
     given = {k: getattr(args, k) for k in NUMBERS if getattr(args, k) is not None}
     return Limits.for_exposure(exposed, args.allow_checkpoint_upload, max_queue=args.max_queue,
                                concurrency=args.concurrency, allowed_hosts=tuple(args.allowed_host),
-                               trusted_proxies=tuple(args.trusted_proxy), bind=args.host, **given)
+                               trusted_proxies=tuple(args.trusted_proxy), bind=args.host,
+                               allow_downloads=args.allow_downloads, openapi=args.openapi, **given)
 
 
 def is_loopback(host: str) -> bool:
@@ -181,8 +190,10 @@ def exposure_warning(args: argparse.Namespace, lim) -> str:
         what = f"--host {args.host} makes the app reachable from other computers on port {args.port}"
     uploads = ("images and checkpoints" if lim.allow_checkpoint_upload
                else "images (checkpoint upload is off: --allow-checkpoint-upload turns it on)")
-    return (f"WARNING: {what}: anyone who can reach it can upload {uploads} and use this machine's CPU. "
-            f"Loading checkpoints by server path is switched off.")
+    downloads = (f"can make it download hub models (--allow-downloads, within {lim.downloads_mb:.0f} MB)"
+                 if lim.allow_downloads else "cannot make it download hub models (--allow-downloads turns it on)")
+    return (f"WARNING: {what}: anyone who can reach it can upload {uploads}, {downloads}, and use this machine's "
+            f"CPU. Loading checkpoints by server path is switched off.")
 
 
 def prepare_server(lim, graceful: bool = False) -> None:
@@ -208,10 +219,11 @@ def prepare_server(lim, graceful: bool = False) -> None:
 
 
 def guard_server(lim, share: bool = False) -> None:
-    """Before the server starts: every connection's headers within ``--header-seconds``; exposed,
-    at most ``connections_per_address`` open connections per address (not for a trusted proxy,
-    nor for the share tunnel, which connects from this computer for every visitor); repeated
-    log lines dropped beyond 20 a minute."""
+    """Before the server starts: every connection's headers within ``--header-seconds`` and its
+    bodies at a minimum rate; all connections together within a share of the file limit;
+    exposed, at most ``connections_per_address`` open connections per client (not for a trusted
+    proxy, nor for the share tunnel, which connects from this computer for every visitor);
+    repeated log lines dropped beyond 20 a minute."""
     from vit_demo.app.server.connections import ConnectionRules, guard_connections
     from vit_demo.app.server.quietlog import quiet_repeats
 

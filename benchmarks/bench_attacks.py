@@ -18,8 +18,13 @@ tools of ``--exposed --mcp`` (URLs, server files, pictures past the upload budge
 tool calls against another client's). Rows of issue 35's second part (``--only paths sessions``):
 the app's folder and Gradio's version in what an exposed app sends, a native crash in the
 survey's clustering, 200 fresh sessions' memory (and glibc's heaps of the threads); ``--only
-pages``: a TIFF of 50,000 pages. Takes 5-15 minutes on 2 cores (the "before" longer: its slow
-jobs run to the end).
+pages``: a TIFF of 50,000 pages. Rows of issue 47 (``app.py --exposed --mcp --job-seconds 30``):
+``--only slowbody`` (25 x 100 bodies sent a byte every 5 s against a file limit of 2,048),
+``chunked`` (uploads with two framings), ``lockout`` (header-only uploads against the
+all-clients total), ``hugezip`` (a zip of 16 64-MP float TIFFs to the survey and the atlas),
+``atlas100`` (an atlas of 100 photos against the time limit), ``small47`` (echoed MCP values,
+the OpenAPI schema, tool events through the queue, a hub model named by anyone). Takes 5-15
+minutes on 2 cores (the "before" longer: its slow jobs run to the end).
 """
 
 from __future__ import annotations
@@ -803,6 +808,238 @@ def mcp_flood(url: str, other, threads: int = 30, calls: int = 10) -> None:
         f"{statistics.median(times):.2f} s, p95 {p95:.2f} s ({sum(t != float('inf') for t in times)} of {calls})")
 
 
+# ----------------------------------------------------------------------------- issue 47: bodies, uploads, folder jobs
+
+
+class Victim:
+    """Another client (127.0.0.1) asking /predict for a new small picture every ``every_s`` seconds
+    in a thread until :meth:`stop`: each call's seconds (inf: failed, or over ``timeout``).
+    ``same``: the same picture each time (its analysis kept: no memory of the victim's in a row
+    that measures the app's)."""
+
+    def __init__(self, url: str, tmp: Path, every_s: float = 2.0, timeout: float = 15.0, same: bool = False) -> None:
+        self.url, self.tmp, self.every_s, self.timeout, self.same = url, tmp, every_s, timeout, same
+        self.times: list[float] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.is_set():
+            t0 = time.perf_counter()
+            try:
+                raw = Raw(self.url, timeout=self.timeout)
+                p = noise_png(self.tmp / f"victim{i}.png", 64, 48, seed=1000 + (0 if self.same else i))
+                out = raw.call("predict", [file_payload(raw.upload(p)), None, 3], timeout=self.timeout)
+                raw.close()
+                took = time.perf_counter() - t0
+                self.times.append(took if out.success and took <= self.timeout else float("inf"))
+            except Exception:  # noqa: BLE001 - timed out, refused, reset
+                self.times.append(float("inf"))
+            i += 1
+            self.stopping.wait(max(0.0, self.every_s - (time.perf_counter() - t0)))
+
+    def start(self) -> Victim:
+        self.thread.start()
+        return self
+
+    def stop(self) -> str:
+        self.stopping.set()
+        self.thread.join(60)
+        return p95_text(self.times)
+
+
+def p95_text(times: list[float]) -> str:
+    """p50, p95 and how many answered, of request times (inf: not answered)."""
+    if len(times) < 2 or all(t == float("inf") for t in times):
+        return f"{sum(t != float('inf') for t in times)} of {len(times)} answered"
+    ordered = sorted(times)
+    p95 = statistics.quantiles(ordered, n=20, method="inclusive")[18]
+    return (f"p50 {statistics.median(ordered):.2f} s, p95 {p95:.2f} s "
+            f"({sum(t != float('inf') for t in times)} of {len(times)} answered)")
+
+
+def meanwhile(app, tmp: Path, work: Callable, same: bool = False):
+    """``work()`` while another client asks /predict (:class:`Victim`) and the app's open files
+    are counted: (its result, the victim's p50/p95, the peak of open files and its share of the
+    limit)."""
+    import resource
+
+    from attacks import open_files
+
+    limit = resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE)[0]
+    victim, peak, stop = Victim(app.url, tmp, same=same).start(), [open_files(app.proc.pid)], threading.Event()
+
+    def count() -> None:
+        while not stop.wait(0.5):
+            try:
+                peak[0] = max(peak[0], open_files(app.proc.pid))
+            except OSError:
+                return
+
+    counter = threading.Thread(target=count, daemon=True)
+    counter.start()
+    try:
+        result = work()
+    finally:
+        stop.set()
+        counter.join(5)
+        times = victim.stop()
+    return result, f"another client's /predict meanwhile: {times}; open files peak {peak[0]} ({peak[0] / limit:.0%})"
+
+
+def can_upload(url: str, source: str, tmp: Path) -> str:
+    """Whether a new client at ``source`` can upload a photo now: its HTTP status."""
+    import httpx
+
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=20) as http, \
+                open(photo(tmp), "rb") as fh:
+            return str(http.post(url + "gradio_api/upload", files=[("files", ("coffee.png", fh))]).status_code)
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__
+
+
+def slow_bodies(app, tmp: Path, addresses: int = 25, per_address: int = 100, hold_s: float = 90) -> None:
+    """Issue 47, break 1: ``addresses`` x ``per_address`` POSTs to /gradio_api/queue/join whose body
+    comes one byte every 5 s (each reopened when the server closes it), the app's file limit
+    lowered to 2,048; another client's /predict meanwhile, the app's open files sampled, and a new
+    address's upload at the end."""
+    import resource
+
+    from attacks import Drip, open_files
+
+    resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE, (2048, resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE)[1]))
+    time.sleep(1.5)  # (the app reads its limit again every second)
+    log0, fds0 = app.log_path.stat().st_size, open_files(app.proc.pid)
+    drip = Drip(app.port, [f"127.0.2.{i + 1}" for i in range(addresses)], per_address).start()
+    victim = Victim(app.url, tmp).start()
+    peak, t0 = fds0, time.monotonic()
+    while time.monotonic() - t0 < hold_s:
+        peak = max(peak, open_files(app.proc.pid))
+        time.sleep(0.5)
+    newcomer = can_upload(app.url, "127.0.3.1", tmp)
+    figure = victim.stop()
+    alive = drip.alive()
+    drip.stop()
+    row(f"{addresses} addresses x {per_address} POST /gradio_api/queue/join sending their body one byte every 5 s, "
+        f"reopened when closed, for {hold_s:.0f} s (the app's file limit 2,048)",
+        f"open files: {fds0} at the start, peak {peak} ({peak / 2048:.0%} of the limit); at the end {alive} of the "
+        f"attack's sockets connected (its side), {drip.closed} closed by the server; a new address's upload: HTTP {newcomer}",
+        f"another client's /predict: {figure}; log +{(app.log_path.stat().st_size - log0) / 1e6:.2f} MB")
+
+
+def chunked_uploads(app, tmp: Path, n: int = 40, size: int = 20 * MB) -> None:
+    """Issue 47, break 2: one address sends ``n`` uploads of ``size`` bytes chunked, each with a
+    ``Content-Length: 200`` beside its ``Transfer-Encoding: chunked``."""
+    from attacks import chunked_upload
+
+    folder = app.folder()
+    before, t0 = folder_bytes(folder), time.perf_counter()
+    codes, others = meanwhile(app, tmp, lambda: [chunked_upload(app.port, size, "127.0.4.1") for _ in range(n)])
+    grown = folder_bytes(folder) - before
+    row(f"{n} uploads of {size / MB:.0f} MiB from one address, each sent chunked with Content-Length: 200 beside "
+        f"(--upload-budget-mb 100)", ", ".join(f"{codes.count(c)} x HTTP {c}" for c in sorted(set(codes))),
+        f"the app's folder +{grown / MB:.0f} MiB in {time.perf_counter() - t0:.0f} s; {others}")
+
+
+def upload_lockout(app, tmp: Path, addresses: int = 50, per_address: int = 4, hold_s: float = 30) -> None:
+    """Issue 47, break 3: ``addresses`` x ``per_address`` uploads that declare 25 MB and send no body
+    (reopened when closed); then new addresses upload a photo and call an MCP tool."""
+    from attacks import Drip
+    from mcp_client import McpClient, data_url
+
+    drip = Drip(app.port, [f"127.0.5.{i + 1}" for i in range(addresses)], per_address, declared=None).start()
+    _, others = meanwhile(app, tmp, lambda: time.sleep(hold_s))
+    during = [can_upload(app.url, f"127.0.6.{i + 1}", tmp) for i in range(5)]
+    mcp = McpClient(app.url + "gradio_api/mcp/", source="127.0.6.9")
+    try:
+        answer = mcp.tool("predict", image=data_url(photo(tmp).read_bytes(), "image/png"))
+        tool = "error: " + str(answer["content"][0].get("text", ""))[:60] if answer.get("isError") else "answered"
+    except Exception as e:  # noqa: BLE001 - HTTP 429
+        tool = f"refused: {str(e)[:60]}"
+    alive = drip.alive()
+    drip.stop()
+    time.sleep(2)
+    after = [can_upload(app.url, f"127.0.7.{i + 1}", tmp) for i in range(3)]
+    row(f"{addresses} addresses x {per_address} uploads declaring 25 MB and sending no body, for {hold_s:.0f} s "
+        f"({alive} connected at the end, {drip.closed} closed by the server)",
+        f"5 new addresses' uploads meanwhile: {', '.join(during)}; a new "
+        f"address's MCP predict: {tool}", f"after the attack: {', '.join(after)}; {others}")
+
+
+def huge_zip(app, tmp: Path, job_seconds: float, flags: str = "") -> None:
+    """Issue 47, break 4: a zip of 16 float TIFFs of 8000 x 8000 px (64 MP each) to the survey and
+    to the atlas: RSS peak and seconds against ``--job-seconds`` (``flags``: the app's others, said in the row)."""
+    from attacks import huge_tiff_zip, values_for
+
+    archive = huge_tiff_zip(tmp / "huge.zip")
+    raw = Raw(app.url, timeout=600)
+    raw.call("predict", [file_payload(raw.upload(photo(tmp))), None, 3])  # the model loaded first
+    stored = raw.upload(archive)
+    for name in ("on_run", "on_build"):
+        time.sleep(3)
+        rss0 = rss_mb(app.proc.pid)
+        data = values_for(raw, name, 0, file_payload(stored))
+        (out, rss, _), others = meanwhile(app, tmp, lambda name=name, data=data: watched(
+            app.proc.pid, app.folder(), lambda: raw.call(name, data, timeout=900)), same=True)
+        what = "survey" if name == "on_run" else "atlas"
+        row(f"the {what} of a {archive.stat().st_size // 1024} KB zip of 16 float TIFFs of 8000 x 8000 px "
+            f"(--job-seconds {job_seconds:.0f}{flags})", ("done" if out.success else out.message[:110]),
+            f"{out.seconds:.1f} s, RSS peak +{rss - rss0:.0f} MiB; {others}")
+
+
+def atlas_photos(app, tmp: Path, job_seconds: float, n: int = 100) -> None:
+    """Issue 47, break 4's last part: an atlas of ``n`` photos of the shared ImageNet sample (a zip)
+    against ``--job-seconds``."""
+    import zipfile
+
+    from attacks import values_for
+
+    sample = ROOT.parent / "shared" / "imagenet-sample"
+    if not sample.is_dir():
+        row(f"an atlas of {n} photos", "skipped", f"needs {sample}")
+        return
+    archive = tmp / "photos.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for p in sorted(sample.glob("*.JPEG"))[:: max(1, 1000 // n)][:n]:
+            z.write(p, f"photos/{p.name}")
+    raw = Raw(app.url, timeout=600)
+    raw.call("predict", [file_payload(raw.upload(photo(tmp))), None, 3])
+    stored = raw.upload(archive)
+    out = raw.call("on_build", values_for(raw, "on_build", 0, file_payload(stored)), timeout=900)
+    row(f"an atlas of {n} ImageNet photos ({archive.stat().st_size / MB:.1f} MB zip; --job-seconds {job_seconds:.0f})",
+        "done" if out.success else out.message[:140], f"{out.seconds:.1f} s")
+
+
+def smaller_findings(app, tmp: Path) -> None:
+    """Issue 47's smaller findings: a 100 KB non-string MCP argument, a 1,025-character model name,
+    Gradio's OpenAPI schema, the tool events called through the page's queue, a hub model named by
+    an anonymous caller."""
+    from mcp_client import McpClient, data_url
+
+    picture = data_url(photo(tmp).read_bytes(), "image/png")
+    c = McpClient(app.url + "gradio_api/mcp/", source="127.0.8.1")
+    r = c.post("tools/call", {"name": "predict", "arguments": {"image": picture, "k": ["x" * 100_000]}})
+    r2 = c.post("tools/call", {"name": "predict", "arguments": {"image": picture, "model": "m" * 1025}})
+    url_named = f":{app.port}/" in r2.text
+    row("MCP: a 100 KB list as k; a 1,025-character model name", f"{len(r.content):,} bytes back; the internal "
+        f"join URL {'named' if url_named else 'not named'}", r2.text.split('"text":"')[-1][:90])
+    import httpx
+
+    code = httpx.get(app.url + "gradio_api/openapi.json").status_code
+    row("Gradio's /gradio_api/openapi.json on the exposed app", f"HTTP {code}", "")
+    raw = Raw(app.url, headers={"X-Forwarded-For": "10.47.0.1"})
+    stored = raw.upload(photo(tmp))
+    fn = raw.fn_index("tool_explain")
+    joined = [raw.join(fn, [file_payload(stored), "integrated-gradients", -1, ""], session=f"t{i}")[0] for i in range(10)]
+    row("10 tool events (explain) joined through the page's queue by one address, at once",
+        f"{joined.count(200)} in flight, {len(joined) - joined.count(200)} refused", "")
+    out = raw.call("predict", [file_payload(stored), "hub:vit_small_patch16_224.dino", 3], timeout=120)
+    row("an anonymous caller names a hub model (hub:vit_small_patch16_224.dino) on the exposed app",
+        "download tried" if "download" in out.message or out.success else "refused", out.message[:100])
+
+
 # ----------------------------------------------------------------------------- running them
 
 
@@ -862,6 +1099,20 @@ def run(root: Path, only: set[str] | None) -> None:
         if want("mcp"):
             with_app(["--exposed", "--mcp", "--upload-budget-mb", "10", "--max-upload-mb", "5"],
                      lambda app: mcp_tools(app, tmp))
+        round3 = ["--exposed", "--mcp", "--job-seconds", "30"]  # issue 47's app
+        if want("slowbody"):
+            with_app(round3, lambda app: slow_bodies(app, tmp))
+        if want("chunked"):
+            with_app(round3, lambda app: chunked_uploads(app, tmp))
+        if want("lockout"):
+            with_app(round3, lambda app: upload_lockout(app, tmp))
+        if want("hugezip"):
+            with_app(round3, lambda app: huge_zip(app, tmp, 30))
+            with_app([*round3, "--max-megapixels", "64"], lambda app: huge_zip(app, tmp, 30, ", --max-megapixels 64"))
+        if want("atlas100"):
+            with_app(round3, lambda app: atlas_photos(app, tmp, 30))
+        if want("small47"):
+            with_app([*round3, "--trusted-proxy", "127.0.0.1"], lambda app: smaller_findings(app, tmp))
 
 
 def main() -> None:
@@ -869,7 +1120,8 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app to attack (default: this one)")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
-                                              "timelimit temp survey unpack connections mcp paths sessions pages")
+                                              "timelimit temp survey unpack connections mcp paths sessions pages "
+                                              "slowbody chunked lockout hugezip atlas100 small47")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()

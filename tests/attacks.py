@@ -42,13 +42,16 @@ class Outcome:
 
 
 class Raw:
-    """One client (one session unless told otherwise) of the app at ``url``."""
+    """One client (one session unless told otherwise) of the app at ``url`` (from the loopback
+    address ``source``: another client)."""
 
-    def __init__(self, url: str, headers: dict[str, str] | None = None, timeout: float = 120) -> None:
+    def __init__(self, url: str, headers: dict[str, str] | None = None, timeout: float = 120,
+                 source: str | None = None) -> None:
         import httpx
 
         self.url = url if url.endswith("/") else url + "/"
-        self.http = httpx.Client(timeout=timeout, headers=headers or {})
+        transport = httpx.HTTPTransport(local_address=source) if source else None  # another loopback address
+        self.http = httpx.Client(timeout=timeout, headers=headers or {}, transport=transport)
         self.session = uuid.uuid4().hex
         self._config: dict | None = None
 
@@ -262,3 +265,145 @@ def crash_spawned_children(pid: int, stop: threading.Event, killed: list[int]) -
             except (psutil.Error, OSError):
                 continue
         time.sleep(0.005)
+
+
+# ----------------------------------------------------------------------------- issue 47: bodies, uploads, connections
+
+
+def raw_request(port: int, head: str, source: str = "127.0.0.1", body: bytes = b"", timeout: float = 5):
+    """A socket from ``source`` that has sent ``head`` (a request's line and headers, without the
+    blank line) and ``body``; the blank line is added. The caller reads and closes it."""
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall(head.encode() + b"\r\n\r\n" + body)
+    return s
+
+
+def status_of(sock, timeout: float = 30) -> int:
+    """The HTTP status a server answered on ``sock`` (0: closed or no answer within ``timeout``)."""
+    sock.settimeout(timeout)
+    try:
+        line = sock.recv(64).split(b"\r\n")[0].split()
+        return int(line[1]) if len(line) > 1 and line[1].isdigit() else 0
+    except OSError:
+        return 0
+
+
+class Drip:
+    """``per_source`` connections from each of ``sources`` that send a request's headers (a POST
+    declaring ``declared`` bytes) and then its body one byte every ``every_s`` seconds, reopened
+    as the server closes them, until :meth:`stop` (a thread). ``declared`` None: only the headers
+    of an upload of ``upload_bytes``, and no body byte at all (a header-only upload)."""
+
+    def __init__(self, port: int, sources: list[str], per_source: int, path: str = "/gradio_api/queue/join",
+                 declared: int | None = 1 << 20, every_s: float = 5.0, reopen: bool = True,
+                 upload_bytes: int = 25 << 20) -> None:
+        self.port, self.sources, self.per_source, self.path = port, sources, per_source, path
+        self.declared, self.every_s, self.reopen, self.upload_bytes = declared, every_s, reopen, upload_bytes
+        self.socks: dict[tuple[str, int], Any] = {}
+        self.opened = self.closed = self.refused = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True, name="drip")
+
+    def head(self) -> str:
+        if self.declared is None:
+            return (f"POST /gradio_api/upload HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                    f"Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: {self.upload_bytes}")
+        return (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {self.declared}")
+
+    def open(self, key: tuple[str, int]) -> None:
+        try:
+            self.socks[key] = raw_request(self.port, self.head(), key[0], timeout=2)
+            self.opened += 1
+        except OSError:
+            self.refused += 1
+            self.socks.pop(key, None)
+
+    def start(self) -> Drip:
+        for src in self.sources:
+            for i in range(self.per_source):
+                self.open((src, i))
+        self.thread.start()
+        return self
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.every_s):
+            for key in [(s, i) for s in self.sources for i in range(self.per_source)]:
+                if self.stopping.is_set():
+                    return
+                sock = self.socks.get(key)
+                alive = sock is not None
+                if alive and self.declared is not None:
+                    try:
+                        sock.sendall(b"[")
+                    except OSError:
+                        alive = False
+                elif alive:
+                    alive = still_open([sock]) == 1
+                if not alive:
+                    if sock is not None:
+                        sock.close()
+                        self.closed += 1
+                    if self.reopen:
+                        self.open(key)
+
+    def alive(self) -> int:
+        return still_open(list(self.socks.values()))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+        for s in self.socks.values():
+            s.close()
+
+
+def chunked_upload(port: int, nbytes: int, source: str = "127.0.0.1", declared: int = 200,
+                   name: str = "x.png") -> int:
+    """An upload of ``nbytes`` sent chunked with a ``Content-Length: declared`` beside it (two framings
+    at once); the HTTP status."""
+    boundary = "b0undary"
+    pre = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+           "Content-Type: application/octet-stream\r\n\r\n").encode()
+    post = f"\r\n--{boundary}--\r\n".encode()
+    head = (f"POST /gradio_api/upload HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {declared}\r\n"
+            "Transfer-Encoding: chunked")
+    sock = raw_request(port, head, source, timeout=60)
+    try:
+        block = os.urandom(1 << 20)
+        parts = [pre] + [block[: min(len(block), nbytes - i)] for i in range(0, nbytes, len(block))] + [post]
+        for p in parts:
+            sock.sendall(f"{len(p):x}\r\n".encode() + p + b"\r\n")
+        sock.sendall(b"0\r\n\r\n")
+    except OSError:
+        pass
+    try:
+        return status_of(sock, 60)
+    finally:
+        sock.close()
+
+
+def open_files(pid: int) -> int:
+    """How many file descriptors process ``pid`` holds."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def huge_tiff_zip(path: Path, n: int = 16, side: int = 8000) -> Path:
+    """A zip of ``n`` float TIFFs of ``side`` x ``side`` px (64 MP at 8000), one value each: a few
+    hundred KB, each 256 MB once decoded."""
+    import io
+    import zipfile
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("F", (side, side), 0.5).save(buf, "TIFF", compression="tiff_adobe_deflate")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(n):
+            z.writestr(f"huge/{i:02d}.tif", buf.getvalue())
+    return path

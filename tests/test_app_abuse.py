@@ -4,8 +4,10 @@ budgets: ``--upload-budget-mb 2 --max-upload-mb 1 --exports-mb 1``):
 
 - request bodies: 30 MB of JSON is refused at once (declared or streamed), memory unchanged;
   no error sends back more than a few dozen characters of what came in;
-- uploads: one client stores at most its budget; exports stay within their disk budget; one
-  address opens at most 60 new sessions per 10 minutes;
+- uploads: one client stores at most its budget, counted in the bytes that arrive (issue 47: an
+  upload sent chunked with a Content-Length beside was charged the declared 200 bytes; headers
+  alone were charged their declared length, and 50 addresses locked every other out of uploads);
+  exports stay within their disk budget; one address opens at most 60 new sessions per 10 minutes;
 - the app's folder is removed when it stops, and a killed app's folder at the next start;
 - leaks: no server path in /config, the API docs or any error; picture names are random;
   a value no check foresaw gets plain words, not an exception's type.
@@ -22,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from app_server import ROOT, running_app, start_app
-from attacks import Raw, file_payload, rss_mb
+from attacks import Drip, Raw, chunked_upload, file_payload, rss_mb
 from PIL import Image
 
 httpx = pytest.importorskip("httpx")
@@ -202,6 +204,41 @@ def test_one_address_cannot_open_endless_sessions(app) -> None:
     refused = [a for c, a in codes if c != 200]
     assert accepted <= 60 and len(refused) >= 20 and set(refused) == {TOO_MANY_SESSIONS}, (accepted, set(refused))
     assert raw.join(fn, [None], session="many0")[0] == 200  # a session it already has goes on
+
+
+def test_uploads_that_send_no_body_lock_nobody_out(deit_tiny_path: Path, small_photo) -> None:
+    """30 addresses x 2 uploads that declare 1 MB and send nothing: before, each was charged its
+    declared length at once, the all-clients total (20 x 2 MB) was full, and every new address's
+    upload got 429 for 10 minutes; now a declared length charges nothing, and a new address uploads.
+    On an app of its own: after the module's other tests, the app before the fix let the new address
+    in (the lockout did not show), and the test could not fail."""
+    args = ["--weights", str(deit_tiny_path), "--exposed", "--upload-budget-mb", "2", "--max-upload-mb", "1",
+            "--no-warm-up"]
+    with running_app(args) as app:
+        drip = Drip(app.port, [f"127.0.46.{i + 1}" for i in range(30)], 2, declared=None, upload_bytes=MB,
+                    every_s=60, reopen=False).start()
+        try:
+            time.sleep(3.0)  # (the gate has seen them all)
+            held = drip.alive()
+            with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.45.1"), timeout=30) as http, \
+                    open(small_photo, "rb") as fh:
+                r = http.post(app.url + "gradio_api/upload", files=[("files", ("cup.png", fh))])
+        finally:
+            drip.stop()
+    print(f"{held} header-only uploads held; a new address's upload: HTTP {r.status_code}")
+    assert held >= 50 and r.status_code == 200, (held, r.status_code, r.text[:200])
+
+
+def test_chunked_uploads_do_not_escape_the_budget(app) -> None:
+    """Five uploads of 0.9 MB from one address, each sent chunked with ``Content-Length: 200``
+    beside: before, each was charged 200 bytes and stored whole (4.5 MB against a budget of 2);
+    now a request with both framings is refused (400), nothing stored."""
+    folder = app.folder()
+    before = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    codes = [chunked_upload(app.port, 900_000, "127.0.47.1") for _ in range(5)]
+    grown = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) - before
+    print(f"5 chunked uploads of 0.9 MB with Content-Length: 200: HTTP {codes}; the app's folder +{grown / MB:.1f} MB")
+    assert codes == [400] * 5 and grown < 0.5 * MB, (codes, grown)
 
 
 def test_one_client_cannot_store_more_than_its_budget(app, tmp_path: Path) -> None:

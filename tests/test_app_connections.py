@@ -1,10 +1,15 @@
-"""Connections that never finish their headers (issue 35, point 2), against the running
-``--exposed`` app with a short header time (``--header-seconds 3``), and the log's repeat filter.
+"""Connections that never finish their headers (issue 35, point 2), bodies that never finish and
+connections from many addresses (issue 47, break 1), against the running ``--exposed`` app with
+a short header time (``--header-seconds 3``), and the log's repeat filter.
 
 Before: 2,000 such connections from one address all stayed open 60 s, and 20,000 took every
 file descriptor (other clients timed out; asyncio logged a traceback per refused accept, 617
 MB in 100 s). Now one address holds at most 100 connections, each closed when its headers are
-late, and a repeated log line is kept at most 20 times a minute.
+late, and a repeated log line is kept at most 20 times a minute. Issue 47: a body sent one byte
+at a time was waited for forever (25 addresses x 100 held a file limit of 2,048); now a body
+must keep up 16 KB/s after a grace of ``--header-seconds`` (408, closed), and all addresses
+together hold at most 60 % of the file limit, a new address's connection closing one of the
+busiest address's.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from app_server import running_app
-from attacks import slow_connections, still_open
+from attacks import Drip, open_files, raw_request, slow_connections, status_of, still_open
 
 httpx = pytest.importorskip("httpx")
 
@@ -74,3 +79,101 @@ def test_a_repeated_log_line_is_kept_20_times_a_minute() -> None:
     time.sleep(0.35)
     first = rec("socket.accept() out of system resource\nsocket: fd=5")
     assert f.filter(first) and first.getMessage().startswith("(980 more like this were dropped in the last minute)")
+
+
+def test_slow_bodies_are_closed(app) -> None:
+    """150 POSTs from 3 addresses that declare 1 MiB and send a byte a second: before, all still
+    open after 6 s (and forever); now closed once the grace (3 s) is over, the first one answered
+    408, while an upload sent at 50 KB/s goes through."""
+    drip = Drip(app.port, [f"127.0.47.{i}" for i in (1, 2, 3)], 50, every_s=1.0, reopen=False).start()
+    late = raw_request(app.port, f"POST /gradio_api/queue/join HTTP/1.1\r\nHost: 127.0.0.1:{app.port}\r\n"
+                                 "Content-Type: application/json\r\nContent-Length: 100", "127.0.47.9", b'{"data": [')
+    try:
+        time.sleep(0.5)
+        during = drip.alive()
+        honest = _slow_upload(app.url, 200 << 10, 50 << 10)
+        time.sleep(max(0.0, HEADER_S + 3.5 - 0.5 - honest[1]))
+        after = drip.alive()
+        answer = status_of(late, timeout=5)
+    finally:
+        drip.stop()
+        late.close()
+    print(f"150 slow bodies: {during} open after 0.5 s, {after} after {HEADER_S + 3.5:.1f} s; the late one: HTTP "
+          f"{answer}; an upload at 50 KB/s: HTTP {honest[0]} in {honest[1]:.1f} s")
+    assert during >= 140 and after == 0, (during, after)
+    assert answer == 408
+    assert honest[0] == 200
+
+
+def _slow_upload(url: str, nbytes: int, rate: int) -> tuple[int, float]:
+    """An upload of ``nbytes`` of a PNG-named file sent at ``rate`` bytes a second: (status, seconds)."""
+    import os
+
+    def body():
+        data = os.urandom(nbytes)
+        for i in range(0, nbytes, rate // 10):
+            time.sleep(0.1)
+            yield data[i:i + rate // 10]
+
+    t0 = time.perf_counter()
+    pre = b'--b0\r\nContent-Disposition: form-data; name="files"; filename="x.png"\r\n\r\n'
+    post = b"\r\n--b0--\r\n"
+    r = httpx.post(url + "gradio_api/upload", content=_chain(pre, body(), post), timeout=60,
+                   headers={"Content-Type": "multipart/form-data; boundary=b0",
+                            "Content-Length": str(len(pre) + nbytes + len(post))})
+    return r.status_code, time.perf_counter() - t0
+
+
+def _chain(pre: bytes, middle, post: bytes):
+    yield pre
+    yield from middle
+    yield post
+
+
+@pytest.fixture(scope="module")
+def patient(deit_tiny_path: Path):
+    """The exposed app with a long header time (60 s): connections stay until the cap closes them."""
+    args = ["--weights", str(deit_tiny_path), "--exposed", "--header-seconds", "60", "--no-warm-up"]
+    with running_app(args) as a:
+        yield a
+
+
+def test_all_addresses_together_leave_room_for_a_new_one(patient) -> None:
+    """12 addresses x 90 connections that never finish their headers (a header time of 60 s), against
+    a file limit of 1,024: before, the app's files reached the limit (accept() failed; a new client
+    could not connect); now at most 60 % of it are connections (a new one closes one of the
+    busiest address's), the files stay under 80 % and a new address gets /config."""
+    import resource
+
+    app = patient
+    soft, hard = resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE, (1024, hard))
+    time.sleep(1.2)  # (the app reads its limit again every second)
+    from concurrent.futures import ThreadPoolExecutor
+
+    peak, t0 = open_files(app.proc.pid), time.perf_counter()
+    socks: list = []
+    try:
+        with ThreadPoolExecutor(12) as pool:  # at once: well within the header time
+            opening = [pool.submit(slow_connections, app.port, 90, f"127.0.48.{i + 1}") for i in range(12)]
+            while not all(f.done() for f in opening):
+                peak = max(peak, open_files(app.proc.pid))
+                time.sleep(0.02)
+            socks = [s for f in opening for s in f.result()]
+        opened = time.perf_counter() - t0
+        for _ in range(5):
+            time.sleep(0.1)
+            peak = max(peak, open_files(app.proc.pid))
+        t0 = time.perf_counter()
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.49.1"), timeout=10) as http:
+            code = http.get(app.url + "config").status_code
+        took = time.perf_counter() - t0
+    finally:
+        for s in socks:
+            s.close()
+        resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    print(f"1,080 connections from 12 addresses (opened in {opened:.1f} s), file limit 1,024: the app's files "
+          f"peaked at {peak}; a new address's /config: HTTP {code} in {took:.2f} s")
+    assert peak > 0.55 * 1024, peak  # (the cap was reached: the connections were not closed by a timer)
+    assert peak < 0.8 * 1024, peak
+    assert code == 200

@@ -178,6 +178,37 @@ def test_exposed_tools_keep_the_limits(exposed) -> None:
     assert big.status_code == 413
 
 
+def test_exposed_errors_repeat_nothing_and_name_no_address(exposed) -> None:
+    """Issue 47: a value that is no string was repeated whole by the MCP library's "Input validation
+    error" (a 100 KB ``k``: 100,167 bytes back), and a model name past the door's 1,024 characters
+    came back as Gradio's client's HTTP error, naming the app's internal join URL. Now every
+    tool error is cut to 200 characters and names no address."""
+    c = mcp(exposed, "127.0.0.8")
+    picture = data_url(package_photos_bytes(), "image/png")
+    for k in (["x" * 100_000], {"a": "x" * 100_000}):
+        r = c.post("tools/call", {"name": "predict", "arguments": {"image": picture, "k": k}})
+        assert len(r.content) < 600 and parse(r)["result"]["isError"], len(r.content)
+    r = c.tool("predict", image=picture, model="m" * 1025)
+    text = texts(r)[0]
+    assert r["isError"] and "://" not in text and str(exposed.port) not in text and len(text) <= 200, text
+
+
+def test_tool_events_through_the_queue_keep_the_callers_cap(exposed) -> None:
+    """Issue 47: the tools' events can be called through the page's queue by their index, where
+    the MCP callers' cap did not count them: one address had 8 in flight. Now the cap counts a
+    tool event however it comes: one in flight, the others refused in plain words."""
+    from attacks import Raw, file_payload
+
+    raw = Raw(exposed.url, source="127.0.0.6")
+    pic = io.BytesIO(package_photos_bytes())
+    stored = raw.http.post(raw.url + "gradio_api/upload", files=[("files", ("g.png", pic))]).json()[0]
+    fn = raw.fn_index("tool_explain")
+    joined = [raw.join(fn, [file_payload(stored), "integrated-gradients", -1, ""], session=f"tool{i}") for i in range(4)]
+    codes = [c for c, _ in joined]
+    refusals = {a for c, a in joined if c != 200}
+    assert codes.count(200) == 1 and refusals and all("tool calls in progress" in a for a in refusals), joined
+
+
 def noise_png(seed: int, side: int = 300) -> bytes:
     rng = np.random.default_rng(seed)
     buf = io.BytesIO()

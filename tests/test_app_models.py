@@ -126,3 +126,43 @@ def test_hub_pick_downloads_with_progress(tmp_path: Path, package_photos: dict[s
         assert gets == [f"/{repo}/resolve/main/model.safetensors"]
         assert "Traceback" not in app.log(50_000), app.log()
         assert os.path.getsize(weights / f"{NAME}.safetensors") > 0
+
+
+def test_an_exposed_app_downloads_only_when_allowed(tmp_path: Path, package_photos: dict[str, Path]) -> None:
+    """Issue 47: any anonymous caller could make an exposed app download any hub model on its menu
+    (hundreds of MB each, into weights/, under no disk budget), from any event that names a model.
+    Now an exposed app offers none unless ``--allow-downloads``; then only the model menu's pick
+    downloads (in the slow lane, one at a time), within ``--downloads-mb``, and a model that
+    would pass the budget is refused before anything is fetched."""
+    from attacks import Raw, file_payload
+    from hub_server import fake_hub
+    from test_hub_download import NAME, hub_checkpoint
+
+    repo, data, _ = hub_checkpoint()  # vit_tiny: 5.7 M parameters, counted 2 x 4 bytes each (46 MB)
+    weights = tmp_path / "weights"
+    with fake_hub({repo: {"model.safetensors": data}}) as hub:
+        env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
+               "VIT_DEMO_WEIGHTS_DIR": str(weights)}
+        with running_app(["--no-warm-up", "--exposed", "--model", NAME], env=env) as app:
+            raw = Raw(app.url)
+            menu = next(c for c in raw.config()["components"] if (c.get("props") or {}).get("elem_id") == "model")
+            assert not [v for _, v in menu["props"]["choices"] if v.startswith("hub:")], menu["props"]["choices"]
+            out = raw.call("predict", [file_payload(raw.upload(package_photos["coffee"])), f"hub:{NAME}", 3])
+            assert "unknown model" in out.message, out.message
+        assert not [q for _, q in hub.requests if "/resolve/" in q], hub.requests
+
+        with running_app(["--no-warm-up", "--exposed", "--model", NAME, "--allow-downloads", "--downloads-mb", "60"],
+                         env=env) as app:
+            raw = Raw(app.url)
+            stored = raw.upload(package_photos["coffee"])
+            out = raw.call("predict", [file_payload(stored), f"hub:{NAME}", 3])  # not from the menu: not downloaded
+            assert "pick it in the model menu" in out.message, out.message
+            big = raw.call("on_model", ["hub:deit_small_patch16_224", None])  # 22 M parameters: past 60 MB
+            assert "download budget" in json.dumps(big.output), big.output
+            assert not [q for _, q in hub.requests if "/resolve/" in q], hub.requests
+            picked = raw.call("on_model", [f"hub:{NAME}", None], timeout=300)
+            assert picked.success and NAME in json.dumps(picked.output), (picked.message, picked.output)
+            out = raw.call("predict", [file_payload(stored), f"hub:{NAME}", 3])
+            assert out.success, out.message
+        assert (weights / f"{NAME}.safetensors").is_file()
+        assert [q for m, q in hub.requests if m == "GET" and "/resolve/" in q] == [f"/{repo}/resolve/main/model.safetensors"]

@@ -341,3 +341,45 @@ def test_a_tiff_of_many_pages_is_not_walked_through(tmp_path: Path) -> None:
     few = tmp_path / "few.tif"
     few.write_bytes(hostile.tiff_pages(3))
     assert open_image(few).notes == ["few.tif is an animated TIFF with 3 frames: using the first frame"]
+
+
+def test_upload_budget_keeps_a_share_for_every_new_client() -> None:
+    """Issue 47: the all-clients total let a few clients lock every other out (50 addresses' header-only
+    uploads filled it, and every new visitor got 429 for 10 minutes). Now a client under its reserve
+    (one file of the largest size) is never refused because of the total; past it, the total counts."""
+    from vit_demo.app.server.middleware import UploadBudget
+
+    b = UploadBudget(per_client=4, total=8, reserve=2)
+    assert b.take("a", 4) and b.take("b", 4)  # the total is full
+    assert not b.take("a", 1)  # a's own share is used
+    assert b.take("c", 2) and b.take("d", 1) and b.take("d", 1)  # new clients keep their reserve...
+    assert not b.take("c", 1) and not b.take("d", 1)  # ... and no more while the total is full
+    assert b.used("c") == 2 and b.left("c") == 2
+
+
+def test_ipv6_clients_are_counted_by_their_64() -> None:
+    """Issue 47: one IPv6 /64 holds 2^64 addresses: every per-client limit counts it as one client."""
+    from vit_demo.app.server.clients import client_group
+
+    assert client_group("2001:db8:1:2::5") == client_group("2001:db8:1:2:ffff:ffff:ffff:ffff") == "2001:db8:1:2::/64"
+    assert client_group("2001:db8:1:3::5") != client_group("2001:db8:1:2::5")
+    assert client_group("::ffff:10.0.0.7") == "10.0.0.7" and client_group("10.0.0.7") == "10.0.0.7"
+    assert client_group("?") == "?" and client_group(None) is None
+
+
+def test_folder_jobs_read_pictures_as_an_upload(tmp_path: Path) -> None:
+    """Issue 47: the survey and the atlas read each picture whole, past --max-megapixels (a 64-MP
+    float TIFF took 1.75 GB). Now their loader is the upload's: the pixel limit from the header,
+    the reduction to 1536 x 1536 at load."""
+    from vit_demo.app.server.limits import Limits
+    from vit_demo.app.uploads import picture_loader
+    from vit_demo.images import ImageError
+
+    load = picture_loader(Limits(exposed=True, max_megapixels=10))
+    big = tmp_path / "big.png"
+    Image.new("RGB", (3000, 2000), (10, 200, 30)).save(big)
+    assert load(str(big)).width * load(str(big)).height <= 1536 * 1536
+    huge = tmp_path / "huge.tif"
+    Image.new("F", (4000, 3000), 0.5).save(huge, compression="tiff_adobe_deflate")
+    with pytest.raises(ImageError, match="the limit is 10 MP"):
+        load(str(huge))

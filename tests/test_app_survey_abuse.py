@@ -168,14 +168,15 @@ def test_a_crash_in_the_clustering_fails_one_survey_not_the_server(app, tmp_path
 
 
 def test_no_framework_schema_and_no_server_path_in_what_the_app_sends(app, tmp_path: Path, package_photos) -> None:
-    """FastAPI's /openapi.json answered (37 KB of routes and models); /docs and /redoc did not.
+    """FastAPI's /openapi.json answered (37 KB of routes and models); /docs and /redoc did not; nor,
+    on an exposed app, Gradio's own /gradio_api/openapi.json now (issue 47: it answered).
     Gradio names each file it serves by its path in the app's folder: /config and the page held
     the example photos' paths, the upload route's answer and every picture sent back named the
     folder. Now the files are ``files/...``, and they still work: an example shown, picked and
     predicted, an upload predicted, gradio_client. Gradio's deep-link route (a session's
     components written to a file for anyone naming the session) is closed."""
     raw = Raw(app.url)
-    for route in ("openapi.json", "docs", "redoc", "docs/oauth2-redirect"):
+    for route in ("openapi.json", "docs", "redoc", "docs/oauth2-redirect", "gradio_api/openapi.json"):
         r = raw.http.get(app.url + route)
         assert r.status_code == 404 and len(r.content) < 300, (route, r.status_code)
     assert raw.http.get(app.url + "gradio_api/info").status_code == 200  # the page's own API page stays

@@ -67,6 +67,15 @@ def check() -> None:
         raise TimeUp(f"{limit[1]} took longer than the {limit[2]:.0f} s a job may take on this app, and was stopped.")
 
 
+def time_left() -> tuple[float, float] | None:
+    """(seconds left, the limit's seconds) of this thread's :func:`time_limit`; None without one.
+    Long work can say up front that it will not fit, instead of running to the limit."""
+    limit = getattr(_local, "deadline", None)
+    if limit is None:
+        return None
+    return limit[0] - time.monotonic(), limit[2]
+
+
 def report(share: float, desc: str = "", done: int | None = None, total: int | None = None) -> None:
     """Tell the current :func:`reporting` callback (if any) that ``share`` of the work is done;
     the text is ``desc`` followed by ``done/total`` when they are given. Checks the time limit."""

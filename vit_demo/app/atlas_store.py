@@ -27,7 +27,9 @@ from PIL import Image
 from ..analysis import Analysis
 from ..checkpoints.load import LoadedModel, file_sha256
 from ..evaluate import atlas as atlas_code
+from ..evaluate import concepts
 from ..evaluate.atlas_codes import picture_codes
+from ..evaluate.survey import Loader
 from ..present import atlas_report
 from ..present.atlas_report import Crops, write_report
 from ..progress import reporting
@@ -50,9 +52,9 @@ def cache_root() -> Path:
 
 @lru_cache(maxsize=1)
 def code_version() -> str:
-    """A hash of the code an atlas comes from (the atlas, its report and this cache's layout)."""
+    """A hash of the code an atlas comes from (the atlas, its concepts, its report and this cache's layout)."""
     h = hashlib.sha256(f"format {FORMAT}".encode())
-    for mod in (atlas_code, atlas_report):
+    for mod in (atlas_code, concepts, atlas_report):
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()[:12]
 
@@ -85,21 +87,26 @@ class Atlas:
         return next(h for h in self.result["heads"] if h["layer"] == layer and h["head"] == head)
 
 
-def finish(lm: LoadedModel, result: dict[str, Any], components: np.ndarray, out: Path, key: str, source: str) -> Atlas:
-    """The report (its page and the crops of every head and concept) and the dictionary in ``out``."""
-    write_report(result, out / "report", lm.data_config, lm.model.cfg.patch_size)
+def finish(lm: LoadedModel, result: dict[str, Any], components: np.ndarray, out: Path, key: str, source: str,
+           load: Loader | None = None) -> Atlas:
+    """The report (its page and the crops of every head and concept, the pictures read with
+    ``load``) and the dictionary in ``out``."""
+    write_report(result, out / "report", lm.data_config, lm.model.cfg.patch_size, load)
     np.save(out / "components.npy", components)
-    return Atlas(result, components, Crops(out / "report", lm.data_config, lm.model.cfg.patch_size), key, source)
+    return Atlas(result, components, Crops(out / "report", lm.data_config, lm.model.cfg.patch_size, load), key, source)
 
 
-def build_atlas(lm: LoadedModel, pictures: Path, out: Path, key: str, source: str) -> Atlas:
+def build_atlas(lm: LoadedModel, pictures: Path, out: Path, key: str, source: str, load: Loader | None = None,
+                isolated: bool = False) -> Atlas:
     """The atlas of the folder ``pictures`` (its default layer and number of concepts), made with
     a copy of the model: the atlas hooks into the blocks (it replaces heads' outputs to ablate
-    them), and the app's model runs every other session's forward passes meanwhile."""
+    them), and the app's model runs every other session's forward passes meanwhile. ``load``: how
+    a user's picture is read (the upload's limits: :func:`vit_demo.app.uploads.picture_loader`);
+    ``isolated``: NMF in a child process, which the job's time limit stops."""
     fitted: dict[str, Any] = {}
     own = dataclasses.replace(lm, model=copy.deepcopy(lm.model))
-    result = atlas_code.atlas(own, pictures, progress=False, fitted=fitted)
-    return finish(lm, result, fitted["concepts"].components, out, key, source)
+    result = atlas_code.atlas(own, pictures, progress=False, fitted=fitted, load=load, isolated=isolated)
+    return finish(lm, result, fitted["concepts"].components, out, key, source, load)
 
 
 def public_report(at: Atlas, out: Path) -> Path:

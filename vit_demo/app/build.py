@@ -15,13 +15,14 @@ from . import flow, tools
 from .context import AppConfig, Context, Section
 from .examples import all_examples
 from .page import INTRO, launch_kwargs, wire_presentation_mode
-from .registry import ModelRegistry
+from .registry import Downloads, ModelRegistry
 from .sections.display import DisplayControls
 from .sections.inputs import InputSection
 from .sections.models import ModelPicker
 from .server.guard import FileGuard, JoinGuard
 from .server.lanes import MODEL, SLOW, TRAIN, guard_queue, limit_slow_jobs
 from .server.lean import lean_sessions
+from .server.middleware import CallerCap
 from .server.settings import ServerSettings
 from .server.workspace import workspace
 from .session import SessionBudget
@@ -56,7 +57,8 @@ def build(cfg: AppConfig) -> App:
     lim = cfg.limits
     reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
-                        cache_bytes=lim.cache_bytes)
+                        cache_bytes=lim.cache_bytes, hub=lim.downloads,
+                        downloads=Downloads(lim.downloads_bytes) if lim.downloads_bytes is not None else None)
     examples = all_examples(cfg.examples)
     lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.server.lean)
     workspace().exports_budget = lim.exports_bytes
@@ -99,16 +101,18 @@ def build(cfg: AppConfig) -> App:
     # (vit_demo.app.server.lanes) checks every request's values and files before it joins, keeps each
     # client to one job in the slow lane and caps its share of the queue.
     demo.queue(max_size=cfg.max_queue, default_concurrency_limit=4, api_open=False)
-    guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files), lim.exposed)
+    calls = tools.caller_cap(lim) if cfg.mcp else None  # (the tools' events: the same cap through the queue)
+    guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files), lim.exposed, calls,
+                tools.EVENTS if cfg.mcp else ())
     limit_slow_jobs(demo, lim.job_seconds, reg.slow_job_room)
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)
-    return App(demo, reg, server_settings(cfg, ctx))
+    return App(demo, reg, server_settings(cfg, ctx, calls))
 
 
-def server_settings(cfg: AppConfig, ctx: Context) -> ServerSettings:
+def server_settings(cfg: AppConfig, ctx: Context, calls: CallerCap | None = None) -> ServerSettings:
     """The limits, and what only the page knows: the example photos (launch() serves exactly
-    these files), the MCP server (``--mcp``) and the sections' warm-up (app.py's thread, after the model)."""
-    calls = tools.caller_cap(cfg.limits) if cfg.mcp else None
+    these files), the MCP server (``--mcp``, its callers' cap ``calls``) and the sections'
+    warm-up (app.py's thread, after the model)."""
 
     def warm_up() -> None:
         for s in ctx.sections:

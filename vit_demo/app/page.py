@@ -144,24 +144,28 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
                 state_session_capacity=SESSION_CAPACITY, allowed_paths=list(server.example_paths))
 
 
+OPENAPI_ROUTE = "/gradio_api/openapi.json"  # Gradio's own schema of the API: closed on an exposed app unless --openapi
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
 def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
     """Gradio's FastAPI app: the gate as its middleware (exposed, with the path mask inside it),
     request errors that repeat nothing, and no FastAPI schema (Gradio already leaves out /docs
-    and /redoc; its own /gradio_api/info stays)."""
+    and /redoc; its own /gradio_api/info stays), nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`,
+    unless ``--openapi``)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from gradio.utils import get_upload_folder
     from starlette.middleware import Middleware
 
     from .server.masking import PathMask
-    from .server.middleware import Gate, UploadBudget
+    from .server.middleware import CLOSED_ROUTES, Gate, UploadBudget
 
     budget = None
-    if limits.upload_budget_bytes is not None:
-        budget = UploadBudget(limits.upload_budget_bytes, total=20 * limits.upload_budget_bytes)
+    if limits.upload_budget_bytes is not None:  # every client keeps one file of the largest size, whatever the total
+        budget = UploadBudget(limits.upload_budget_bytes, total=20 * limits.upload_budget_bytes,
+                              reserve=limits.max_file_size)
+    closed = CLOSED_ROUTES + (OPENAPI_ROUTE,) if limits.exposed and not limits.openapi else CLOSED_ROUTES
 
     async def invalid(_request: Any, _exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": "The request does not fit this route (missing or malformed fields)."},
@@ -169,7 +173,7 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
 
     mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
     middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
-                             calls=mcp_calls)]
+                             calls=mcp_calls, closed=closed)]
     if limits.exposed:  # inside the gate: no server path, nor Gradio's exact release, in what the app sends
         middleware.append(Middleware(PathMask, folder=get_upload_folder(), release=gr.__version__))
     return {"middleware": middleware,

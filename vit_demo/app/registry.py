@@ -83,6 +83,35 @@ class ModelError(ValueError):
     """A model that cannot be loaded, in one readable line."""
 
 
+class Downloads:
+    """An exposed app's hub downloads (``--allow-downloads``): one at a time, only where
+    :meth:`ModelRegistry.download` allows it (the model menu's pick, in the slow lane), within
+    ``budget`` bytes of disk over the app's run. A download is charged before it starts, from the
+    model's size (:func:`download_bytes`: its weights twice, the hub's cache and the port in
+    weights/); anyone naming a hub model elsewhere (an API call, a tool) is refused."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.used = int(budget), 0
+        self.lock = threading.Lock()  # held while a download runs
+        self.here = threading.local()  # .allowed: this thread may download now
+
+    @property
+    def allowed(self) -> bool:
+        return bool(getattr(self.here, "allowed", False))
+
+
+def download_bytes(name: str) -> int:
+    """Disk a hub model takes once downloaded: its parameters and buffers in float32, twice (the
+    hub's cache and its port in weights/), counted on a model built without memory (``meta``)."""
+    import torch
+
+    from ..checkpoints.timm import timm_model
+
+    with torch.device("meta"):
+        tm = timm_model(name)
+    return 2 * 4 * sum(t.numel() for t in (*tm.parameters(), *tm.buffers()))
+
+
 def short_name(name: str, n: int = 40) -> str:
     """A file name of at most ``n`` characters for a menu key (the extension kept when cut)."""
     if len(name) <= n:
@@ -115,7 +144,10 @@ class ModelRegistry:
     ``allow_uploads``: whether a user may upload one. ``models_bytes``: the budget for loaded
     models and their timm twins together (the least recently used leave; the model in use
     stays, whatever its size); ``cache_bytes``: the budget for analyses. ``random_names``: timm
-    architectures offered with random weights (teaching, tests).
+    architectures offered with random weights (teaching, tests). ``hub_names``: the hub models on
+    the menu (with ``model_name`` when no file has it), ``hub``: whether any is (not on an exposed
+    app without ``--allow-downloads``); ``downloads``: an exposed app's rules for downloading them
+    (:class:`Downloads`; None: downloaded when picked).
     """
 
     def __init__(
@@ -129,8 +161,11 @@ class ModelRegistry:
         models_bytes: int = DEFAULT_MODELS_MB * MB,
         cache_bytes: int = DEFAULT_CACHE_MB * MB,
         random_names: Sequence[str] = (RANDOM_MODEL,),
+        downloads: Downloads | None = None,
+        hub: bool = True,
     ) -> None:
         self.device = device
+        self.downloads = downloads  # None: a local app downloads whatever is picked
         self.allow_paths = allow_paths
         self.allow_uploads = allow_uploads
         self.model_name = model_name
@@ -154,8 +189,8 @@ class ModelRegistry:
         self.has_checkpoint = bool(self._specs)
         for n in random_names:
             self._add(ModelSpec(f"random:{n}", f"{n}  ·  RANDOM weights (no checkpoint needed)", "random", n))
-        names = list(hub_names)
-        if model_name and model_name not in names and not given:
+        names = list(hub_names) if hub else []
+        if hub and model_name and model_name not in names and not given:
             names.insert(0, model_name)
         for n in names:
             if local_checkpoint(n) is None:  # a name with a file here is on the menu as that file
@@ -356,6 +391,9 @@ class ModelRegistry:
             elif spec.kind == "random":
                 lm = load_model(spec.name, random_init=True, device=self.device)
             else:
+                if self.downloads is not None and not self.downloads.allowed and self.needs_download(spec.key):
+                    raise ModelError(f"{spec.name} is not on this app yet: pick it in the model menu, which downloads "
+                                     "it (once)")
                 lm = load_model(spec.name, device=self.device)
         except HubUnavailableError as e:  # the CLI's advice (--weights FILE) is no use on the page
             raise ModelError(f"cannot download {spec.name}: the model hub is not reachable from this computer. Pick a "
@@ -389,6 +427,29 @@ class ModelRegistry:
         """A hub model whose weights are not on disk yet: picking it downloads them (once)."""
         spec = self.spec(key)
         return spec.kind == "hub" and not self.is_loaded(key) and local_checkpoint(spec.name or "") is None
+
+    def download(self, key: str) -> LoadedModel:
+        """The model of ``key``, downloaded here if it must be: on an exposed app (:class:`Downloads`),
+        one download at a time (another is refused at once) and within the download budget."""
+        d = self.downloads
+        if d is None or not self.needs_download(key):
+            return self.get(key)
+        name = self.spec(key).name or ""
+        if not d.lock.acquire(blocking=False):
+            raise ModelError("another model is being downloaded on this app: try again in a minute")
+        try:
+            need = download_bytes(name)
+            if d.used + need > d.budget:
+                raise ModelError(f"{name} (about {need / MB:.0f} MB on disk) would pass this app's download budget "
+                                 f"({d.budget / MB:.0f} MB, {d.used / MB:.0f} MB used): pick a model already on the menu")
+            d.used += need
+            d.here.allowed = True
+            try:
+                return self.get(key)
+            finally:
+                d.here.allowed = False
+        finally:
+            d.lock.release()
 
     def timm_twin(self, key: str) -> Any:
         """timm's own model with the same weights, built once per model."""

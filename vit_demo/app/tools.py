@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -44,6 +45,7 @@ from .server.middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .tabs.compare import compare_with_timm
 
 TOOLS = ("predict", "explain", "attention", "verify")  # the MCP tools, by function name
+EVENTS = tuple(f"tool_{t}" for t in TOOLS)  # their events' api names (the queue takes them by index too)
 METHODS = ("chefer", "attnlrp", "lrp", "lrp-gated", "grad-rollout", "gradcam", "integrated-gradients")
 URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open to the public): send the "
                "picture itself as a base64 data URL (data:image/jpeg;base64,...).")
@@ -193,7 +195,7 @@ def wire(ctx: Context) -> None:
               "verify": ([image, model], [out_json])}
     seconds = ctx.cfg.limits.job_seconds  # the slow lane's time limit (explain's integrated gradients checks it)
     for name, (inputs, outputs) in events.items():
-        button.click(time_limited(fns[name], seconds), inputs, outputs, api_name=f"tool_{name}", preprocess=False,
+        button.click(time_limited(fns[name], seconds), inputs, outputs, api_name=EVENTS[TOOLS.index(name)], preprocess=False,
                      **ctx.heavy)
 
 
@@ -221,9 +223,33 @@ def mcp_lifespan(demo: gr.Blocks, limits: Limits, cap: CallerCap | None = None):
             server.convert_strings_to_filedata = url_rule(server.convert_strings_to_filedata, fetch)
             server._execute_tool_without_progress = every_output  # Gradio's, fixed
             server._get_or_create_client = with_secret(server._get_or_create_client, cap)
+            low = server.mcp_server  # the MCP library's server: every tool error's text goes through it
+            low._make_error_result = short_errors(low._make_error_result, hide_urls=limits.exposed)
         yield
 
     return lifespan
+
+
+def short_errors(make_error: Callable[[str], Any], hide_urls: bool = True) -> Callable[[str], Any]:
+    """The MCP library's error result with its text made :func:`plain_error` (the library's
+    "Input validation error" repeats the whole value: a 100 KB ``k`` came back as 100,167 bytes)."""
+
+    def short(message: str) -> Any:
+        return make_error(plain_error(message, hide_urls))
+
+    return short
+
+
+def plain_error(message: Any, hide_urls: bool = True) -> str:
+    """An MCP error's text as a caller may read it: (``hide_urls``, an exposed app) no web address
+    (Gradio's client's HTTP errors name this app's internal join URL), at most :data:`ECHO_MAX`
+    characters."""
+    text = str(message)
+    if hide_urls and re.search(r"\b[a-z][a-z0-9+.-]*://", text, re.IGNORECASE):
+        status = re.search(r"\b([45]\d\d) [A-Z]", text)
+        text = (f"The app refused this call{f' (HTTP {status.group(1)})' if status else ''}: one of its values does "
+                "not fit its parameter (too long, or not a plain value).")
+    return clip(text, ECHO_MAX)
 
 
 def calls_per_caller(concurrency: int) -> int:

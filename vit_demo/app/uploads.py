@@ -1,28 +1,36 @@
 """The pictures of one folder job (the Whole folder tab's survey, the Atlas tab's new atlas) from
 an upload of several pictures or zips, within its limits: how many pictures (:func:`picture_limit`),
 what the zips may unpack (:func:`allowance`), the upload cap, and the exports' disk budget; in a new
-export folder, removed at once if the job fails (:func:`received`). Both tabs take their pictures
-here, and neither imports the other."""
+export folder, removed at once if the job fails (:func:`received`); and how each picture is read
+(:func:`picture_loader`: the single upload's pixel limit and reduction). Both tabs take their
+pictures here, and neither imports the other."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, safe_parts
+from PIL import Image
+
+from ..images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, load_image, safe_parts
 from ..progress import check
 from .context import Context
 from .exports import export_dir
+from .server.limits import Limits
 from .server.workspace import folder_bytes, trim, workspace
+from .session import WORK_PIXELS
 
 MAX_PICTURES = 1000  # per job on this computer
 MAX_PICTURES_EXPOSED = 100  # per job when the app is reachable by others
 ENTRIES_PER_PICTURE = 20  # members of the uploaded zips looked at, per picture a job may take
 READ_BYTES = 1 << 30  # bytes decompressed per job, kept or not (about 3 s of CPU)
+BATCH = 4  # pictures a survey runs through the model at once in the app: its time limit is checked between
+# batches, and a batch of 16 took the amortised LRP's gradient passes 23 s at a load of 7 on 2 cores
 
 
 def allowance(max_files: int) -> Allowance:
@@ -75,6 +83,16 @@ def gather_uploads(files: list[Any], dest: Path, max_files: int, max_bytes: int,
         for p in loose:
             p.rename(pics / "unlabelled" / p.name)
     return pics, notes
+
+
+def picture_loader(limits: Limits) -> Callable[[str], Image.Image]:
+    """How a folder job reads each of its pictures: as a single upload is read (:func:`vit_demo.app.session.open_image`),
+    over ``--max-megapixels`` refused from its header, the upload cap, and reduced at load to
+    :data:`~vit_demo.app.session.WORK_PIXELS` (a JPEG decoded at a reduced scale, any other
+    reduced before it becomes an array). A survey read them whole: one zip of 64-MP float TIFFs
+    raised its memory by 1.75 GB."""
+    return functools.partial(load_image, max_pixels=limits.max_pixels, max_bytes=limits.max_upload_bytes,
+                             reduce_to=WORK_PIXELS)
 
 
 def picture_limit(ctx: Context) -> int:

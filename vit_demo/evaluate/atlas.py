@@ -52,6 +52,7 @@ passes of the whole model: one a concept, then the faithfulness check), then wri
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -67,9 +68,11 @@ from torch import Tensor
 from ..distributed.torchrun import Dist, gather_objects, share_objects
 from ..methods.attention import head_maps, mean_attention_distance
 from ..model import TokenLayout, VisionTransformer
-from ..progress import batches, report
+from ..progress import TimeUp, batches, check, report, time_left
+from .child import in_child
+from .concepts import FIT_ROWS, PRESENCE_PCT, Concepts, fit_concepts
 from .geometry import box_to_input, near_edge, patch_coverage
-from .survey import Folder, Picture, folder_job, label_index, none_readable, read_batch, require_classifier
+from .survey import Folder, Loader, Picture, folder_job, label_index, none_readable, read_batch, require_classifier
 
 if TYPE_CHECKING:
     from ..checkpoints.load import LoadedModel
@@ -78,10 +81,18 @@ DEFAULT_CONCEPTS = 8
 TOP = 8  # top patches kept per head and per concept
 CLASS_TOP = 3  # a class's top concepts, for the faithfulness check and the flags
 RANDOM_DRAWS = 5  # random concept sets per picture in the faithfulness check
-PRESENCE_PCT = 99  # a concept is fully present where its code reaches this percentile of its codes in the folder
-FIT_ROWS = 40_000  # NMF is fitted on at most this many patch rows (the rest transformed)
 FLAG_SHARE = 0.5  # flagged: this share of a concept's top patches at one place, near the edge or off the object
 FLAG_PRESENCE = 0.6  # ... and, near the edge, present at that place in at most this share of the pictures
+# The whole atlas's time in units of its first pass's (:func:`atlas_cost`), by part. Measured on DeiT-Tiny
+# (12 blocks x 3 heads), 32 photos, one thread on a busy machine (load 7): pass 1 5.8 s; the heads' ablation
+# 45.7 s, 19.5 passes from a block on per picture, 0.40 of pass 1 each; the occlusions 31.0 s, 14 whole passes
+# per picture, 0.38 each; NMF 13.5 s, 2.3 times pass 1; 96 s in all (16.6 times; its reading: 0.3 s). Rounded up, so that
+# an estimate errs on the long side.
+ABLATION_COST, OCCLUSION_COST, NMF_COST = 0.45, 0.42, 2.5
+FIRST = 4  # pictures of pass 1 timed on their own under a time limit, to say early whether the atlas fits
+READS = 3  # times the atlas reads each picture: pass 1, pass 2, the report's crops
+FIT_SHARE = 0.9  # of the time a job has: what the pictures an atlas is told it may take should need at most
+__all__ = ["FIT_ROWS", "PRESENCE_PCT", "Concepts", "atlas", "fit_concepts"]
 
 
 # ----------------------------------------------------------------------------- the model, piece by piece
@@ -240,12 +251,49 @@ def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any,
     return out, torch.stack(outs), tok[-1], tok[0]
 
 
+def atlas_cost(model: VisionTransformer, concepts: int) -> float:
+    """The whole atlas's time over its first pass's, from the passes it makes: pass 1 (1), every
+    head ablated from its block on (H x (L + 1) / 2 passes' worth a picture), the concepts'
+    occlusions (K + 1 + :data:`RANDOM_DRAWS` whole passes a picture) and NMF; each part's weight
+    measured (:data:`ABLATION_COST`, ...)."""
+    L, H = len(model.blocks), model.blocks[0].attn.num_heads
+    return 1 + ABLATION_COST * H * (L + 1) / 2 + OCCLUSION_COST * (concepts + 1 + RANDOM_DRAWS) + NMF_COST
+
+
+def fits_in_time(read_s: float, model_s: float, done: int, total: int, cost: float) -> None:
+    """Under a time limit (:func:`vit_demo.progress.time_limit`), after the first pictures of pass
+    1 (``done`` of ``total``, read in ``read_s`` s and run in ``model_s`` s): :class:`TimeUp` at
+    once, saying how many pictures would fit, when the whole atlas would not end in time. The
+    pictures are read three times (both passes, the report's crops), the model's part grows by
+    ``cost`` (:func:`atlas_cost`)."""
+    limit = time_left()
+    if limit is None or not done:
+        return
+    left, seconds = limit
+    spent = read_s + model_s
+    per_picture = (READS * read_s + cost * model_s) / done
+    if per_picture * total - spent <= left:
+        return
+    fit = int(FIT_SHARE * (spent + left) / per_picture)
+    raise TimeUp(f"An atlas of {total} pictures would take about {per_picture * total:.0f} s on this app now, and a "
+                 f"job may take {seconds:.0f} s here: " + (f"send at most {fit} pictures." if fit >= 2 else
+                                                          "the app is too busy for an atlas now; try again later."))
+
+
 def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: int, batch_size: int,
-               progress: bool) -> Seen:
-    """Attention numbers, the heads' outputs and the tokens after block ``layer`` (1-based) of every picture."""
+               progress: bool, load: Loader | None = None, cost: float | None = None, total: int = 0) -> Seen:
+    """Attention numbers, the heads' outputs and the tokens after block ``layer`` (1-based) of every
+    picture; ``cost``: the whole atlas's model time over this pass's (:func:`atlas_cost`), to say
+    after its first :data:`FIRST` pictures whether the atlas of ``total`` pictures fits its time
+    limit (:func:`fits_in_time`)."""
     model, seen = lm.model, Seen()
-    for chunk in batches(list(mine), batch_size, "atlas: attention", progress):
-        b = read_batch(chunk, lm, seen.errors)
+    mine = list(mine)
+    head = FIRST if cost is not None and time_left() is not None and len(mine) > FIRST else 0
+    for chunk in itertools.chain([mine[:head]] if head else [], batches(mine[head:], batch_size, "atlas: attention",
+                                                                       progress)):
+        started = time.perf_counter()
+        b = read_batch(chunk, lm, seen.errors, load)
+        read_s = time.perf_counter() - started
         if b is None:
             continue
         out, outputs, tokens, embeds = captured_pass(model, b.x, layer)
@@ -259,6 +307,8 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
         seen.logits.append(logits.numpy())
         seen.tokens.append(tokens.float().cpu().numpy())
         seen.embeds.append(embeds.float().cpu().numpy())
+        if cost is not None and len(seen.pictures) == len(b.pictures):  # the first batch
+            fits_in_time(read_s, time.perf_counter() - started - read_s, len(chunk), total or len(mine), cost)
         report(len(seen.pictures) / max(1, len(mine)) / 2, "pictures", done=len(seen.pictures), total=len(mine))
     return seen
 
@@ -266,8 +316,8 @@ def first_pass(lm: LoadedModel, mine: Sequence[Picture], folder: Folder, layer: 
 # ----------------------------------------------------------------------------- pass 2: heads removed
 
 
-def head_importance(lm: LoadedModel, seen: Seen, means: Tensor, batch_size: int, progress: bool
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def head_importance(lm: LoadedModel, seen: Seen, means: Tensor, batch_size: int, progress: bool,
+                    load: Loader | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Mean-ablation of every head over this process's pictures, ``means`` [L, N, H*D] the heads'
     mean outputs over the whole folder: ([L, H] the target logit's falls, [L, H] the losses of a
     right answer over the labelled pictures), both summed over the pictures."""
@@ -278,7 +328,7 @@ def head_importance(lm: LoadedModel, seen: Seen, means: Tensor, batch_size: int,
     targets, labelled = torch.tensor(seen.targets), torch.tensor(seen.labelled)
     done, errors = 0, []
     for chunk in batches(seen.pictures, batch_size, "atlas: heads", progress):
-        b = read_batch(chunk, lm, errors)
+        b = read_batch(chunk, lm, errors, load)
         n = len(chunk)
         y, lab = targets[done : done + n].to(lm.device), labelled[done : done + n].to(lm.device)
         with torch.inference_mode():
@@ -286,6 +336,7 @@ def head_importance(lm: LoadedModel, seen: Seen, means: Tensor, batch_size: int,
             base_y, base_right = base.gather(1, y[:, None])[:, 0], (base.argmax(1) == y) & lab
             for layer in range(L):
                 for head in range(H):
+                    check()  # (36 passes a batch for DeiT-Tiny: the time limit is checked before each)
                     with head_replaced(model, layer, head, means[layer, :, head * D : (head + 1) * D]):
                         z = run_from(model, inputs[layer], layer, layout.grid)
                     drop[layer, head] += float((base_y - z.gather(1, y[:, None])[:, 0]).sum())
@@ -341,44 +392,6 @@ def head_records(lm: LoadedModel, seen: Seen, drop: np.ndarray, acc: np.ndarray)
 # ----------------------------------------------------------------------------- concepts
 
 
-@dataclass
-class Concepts:
-    """The NMF of the patch tokens split by sign: codes W [n, patches, K], concepts [K, C], the error."""
-
-    codes: np.ndarray
-    basis: np.ndarray  # [K, C] in token space (signed)
-    error: float  # ||A - W H||_F / ||A||_F over every patch row
-    components: np.ndarray | None = None  # [K, 2C]: the NMF's H, to code other tokens (the app's clicked patch)
-
-    def presence(self) -> np.ndarray:
-        """[n, patches, K] in [0, 1]: each code over the concept's :data:`PRESENCE_PCT`-th
-        percentile in the folder, clipped at 1 (1: as present as it gets)."""
-        scale = np.percentile(self.codes.reshape(-1, self.codes.shape[-1]), PRESENCE_PCT, axis=0)
-        return np.clip(self.codes / np.maximum(scale, 1e-12), 0, 1)
-
-
-def fit_concepts(tokens: np.ndarray, count: int, seed: int = 0) -> Concepts:
-    """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
-    token split into its positive and negative parts, so that W H codes the whole signed token:
-    x ~ W (H+ - H-)), fitted on at most :data:`FIT_ROWS` rows spread through the folder, every row
-    then coded. ``basis``: the concepts in token space, H+ - H-; ``error``: ||A - W H|| / ||A||."""
-    from sklearn.decomposition import NMF
-
-    n, P, C = tokens.shape
-    x = tokens.reshape(-1, C).astype(np.float32)
-    A = np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1)
-    if A.shape[0] < count:
-        raise ValueError(f"{A.shape[0]} patch tokens cannot make {count} concepts")
-    fit_rows = A[np.linspace(0, A.shape[0] - 1, min(FIT_ROWS, A.shape[0])).astype(int)]
-    nmf = NMF(n_components=count, init="nndsvda", max_iter=400, random_state=seed)
-    nmf.fit(fit_rows)
-    W = nmf.transform(A)
-    H = nmf.components_
-    error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
-    return Concepts(W.reshape(n, P, count).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error,
-                    H.astype(np.float32))
-
-
 def occlude(embeds: Tensor, presence: Tensor, baseline: Tensor, num_prefix: int) -> Tensor:
     """``embeds`` [B, N, C] with each patch token moved towards ``baseline`` [patches, C] (what
     that place usually holds) by ``presence`` [B, patches] in [0, 1]: e_p - m_p (e_p - b_p)."""
@@ -400,6 +413,7 @@ def concept_falls(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: n
     embeds, logits = np.concatenate(seen.embeds), np.concatenate(seen.logits)
     out = []
     for start in range(0, len(embeds), batch_size):
+        check()
         end = start + batch_size
         m = (torch.from_numpy(presence[start:end]) * masks[start:end, None, :]).amax(dim=-1)
         with torch.inference_mode():
@@ -547,11 +561,17 @@ def default_layer(depth: int) -> int:
 
 def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, concepts: int = DEFAULT_CONCEPTS,
           labels: str = "auto", limit: int | None = None, batch_size: int = 16, progress: bool = True,
-          seed: int = 0, fitted: dict[str, Any] | None = None) -> dict[str, Any] | None:
+          seed: int = 0, fitted: dict[str, Any] | None = None, load: Loader | None = None,
+          isolated: bool = False) -> dict[str, Any] | None:
     """The atlas of the folder ``images`` (see the module docstring): the ``--json`` object; under
     ``torchrun`` only process 0 returns it (the others None). ``fitted``: a dict that receives the
-    fitted :class:`Concepts` under ``"concepts"`` (the app codes new pictures with it). ValueError
-    for a headless model, a layer outside 0..depth, too few concepts or no readable picture."""
+    fitted :class:`Concepts` under ``"concepts"`` (the app codes new pictures with it); ``load``:
+    how a picture is read (the app's limits; default :func:`vit_demo.images.load_image`);
+    ``isolated``: NMF in a child process (:mod:`.child`: a time limit stops it, a crash there
+    fails this atlas only). Under a time limit (:func:`vit_demo.progress.time_limit`) an atlas
+    that would not end in time says so after its first batch (:class:`vit_demo.progress.TimeUp`,
+    with the number of pictures that would fit). ValueError for a headless model, a layer
+    outside 0..depth, too few concepts or no readable picture."""
     t0 = time.perf_counter()
     depth = len(lm.model.blocks)
     require_classifier(lm, "the atlas needs class logits")
@@ -561,12 +581,13 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
     if concepts < 2:
         raise ValueError(f"--concepts must be at least 2, not {concepts}")
     with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
-        seen, drop, wrong = sharded_passes(lm, pictures, folder, layer, batch_size, progress, dist)
+        seen, drop, wrong = sharded_passes(lm, pictures, folder, layer, batch_size, progress, dist, load,
+                                           atlas_cost(lm.model, concepts))
         if seen is None:
             return None
         if not seen.pictures:
             raise none_readable(images, pictures, seen.errors)
-        result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed, fitted)
+        result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed, fitted, isolated)
     result.update(folder=str(images), labels=folder.mode, processes=dist.world)
     if folder.watermark_box is not None:
         result["shortcut"] = folder.shortcut
@@ -575,17 +596,18 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
 
 
 def sharded_passes(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder, layer: int, batch_size: int,
-                   progress: bool, dist: Dist) -> tuple[Seen | None, np.ndarray, np.ndarray]:
+                   progress: bool, dist: Dist, load: Loader | None = None, cost: float | None = None
+                   ) -> tuple[Seen | None, np.ndarray, np.ndarray]:
     """The model passes, every ``world``-th picture on each process: pass 1, then the heads' mean
     outputs over the whole folder shared, then mean-ablation; process 0 gathers (seen, the heads'
     mean logit falls [L, H], their accuracy falls [L, H], NaN without labels); None elsewhere."""
     mine = list(pictures)[dist.rank :: dist.world]
-    seen = first_pass(lm, mine, folder, layer, batch_size, progress and dist.main)
+    seen = first_pass(lm, mine, folder, layer, batch_size, progress and dist.main, load, cost, len(mine))
     totals = [(o, c) for o, c in share_objects((seen.sums.outputs, seen.sums.count), dist) if c]
     if not totals:
         return merge_seen(gather_objects(seen, dist) or [seen]), np.zeros(0), np.zeros(0)
     means = sum(o for o, _ in totals) / sum(c for _, c in totals)
-    drop, wrong = head_importance(lm, seen, means, batch_size, progress and dist.main)
+    drop, wrong = head_importance(lm, seen, means, batch_size, progress and dist.main, load)
     parts = gather_objects((seen, drop, wrong), dist)
     if parts is None:
         return None, drop, wrong
@@ -596,13 +618,16 @@ def sharded_passes(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder,
 
 
 def concept_atlas(lm: LoadedModel, seen: Seen, folder: Folder, drop: np.ndarray, acc: np.ndarray, layer: int,
-                  k: int, batch_size: int, seed: int, fitted: dict[str, Any] | None = None) -> dict[str, Any]:
+                  k: int, batch_size: int, seed: int, fitted: dict[str, Any] | None = None,
+                  isolated: bool = False) -> dict[str, Any]:
     """Process 0's part on the merged ``seen``: the head records, the concepts (also put in
     ``fitted["concepts"]`` when given), their importance, the faithfulness check and the findings."""
     model, depth = lm.model, len(lm.model.blocks)
     heads = head_records(lm, seen, drop, acc)
     tokens = np.concatenate(seen.tokens)
-    found = fit_concepts(tokens[:, model.cfg.num_prefix_tokens :], k, seed)
+    patches = tokens[:, model.cfg.num_prefix_tokens :]
+    found = (in_child(fit_concepts, patches, k, seed, what="The atlas's concepts (NMF)") if isolated
+             else fit_concepts(patches, k, seed))
     if fitted is not None:
         fitted["concepts"] = found
     presence, baseline = found.presence(), place_baseline(seen, model.cfg.num_prefix_tokens)

@@ -44,7 +44,7 @@ from ..distributed.torchrun import Dist, finish, gather_objects, init_distribute
 from ..images import ImageError, find_images, load_image
 from ..labels import class_from_filename
 from ..preprocess import DataConfig, preprocess
-from ..progress import batches, report
+from ..progress import batches, check, report
 from ..train.data import BOXES_FILE, read_boxes, read_watermarks
 from .child import in_child
 from .clusters import MIN_TO_SPLIT, arrange, cluster_maps
@@ -61,6 +61,7 @@ TOP_SHARE = 0.1  # concentration: the mass on this share of the patches
 TOPK = 5
 
 EachPicture = Callable[[dict[str, Any], Image.Image, np.ndarray], None]  # (record, model-input picture, map [h, w])
+Loader = Callable[[str], Image.Image]  # a picture's path -> an RGB picture, or ImageError (default: load_image)
 
 
 @dataclass
@@ -201,12 +202,16 @@ class Batch:
     sizes: list[tuple[int, int]]  # the files' own (width, height)
 
 
-def read_batch(chunk: Sequence[Picture], lm: LoadedModel, errors: list[str]) -> Batch | None:
-    """Load and preprocess ``chunk``; unreadable files go to ``errors`` (None if none is readable)."""
+def read_batch(chunk: Sequence[Picture], lm: LoadedModel, errors: list[str], load: Loader | None = None
+               ) -> Batch | None:
+    """Load (with ``load``: the app's limits on pixels and its reduction at load) and preprocess
+    ``chunk``, the time limit checked before each picture; unreadable files go to ``errors``
+    (None if none is readable)."""
     pics, xs, shown, sizes = [], [], [], []
     for pic in chunk:
+        check()
         try:
-            img = load_image(pic.path)
+            img = (load or load_image)(pic.path)
         except ImageError as e:
             errors.append(str(e))
             continue
@@ -282,8 +287,8 @@ def picture_record(pic: Picture, probs: Tensor, distribution: Tensor, labels: Se
 
 
 def survey_pictures(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder, method: str, batch_size: int = 16,
-                    each: EachPicture | None = None, progress: bool = True, dist: Dist | None = None
-                    ) -> tuple[list[dict[str, Any]], np.ndarray, list[str]]:
+                    each: EachPicture | None = None, progress: bool = True, dist: Dist | None = None,
+                    load: Loader | None = None) -> tuple[list[dict[str, Any]], np.ndarray, list[str]]:
     """This process's share of ``pictures`` through the model and ``method`` (the map of each
     picture's predicted class): (records, maps [n, h, w] float32 as distributions, errors).
     ``each(record, model-input picture, map)`` is called per picture as it is done (thumbnails)."""
@@ -293,7 +298,7 @@ def survey_pictures(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder
     label_idx = {pic.index: label_index(pic, folder.mode, labels) for pic in mine}
     records, maps, errors, done = [], [], [], 0
     for chunk in batches(mine, batch_size, f"survey ({method})", progress and dist.main):
-        b = read_batch(chunk, lm, errors)
+        b = read_batch(chunk, lm, errors, load)
         done += len(chunk)
         if b is None:
             continue
@@ -493,16 +498,17 @@ def relative_paths(result: dict[str, Any]) -> dict[str, Any]:
 
 def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_METHOD, labels: str = "auto",
            limit: int | None = None, batch_size: int = 16, each: EachPicture | None = None, progress: bool = True,
-           seed: int = 0, isolated: bool = False) -> dict[str, Any] | None:
+           seed: int = 0, isolated: bool = False, load: Loader | None = None) -> dict[str, Any] | None:
     """Survey the folder ``images`` (see the module docstring). Under ``torchrun`` only process 0
     returns the result (the others None). ValueError for a headless model, an unknown method, or
     a folder with no pictures. ``seed``: the clustering's and the 2-D view's (the same folder and
-    seed give the same result); ``isolated``: the clustering in a child process (:func:`summarise`)."""
+    seed give the same result); ``isolated``: the clustering in a child process (:func:`summarise`);
+    ``load``: how a picture is read (the app's limits; default :func:`vit_demo.images.load_image`)."""
     t0 = time.perf_counter()
     registry.get(method)
     require_classifier(lm, "a survey needs predictions")
     with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
-        records, maps, errors = survey_pictures(lm, pictures, folder, method, batch_size, each, progress, dist)
+        records, maps, errors = survey_pictures(lm, pictures, folder, method, batch_size, each, progress, dist, load)
         gathered = gather(records, maps, errors, dist)
         if gathered is None:
             return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from PIL import Image, ImageDraw
 
 from ..images import ImageError, load_image
 from ..preprocess import DataConfig, preprocess
+from ..progress import check
 
 CROP = 84  # px, a crop's side
 CONTEXT = 1  # patches of context around the outlined one, each side
@@ -26,17 +28,20 @@ MAX_CLASSES = 40  # classes listed in the finding
 
 
 class Crops:
-    """Writes ``crops/<id>.png`` for (path, row, col) and remembers the model-input pictures it read."""
+    """Writes ``crops/<id>.png`` for (path, row, col) and remembers the model-input pictures it read;
+    ``load``: how a picture is read (the app's limits; default :func:`vit_demo.images.load_image`),
+    the time limit checked before each."""
 
-    def __init__(self, out: Path, dc: DataConfig, patch: int) -> None:
-        self.out, self.dc, self.patch = out, dc, patch
+    def __init__(self, out: Path, dc: DataConfig, patch: int, load: Callable[[str], Image.Image] | None = None) -> None:
+        self.out, self.dc, self.patch, self.load = out, dc, patch, load or load_image
         self.pictures: dict[str, Image.Image | None] = {}
         (out / "crops").mkdir(parents=True, exist_ok=True)
 
     def picture(self, path: str) -> Image.Image | None:
         if path not in self.pictures:
+            check()
             try:
-                self.pictures[path] = preprocess(load_image(path), self.dc)[1]
+                self.pictures[path] = preprocess(self.load(path), self.dc)[1]
             except ImageError:
                 self.pictures[path] = None
         return self.pictures[path]
@@ -129,11 +134,13 @@ def head_html(head: dict[str, Any], crops: Crops) -> str:
             f'positional {head["positional"]:.2f}</p>{gallery(head["top"], crops)}</section>')
 
 
-def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch: int) -> Path:
-    """``report.html``, ``atlas.json`` and ``crops/`` in ``out``; sets ``result["report"]``; returns the page."""
+def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch: int,
+                 load: Callable[[str], Image.Image] | None = None) -> Path:
+    """``report.html``, ``atlas.json`` and ``crops/`` in ``out`` (the pictures read with ``load``:
+    :class:`Crops`); sets ``result["report"]``; returns the page."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    crops = Crops(out, dc, patch)
+    crops = Crops(out, dc, patch, load)
     path = out / "report.html"
     result["report"] = str(path)
     heads = sorted(result["heads"], key=lambda h: -h["importance"])

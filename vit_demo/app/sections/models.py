@@ -89,8 +89,10 @@ class ModelPicker(Section):
             self.wire_loader(ctx)
 
     def wire_menu(self, ctx: Context) -> None:
-        """A pick from the model menu (downloading a hub model once), the model's description on
-        page load, and the menu brought up to date with ``weights/`` on page load and on focus."""
+        """A pick from the model menu (downloading a hub model once: on an exposed app, only with
+        ``--allow-downloads``, in the slow lane, one at a time and within ``--downloads-mb``), the
+        model's description on page load, and the menu brought up to date with ``weights/`` on page
+        load and on focus."""
         reg, state, model_dd, model_md, status = ctx.reg, ctx.state, ctx.model_dd, ctx.model_md, ctx.status
 
         @friendly
@@ -103,7 +105,7 @@ class ModelPicker(Section):
             try:
                 if reg.needs_download(key):  # the download's own tqdm bar drives the indicator from here on
                     progress(0, desc=f"Downloading {reg.spec(key).name} from the hub (once: it is kept in weights/)")
-                lm = reg.get(key)
+                lm = reg.download(key)
             except ModelError as e:
                 gr.Warning(str(e), duration=15)
                 back = sess.model_key if sess.model_key and reg.is_loaded(sess.model_key) else ctx.default_key
@@ -112,8 +114,10 @@ class ModelPicker(Section):
             sess.model_key = key
             return {state: sess, model_md: model_summary(lm), status: ""}
 
+        # an exposed app that may download (--allow-downloads): a pick runs in the slow lane, where downloads happen
+        lane = ctx.slow if reg.downloads is not None else ctx.heavy
         ctx.reanalyze(model_dd.input(on_model, [model_dd, state], [state, model_dd, model_md, status],
-                                     api_visibility="private", **ctx.heavy).then)
+                                     api_visibility="private", **lane).then)
 
         def on_page_load():  # describe the model at once when the warm-up has loaded it (never waits)
             return model_summary(reg.get(ctx.default_key)) if reg.is_loaded(ctx.default_key) else gr.skip()

@@ -3,9 +3,11 @@
 - :mod:`~vit_demo.app.server.settings`: :class:`~vit_demo.app.server.settings.ServerSettings`,
   the one object the three phases of start-up read (``app.py``, ``build()``, ``launch_kwargs()``);
   :mod:`~vit_demo.app.server.limits`: the flags' numbers in it (:class:`Limits`).
-- Before a request: :mod:`~vit_demo.app.server.connections` (connections per address, the time
-  to send headers), :mod:`~vit_demo.app.server.middleware` (the gate: Host, body size, upload
-  budget, short errors), :mod:`~vit_demo.app.server.masking` (exposed: no server path in what is sent).
+- Who a client is: :mod:`~vit_demo.app.server.clients` (an address, an IPv6 one by its /64).
+- Before a request: :mod:`~vit_demo.app.server.connections` (connections per client and in all,
+  the time to send headers and bodies), :mod:`~vit_demo.app.server.middleware` (the gate: Host,
+  body size and framing, upload budget charged as bytes arrive, short errors),
+  :mod:`~vit_demo.app.server.masking` (exposed: no server path in what is sent).
 - At the queue: :mod:`~vit_demo.app.server.lanes` (the door and the two lanes) and
   :mod:`~vit_demo.app.server.guard` (which files and values a request may carry).
 - Memory, disk and log: :mod:`~vit_demo.app.server.lean` (Gradio's sessions without a copy of the

@@ -14,7 +14,13 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
    flood is told "queue is full" while other clients still get in;
 5. (exposed) once a request has joined, lets the clients of its lane take turns
    (:meth:`Door.take_turns`): Gradio's queue is first come, first served, and one address's
-   share of it (16 places) made another client wait behind all of them.
+   share of it (16 places) made another client wait behind all of them;
+6. (exposed ``--mcp``) keeps a client's tool events (``capped``: the MCP tools' events, which
+   the page's queue takes by their index too) within the MCP callers' cap
+   (:class:`~vit_demo.app.server.middleware.CallerCap`), counted together with its MCP calls
+   in progress: called through the queue, one address had 8 of them in flight.
+
+A client is an address, an IPv6 one by its /64 (:func:`~vit_demo.app.server.clients.client_group`).
 
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
 explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
@@ -39,8 +45,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ...progress import time_limit
+from .clients import client_group
 from .guard import JoinGuard
-from .middleware import UploadBudget, from_own_client
+from .middleware import CALLS_BUSY, CallerCap, UploadBudget, from_own_client
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
 TRAIN = "train"  # the Train tab's and /train's events: one training on the server at a time (vit_demo.app.trainer)
@@ -58,8 +65,12 @@ def client_key(session: str | None, host: str | None, exposed: bool) -> str | No
 
 
 def _host(event: Any) -> str | None:
-    client = getattr(getattr(event, "request", None), "client", None)
-    return getattr(client, "host", None)
+    """The client a queued event is from: its address, an IPv6 one by its /64."""
+    return _request_host(getattr(event, "request", None))
+
+
+def _request_host(request: Any) -> str | None:
+    return client_group(getattr(getattr(request, "client", None), "host", None))
 
 
 def _waiting(queue: Any) -> list[Any]:
@@ -85,10 +96,27 @@ class Door:
     at most :data:`SLOW_PER_HOST` slow jobs in flight."""
 
     def __init__(self, queue: Any, fns: dict, join_guard: JoinGuard | None, per_client: int,
-                 per_host: int | None, exposed: bool) -> None:
+                 per_host: int | None, exposed: bool, calls: CallerCap | None = None,
+                 capped: tuple[str, ...] = ()) -> None:
         self.queue, self.fns, self.join_guard = queue, fns, join_guard
         self.per_client, self.per_host, self.exposed = per_client, per_host, exposed
         self.new_sessions = UploadBudget(NEW_SESSIONS, window_s=600)
+        self.calls, self.capped = calls, frozenset(capped)
+        if calls is not None:
+            calls.elsewhere = self.tool_events
+
+    def tool_events(self, host: str | None) -> int:
+        """``host``'s capped events (the tools') waiting or running that did not come from the
+        app's own MCP client (those count in :attr:`CallerCap.busy`)."""
+        if not self.capped or not host:
+            return 0
+        queue = self.queue
+        events = _waiting(queue) + [e for job in list(getattr(queue, "active_jobs", []) or []) if job for e in job]
+        return sum(1 for e in events if _host(e) == host and self.is_capped(e)
+                   and not from_own_client(getattr(getattr(e, "request", None), "headers", None)))
+
+    def is_capped(self, event: Any) -> bool:
+        return getattr(getattr(event, "fn", None), "api_name", None) in self.capped
 
     def client(self, event: Any) -> str | None:
         """Who a queued event is from (:func:`client_key`)."""
@@ -126,9 +154,13 @@ class Door:
             if why:
                 return why, "error"
         session = getattr(body, "session_hash", None)
-        host = getattr(getattr(request, "client", None), "host", None)
-        if self.exposed and from_own_client(getattr(request, "headers", None)):
+        host = _request_host(request)
+        own = self.exposed and from_own_client(getattr(request, "headers", None))
+        if own:
             session = None  # Gradio's MCP client: one session for every caller; the caller's address counts
+        if (self.calls is not None and not own and host and getattr(fn, "api_name", None) in self.capped
+                and self.calls.in_progress(host) >= self.calls.n):
+            return CALLS_BUSY.format(n=self.calls.n), "queue_full"
 
         if self.exposed and session and host and not self.known(session) and not self.new_sessions.take(host, 1):
             return TOO_MANY_SESSIONS, "queue_full"
@@ -149,14 +181,15 @@ class Door:
 
 
 def guard_queue(demo: Any, per_client: int, per_host: int | None = None, join_guard: JoinGuard | None = None,
-                exposed: bool = False) -> Door | None:
-    """Put a :class:`Door` in front of ``demo``'s queue (call after ``demo.queue()``)."""
+                exposed: bool = False, calls: CallerCap | None = None, capped: tuple[str, ...] = ()) -> Door | None:
+    """Put a :class:`Door` in front of ``demo``'s queue (call after ``demo.queue()``); ``calls``
+    and ``capped``: the MCP callers' cap, and the api names of the events it covers."""
     queue = getattr(demo, "_queue", None)
     if queue is None or not hasattr(queue, "push") or not hasattr(queue, "event_queue_per_concurrency_id"):
         warnings.warn("this Gradio's queue has another shape: no per-client caps and no checks at the door "
                       "(the handlers still check every file)", stacklevel=2)
         return None
-    door = Door(queue, demo.fns, join_guard, per_client, per_host, exposed)
+    door = Door(queue, demo.fns, join_guard, per_client, per_host, exposed, calls, capped)
     push = queue.push
     lock = asyncio.Lock()  # count and enqueue as one step: concurrent joins must not all pass the count
 

@@ -26,7 +26,9 @@ class Limits:
     """Memory budgets and what users may send. ``exposed``: reachable from other computers
     (``--share``, a non-loopback ``--host``), which switches checkpoint uploads off unless
     ``allow_checkpoint_upload``, caps every address's share of the queue and of the uploads, and
-    drops the check of the ``Host`` a request names (unless ``allowed_hosts`` are given)."""
+    drops the check of the ``Host`` a request names (unless ``allowed_hosts`` are given); hub
+    downloads are off unless ``allow_downloads`` (then within ``downloads_mb``), and Gradio's
+    OpenAPI schema is not served unless ``openapi``."""
 
     exposed: bool = False
     allow_checkpoint_upload: bool = True
@@ -43,7 +45,10 @@ class Limits:
     upload_budget_mb: float = 100  # per client and 10 minutes, when exposed
     exports_mb: float = 512  # disk for the app's pictures, slides, decks and animations (oldest go first)
     header_seconds: float = 10  # a connection's request headers must arrive within this long
-    connections_per_address: int = 100  # connections one address may hold open, when exposed
+    connections_per_address: int = 100  # connections one client (address, IPv6 /64) may hold open, when exposed
+    allow_downloads: bool = False  # exposed: hub models may be downloaded (off unless --allow-downloads)
+    downloads_mb: float = 2048  # disk for the hub models an exposed app downloads while it runs
+    openapi: bool = False  # exposed: Gradio's OpenAPI schema served anyway (--openapi)
     allowed_hosts: tuple[str, ...] = ()  # names a local app answers to, besides 127.0.0.1 / localhost
     trusted_proxies: tuple[str, ...] = ()  # addresses whose X-Forwarded-For is believed
     bind: str = "127.0.0.1"  # the address the server listens on (a local app answers to it too)
@@ -53,6 +58,17 @@ class Limits:
     def for_exposure(cls, exposed: bool, allow_checkpoint_upload: bool = False, **kw: Any) -> Limits:
         """Checkpoint uploads on when local, off when exposed unless explicitly allowed."""
         return cls(exposed=exposed, allow_checkpoint_upload=allow_checkpoint_upload or not exposed, **kw)
+
+    @property
+    def downloads(self) -> bool:
+        """Whether users may make the app download hub models: always on this computer, on an
+        exposed app only with ``allow_downloads``."""
+        return self.allow_downloads or not self.exposed
+
+    @property
+    def downloads_bytes(self) -> int | None:
+        """The disk an exposed app's downloads may take (None: a local app, no budget)."""
+        return int(self.downloads_mb * MB) if self.exposed else None
 
     @property
     def max_upload_bytes(self) -> int:

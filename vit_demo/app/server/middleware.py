@@ -8,8 +8,16 @@ Before any route of Gradio's runs, :class:`Gate`:
 - refuses request bodies over ``max_body`` bytes (1 MiB: the largest real one is a few KB of
   JSON) on every route but the upload route: a declared length at once (413, nothing read), an
   undeclared one as soon as it passes the limit, so a 100 MiB body costs the app 1 MiB at most;
+- refuses a request that carries both ``Content-Length`` and ``Transfer-Encoding`` (400, and the
+  connection closed), as HTTP/1.1 says a server may: uvicorn read such a body as chunked, to its
+  end, while the upload budget had charged the 200 bytes its Content-Length declared;
 - keeps each client's uploads within a budget over a sliding window (:class:`UploadBudget`,
-  when the app is exposed): an upload that would pass it is refused (429) before it is read;
+  when the app is exposed), charging the bytes as they arrive: an upload whose declared length
+  is past the client's share is refused (429) before it is read; one that passes it while it
+  is read is cut there (429, the connection closed, the app told the client left). A declared
+  length charges nothing by itself: headers without a body cost no budget, their client's nor
+  the all-clients total, and a client under :attr:`UploadBudget.reserve` is never refused
+  because of the total, so a few clients cannot lock every other out of uploads;
 - closes the routes of Gradio's that this app never uses (screen recordings, the code editor,
   component servers, streaming input, deep links: a session's components written to a file
   for anyone who names the session);
@@ -17,7 +25,7 @@ Before any route of Gradio's runs, :class:`Gate`:
   validation errors repeat the whole request) sends back more than a few dozen characters of
   what came in;
 - (``--mcp``) takes an MCP request's body (a picture as a base64 data URL) up to ``mcp_body``
-  bytes and charges it to the client's upload budget, as an upload: Gradio writes the picture
+  bytes and charges it to the client's upload budget as it arrives, as an upload: Gradio writes the picture
   to disk before the tool runs. Gradio's MCP server then calls the app through its own client
   from this computer: those requests carry :data:`LOOPBACK_SECRET` (and the address of the MCP
   caller, :data:`FOR_HEADER`, which the gate sets on every MCP request and nobody else can),
@@ -26,8 +34,9 @@ Before any route of Gradio's runs, :class:`Gate`:
   before its request is read (a refused call costs no parsing, no picture decoded or written),
   after :data:`BUSY_WAIT_S`: a caller that calls again and again is slowed to its pace.
 
-The client's address is the connection's, or the one a ``--trusted-proxy`` forwarded (uvicorn
-applies ``X-Forwarded-For`` only from the addresses in ``FORWARDED_ALLOW_IPS``: app.py sets it).
+The client is the connection's address (an IPv6 one by its /64:
+:func:`~vit_demo.app.server.clients.client_group`), or the one a ``--trusted-proxy`` forwarded
+(uvicorn applies ``X-Forwarded-For`` only from the addresses in ``FORWARDED_ALLOW_IPS``: app.py sets it).
 No Gradio here.
 """
 
@@ -42,6 +51,8 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+
+from .clients import client_group
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict]]
@@ -72,49 +83,84 @@ def host_name(header: str) -> str:
 
 class UploadBudget:
     """How much each client may take within ``window_s`` seconds (bytes of uploads; or new
-    sessions, :mod:`vit_demo.app.server.lanes`), and all clients together (``total``)."""
+    sessions, :mod:`vit_demo.app.server.lanes`), and all clients together (``total``). A client
+    that has taken at most ``reserve`` in the window is never refused because of the total: each
+    new client keeps that share, whatever the others took."""
 
-    def __init__(self, per_client: int, total: int | None = None, window_s: float = 600) -> None:
-        self.per_client, self.total, self.window_s = int(per_client), total, window_s
-        self._log: dict[str, deque[tuple[float, int]]] = defaultdict(deque)
+    def __init__(self, per_client: int, total: int | None = None, window_s: float = 600, reserve: int = 0) -> None:
+        self.per_client, self.total, self.window_s, self.reserve = int(per_client), total, window_s, int(reserve)
+        self._log: dict[str, deque[list]] = defaultdict(deque)  # client -> [[when, amount], ...], oldest first
+        self._sums: dict[str, int] = defaultdict(int)
+        self._all = 0
         self._lock = threading.Lock()
 
     def _used(self, key: str, now: float) -> int:
-        log = self._log[key]
+        log = self._log.get(key)
         while log and now - log[0][0] > self.window_s:
-            log.popleft()
-        return sum(n for _, n in log)
+            _, n = log.popleft()
+            self._sums[key] -= n
+            self._all -= n
+        if log is not None and not log:
+            del self._log[key]
+            self._sums.pop(key, None)
+        return self._sums.get(key, 0)
+
+    def used(self, client: str) -> int:
+        """What ``client`` has taken within the window."""
+        with self._lock:
+            return self._used(client, time.monotonic())
+
+    def left(self, client: str) -> int:
+        """What ``client`` may still take (its own share; the total is checked as it takes)."""
+        return self.per_client - self.used(client)
 
     def take(self, client: str, nbytes: int) -> bool:
-        """Charge ``nbytes`` to ``client`` if it (and the total) stays within budget; else False."""
+        """Charge ``nbytes`` to ``client`` if it (and the total, past the client's reserve) stays
+        within budget; else False."""
         now = time.monotonic()
         with self._lock:
-            if self._used(client, now) + nbytes > self.per_client:
+            mine = self._used(client, now) + nbytes
+            if mine > self.per_client:
                 return False
-            if self.total is not None and sum(self._used(k, now) for k in list(self._log)) + nbytes > self.total:
-                return False
-            self._log[client].append((now, nbytes))
-            for k in [k for k, log in self._log.items() if not log]:
-                del self._log[k]
+            if self.total is not None and mine > self.reserve and self._all + nbytes > self.total:
+                for k in list(self._log):  # the others' old entries leave first
+                    self._used(k, now)
+                if self._all + nbytes > self.total:
+                    return False
+            log = self._log[client]
+            if log and now - log[-1][0] < 1.0:  # (an upload's chunks: one entry a second)
+                log[-1][1] += nbytes
+            else:
+                log.append([now, nbytes])
+            self._sums[client] += nbytes
+            self._all += nbytes
             return True
 
 
 class CallerCap:
-    """At most ``n`` MCP tool calls in progress per caller (address). The app's own MCP client
-    counts a call from its submit to the end of its job (:meth:`wrap`, keyed by the caller's
-    address that the gate wrote into the call's headers, :data:`FOR_HEADER`); a call past the cap
-    is refused at once (:data:`CALLS_BUSY`), before it takes one of the threads of Gradio's MCP
-    client (40, shared by every caller) or a place in the queue, and the gate refuses a busy
-    caller's next requests before reading them (:meth:`full`). Without it, one address held 16
-    places of the queue (its share) and another caller's calls waited behind them."""
+    """At most ``n`` MCP tool calls in progress per caller (client). The app's own MCP client
+    counts a call from its submit to the end of its job (:meth:`wrap`, keyed by the caller that
+    the gate wrote into the call's headers, :data:`FOR_HEADER`); a call past the cap is refused at
+    once (:data:`CALLS_BUSY`), before it takes one of the threads of Gradio's MCP client (40,
+    shared by every caller) or a place in the queue, and the gate refuses a busy caller's next
+    requests before reading them (:meth:`full`). Without it, one address held 16 places of the
+    queue (its share) and another caller's calls waited behind them. ``elsewhere(caller)``: the
+    caller's tool events in flight that came another way (the page's queue, called by their
+    index: :class:`vit_demo.app.server.lanes.Door` sets it and applies the same cap to them)."""
 
     def __init__(self, n: int) -> None:
         self.n, self.lock = n, threading.Lock()
-        self.busy: dict[str, int] = {}  # caller -> its calls in progress
+        self.busy: dict[str, int] = {}  # caller -> its calls in progress (through MCP)
+        self.elsewhere: Callable[[str], int] = lambda _caller: 0
+
+    def in_progress(self, caller: str) -> int:
+        """The caller's tool calls in progress, however they were made."""
+        with self.lock:
+            mine = self.busy.get(caller, 0)
+        return mine + self.elsewhere(caller)
 
     def full(self, caller: str) -> bool:
-        with self.lock:
-            return self.busy.get(caller, 0) >= self.n
+        return self.in_progress(caller) >= self.n
 
     def release(self, caller: str) -> None:
         with self.lock:
@@ -130,8 +176,9 @@ class CallerCap:
 
         def capped(*args: Any, headers: dict | None = None, **kwargs: Any) -> Any:
             caller = (headers or {}).get(FOR_HEADER, "")
+            others = self.elsewhere(caller)
             with self.lock:
-                if self.busy.get(caller, 0) >= self.n:
+                if self.busy.get(caller, 0) + others >= self.n:
                     raise ValueError(CALLS_BUSY.format(n=self.n))
                 self.busy[caller] = self.busy.get(caller, 0) + 1
             try:
@@ -145,11 +192,17 @@ class CallerCap:
         return capped
 
 
-async def _plain(send: Send, status: int, text: str) -> None:
+async def _plain(send: Send, status: int, text: str, close: bool = False) -> None:
+    """A short JSON answer; ``close``: the connection closes after it (a body left unread)."""
     body = json.dumps({"detail": text}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": headers + ([(b"connection", b"close")] if close else [])})
     await send({"type": "http.response.body", "body": body})
+
+
+UPLOADS_USED = "Upload budget used up: this client has uploaded its share for now. Try again in a few minutes."
+PICTURES_USED = "Upload budget used up: this client has sent its share of pictures for now. Try again in a few minutes."
 
 
 class Gate:
@@ -172,6 +225,9 @@ class Gate:
             return await _plain(send, 403, "This app answers only to its own address.")
         if scope["type"] == "websocket":
             return await self.app(scope, receive, send)
+        if "transfer-encoding" in headers and "content-length" in headers:  # two framings: refused (RFC 9112, 6.1)
+            return await _plain(send, 400, "A request may not carry both Content-Length and Transfer-Encoding.",
+                                close=True)
         path = scope.get("path", "")
         if any(path == c or path.startswith(c if c.endswith("/") else c + "/") for c in self.closed):
             return await _plain(send, 404, "Not found.")
@@ -181,40 +237,94 @@ class Gate:
         if path == MCP_ROUTE or path.startswith(MCP_ROUTE + "/"):
             return await self.mcp(scope, receive, send, declared)
         if path.rstrip("/") == UPLOAD_ROUTE:
-            if self.budget is not None and not loopback:
-                if declared is None:
-                    return await _plain(send, 411, "An upload must say its length.")
-                client = (scope.get("client") or ("?",))[0]
-                if not self.budget.take(client, declared):
-                    return await _plain(send, 429, "Upload budget used up: this client has uploaded its share "
-                                                   "for now. Try again in a few minutes.")
-            return await self.app(scope, receive, _capped(send))
+            if self.budget is None or loopback:
+                return await self.app(scope, receive, _capped(send))
+            if declared is None:
+                return await _plain(send, 411, "An upload must say its length.", close=True)
+            client = client_of(scope)
+            if declared > self.budget.left(client):  # refused before it is read; nothing charged
+                return await _plain(send, 429, UPLOADS_USED, close=True)
+            return await self.charged(scope, receive, send, client)
         if declared is not None and declared > self.max_body:
-            return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).")
+            return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).",
+                                close=True)
         body, more = await _read_up_to(receive, self.max_body)
+        if more is None:
+            return None  # the client left (or was too slow): nobody to answer
         if more:
-            return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).")
+            return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).",
+                                close=True)
         return await self.app(scope, _replay(body, receive), _capped(send))
 
+    async def charged(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
+        """The upload route with every chunk of the body charged to ``client`` as it arrives: past
+        the budget, the app is told the client left and the client gets 429 (connection closed)."""
+        over = {"yes": False, "answered": False}
+        counted = charging(receive, self.budget, client, over)
+
+        async def answer(message: dict) -> None:
+            if over["yes"]:
+                return None  # the app's answer to a cut upload: ours goes instead
+            over["answered"] = True
+            return await capped(message)
+
+        capped = _capped(send)
+        try:
+            await self.app(scope, counted, answer)
+        except Exception:  # the app's error for a body cut short (a ClientDisconnect)
+            if not over["yes"]:
+                raise
+        if over["yes"] and not over["answered"]:
+            await _plain(send, 429, UPLOADS_USED, close=True)
 
     async def mcp(self, scope: Scope, receive: Receive, send: Send, declared: int | None) -> None:
-        """An MCP request: its body within ``mcp_body`` and the client's upload budget, the
-        caller's address written into its headers for the app's own MCP client to pass on."""
-        client = (scope.get("client") or ("?",))[0]
+        """An MCP request: its body within ``mcp_body`` and the client's upload budget (charged as
+        it arrives), the caller written into its headers for the app's own MCP client to pass on."""
+        client = client_of(scope)
         if self.calls is not None and self.calls.full(client):
             await asyncio.sleep(BUSY_WAIT_S)  # a caller that asks again at once does so once a second at most
             return await _plain(send, 429, CALLS_BUSY.format(n=self.calls.n))
         if declared is not None and declared > self.mcp_body:
-            return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).")
-        body, more = await _read_up_to(receive, self.mcp_body)
+            return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).",
+                                close=True)
+        if self.budget is not None and declared is not None and declared > self.budget.left(client):
+            return await _plain(send, 429, PICTURES_USED, close=True)
+        over = {"yes": False}
+        counted = receive if self.budget is None else charging(receive, self.budget, client, over)
+        body, more = await _read_up_to(counted, self.mcp_body)
+        if over["yes"]:
+            return await _plain(send, 429, PICTURES_USED, close=True)
+        if more is None:
+            return None
         if more:
-            return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).")
-        if self.budget is not None and body and not self.budget.take(client, len(body)):
-            return await _plain(send, 429, "Upload budget used up: this client has sent its share of pictures "
-                                           "for now. Try again in a few minutes.")
+            return await _plain(send, 413, f"Request body too large (the limit is {self.mcp_body >> 20} MB).",
+                                close=True)
         kept = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in (SECRET_HEADER.encode(), FOR_HEADER.encode())]
         scope = {**scope, "headers": [*kept, (FOR_HEADER.encode(), client.encode("latin1", "replace"))]}
         return await self.app(scope, _replay(body, receive), _capped(send))
+
+
+def client_of(scope: Scope) -> str:
+    """The client a request counts for: its address (an IPv6 one by its /64), ``?`` when unknown."""
+    return client_group((scope.get("client") or ("?",))[0]) or "?"
+
+
+def charging(receive: Receive, budget: UploadBudget, client: str, over: dict) -> Receive:
+    """``receive`` with every chunk of the body charged to ``client`` as it arrives; the first
+    chunk past the budget sets ``over["yes"]``, and from then on the app hears ``http.disconnect``."""
+
+    async def counted() -> dict:
+        if over["yes"]:
+            return {"type": "http.disconnect"}
+        message = await receive()
+        if message["type"] == "http.request":
+            n = len(message.get("body", b""))
+            if n and not budget.take(client, n):
+                over["yes"] = True
+                return {"type": "http.disconnect"}
+        return message
+
+    return counted
 
 
 def from_own_client(headers: Any) -> bool:
@@ -233,13 +343,14 @@ def for_caller(scope: Scope, headers: dict[str, str]) -> tuple[Scope, bool]:
     return ({**scope, "client": (caller, 0)} if caller else scope), True
 
 
-async def _read_up_to(receive: Receive, limit: int) -> tuple[bytes, bool]:
-    """The request's body, read while it stays within ``limit`` (True: it went past)."""
+async def _read_up_to(receive: Receive, limit: int) -> tuple[bytes, bool | None]:
+    """The request's body, read while it stays within ``limit`` (True: it went past; None: the
+    client left before its end, or sent it too slowly: :mod:`vit_demo.app.server.connections`)."""
     chunks, n = [], 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return b"".join(chunks), False
+            return b"", None
         chunk = message.get("body", b"")
         n += len(chunk)
         if n > limit:

@@ -40,7 +40,7 @@ from ..jobs import LongAction
 from ..motion import present_dir
 from ..registry import ModelError, ModelRegistry
 from ..session import Session
-from ..uploads import received, unreadable
+from ..uploads import picture_loader, received, unreadable
 
 SLIDE_WIDTH = 2400  # px
 
@@ -351,7 +351,7 @@ class AtlasTab(Section):
         with received(ctx, files) as (out, pics, notes):
             lm = ctx.model(sess)
             try:
-                at = build_atlas(lm, pics, out, key, "")
+                at = build_atlas(lm, pics, out, key, "", picture_loader(ctx.cfg.limits), isolated=True)
             except ValueError as e:
                 raise unreadable(e, pics, notes) from e
             at.source = f"your {at.result['images']} pictures" + (f" ({notes[-1]})" if notes else "")

@@ -21,7 +21,7 @@ from ...progress import reporting
 from ..common import friendly, png
 from ..context import Context, Section
 from ..exports import within_budget
-from ..uploads import picture_limit, received, unreadable
+from ..uploads import BATCH, picture_limit, picture_loader, received, unreadable
 
 SHOWS = [("all pictures", "all"), ("wrong predictions", "wrong"), ("right predictions", "right"),
          ("with the watermark", "marked")]
@@ -126,7 +126,7 @@ class FolderTab(Section):
             with reporting(lambda share, text: progress(share, desc=f"survey: {text}")):
                 try:  # scikit-learn's part in a child process: a crash there fails this survey only
                     result = survey(lm, pics, method or DEFAULT_METHOD, each=Thumbnails(out / "report"), progress=False,
-                                    isolated=True)
+                                    isolated=True, load=picture_loader(ctx.cfg.limits), batch_size=BATCH)
                 except ValueError as e:  # nothing readable: said without the server's folder
                     raise unreadable(e, pics, notes) from e
                 except ChildDied as e:
