@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import statistics
@@ -324,3 +325,25 @@ def test_train_tab_in_chromium(browser, app) -> None:
         shot(pg, "train_390_phone")
     finally:
         ctx.close()
+
+
+def test_a_zip_picture_over_the_megapixel_limit_is_dropped_before_training(tmp_path: Path) -> None:
+    """The training child reads its pictures whole, so a zip's picture over ``--max-megapixels`` goes before
+    it starts (by its header, never decoded), with a note; the others stay. Before: it was trained on."""
+    from vit_demo.app.trainer import run_folder
+
+    ctx = context()
+    side = int((ctx.cfg.limits.max_pixels + 1e6) ** 0.5)  # just over the limit
+    huge = tmp_path / "huge.png"
+    Image.new("L", (side, side)).save(huge)  # a few hundred KB on disk, one pixel value
+    with zipfile.ZipFile(tmp_path / "set.zip", "w") as z:
+        for cls in ("a", "b"):
+            for i in range(3):
+                buf = io.BytesIO()
+                Image.new("RGB", (16, 16), (60 * i, 0, 0)).save(buf, "PNG")
+                z.writestr(f"{cls}/{i}.png", buf.getvalue())
+        z.write(huge, "a/huge.png")
+    with run_folder(ctx, "zip", [str(tmp_path / "set.zip")]) as (_out, pics, notes):
+        kept = sorted(p.name for p in pics.rglob("*.png"))
+        assert kept == ["0.png", "0.png", "1.png", "1.png", "2.png", "2.png"], kept
+        assert any("huge.png" in n and "megapixel limit" in n for n in notes), notes

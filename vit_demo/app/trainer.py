@@ -44,7 +44,7 @@ from .exports import EXPORT_AGE_S, export_dir, within_budget
 from .registry import ModelRegistry
 from .server.guard import InputError
 from .server.workspace import workspace
-from .uploads import received
+from .uploads import drop_oversized, received
 
 DATASETS = (*MAKERS, "zip")  # what a training may learn: a built-in set, or the user's zip of class folders
 MIN_MINUTES = 0.05  # the shortest budget /train takes (3 s: tests); the page's slider starts at 1
@@ -199,7 +199,7 @@ def run_folder(ctx: Context, dataset: str, files: Any) -> Iterator[tuple[Path, P
     """``(the run's new export folder, the pictures, notes)``; the folder goes if the run fails."""
     if dataset == "zip":
         with received(ctx, files if isinstance(files, list) else [files]) as (out, pics, notes):
-            yield out, pics, notes
+            yield out, pics, notes + drop_oversized(pics, ctx.cfg.limits.max_pixels)  # the child reads them whole
         return
     out = export_dir()
     try:

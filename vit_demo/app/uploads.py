@@ -95,6 +95,25 @@ def picture_loader(limits: Limits) -> Callable[[str], Image.Image]:
                              reduce_to=WORK_PIXELS)
 
 
+def drop_oversized(pics: Path, max_pixels: int) -> list[str]:
+    """Delete the pictures under ``pics`` whose header says more than ``max_pixels`` (or that no
+    header can be read from), before anything decodes them whole: a job that reads its pictures
+    itself (training, in a child process) gets the upload's megapixel limit this way. Returns a note
+    per picture dropped, named relative to ``pics``."""
+    notes = []
+    for path in sorted(p for p in pics.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES):
+        try:
+            with Image.open(path) as im:  # reads the header only
+                w, h = im.size
+        except Exception:  # noqa: BLE001 - any unreadable header: the picture goes, with a note
+            w = h = -1
+        if w < 0 or w * h > max_pixels:
+            path.unlink()
+            why = "no readable header" if w < 0 else f"{w} x {h} is over the {max_pixels / 1e6:g}-megapixel limit"
+            notes.append(f"skipped {path.relative_to(pics)}: {why}")
+    return notes
+
+
 def picture_limit(ctx: Context) -> int:
     """Pictures one folder job may take: :data:`MAX_PICTURES`, :data:`MAX_PICTURES_EXPOSED` when exposed."""
     return MAX_PICTURES_EXPOSED if ctx.cfg.exposed else MAX_PICTURES
