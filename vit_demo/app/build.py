@@ -55,7 +55,7 @@ def build(cfg: AppConfig) -> App:
     lim = cfg.limits
     reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
-                        cache_bytes=lim.cache_bytes)
+                        cache_bytes=lim.cache_bytes, precision=cfg.precision)
     examples = all_examples(cfg.examples)
     lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.server.lean)
     workspace().exports_budget = lim.exports_bytes

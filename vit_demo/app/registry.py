@@ -115,7 +115,8 @@ class ModelRegistry:
     ``allow_uploads``: whether a user may upload one. ``models_bytes``: the budget for loaded
     models and their timm twins together (the least recently used leave; the model in use
     stays, whatever its size); ``cache_bytes``: the budget for analyses. ``random_names``: timm
-    architectures offered with random weights (teaching, tests).
+    architectures offered with random weights (teaching, tests). ``precision``: what the models run
+    in (auto, fp32, bf16; the app's ``--precision``).
     """
 
     def __init__(
@@ -129,8 +130,10 @@ class ModelRegistry:
         models_bytes: int = DEFAULT_MODELS_MB * MB,
         cache_bytes: int = DEFAULT_CACHE_MB * MB,
         random_names: Sequence[str] = (RANDOM_MODEL,),
+        precision: str = "fp32",
     ) -> None:
         self.device = device
+        self.precision = precision  # auto, fp32 or bf16: what every model loaded here runs in (vit_demo.precision)
         self.allow_paths = allow_paths
         self.allow_uploads = allow_uploads
         self.model_name = model_name
@@ -329,13 +332,13 @@ class ModelRegistry:
         try:
             if spec.kind == "file":
                 mtime = spec.path.stat().st_mtime_ns if spec.path and spec.path.is_file() else None
-                lm = load_model(spec.name, spec.path, device=self.device)
+                lm = load_model(spec.name, spec.path, device=self.device, precision=self.precision)
                 if mtime is not None:
                     self._mtimes[spec.key] = mtime
             elif spec.kind == "random":
-                lm = load_model(spec.name, random_init=True, device=self.device)
+                lm = load_model(spec.name, random_init=True, device=self.device, precision=self.precision)
             else:
-                lm = load_model(spec.name, device=self.device)
+                lm = load_model(spec.name, device=self.device, precision=self.precision)
         except HubUnavailableError as e:  # the CLI's advice (--weights FILE) is no use on the page
             raise ModelError(f"cannot download {spec.name}: the model hub is not reachable from this computer. Pick a "
                              "model already in the menu's file list, or load a checkpoint file under "

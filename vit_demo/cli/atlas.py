@@ -11,14 +11,14 @@ from ..checkpoints.load import load_model
 from ..evaluate.atlas import DEFAULT_CONCEPTS, atlas
 from ..evaluate.survey import LABEL_MODES
 from ..present.atlas_report import write_report
-from .common import UserError, add_model_args, device_for_rank
+from .common import UserError, add_model_args, device_for_rank, say_precision
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("atlas", help="what each head and each concept looks for, over a folder: an HTML report "
                        "(shards its pictures under torchrun)")
     p.add_argument("--images", required=True, help="a folder: an ImageFolder (DIR/<class>/<image>) or ImageNet-named files")
-    add_model_args(p)
+    add_model_args(p, precision="auto")
     p.add_argument("--layer", type=int,
                    help="the block whose output tokens make the concepts, from 1; 0: the embeddings (default: the last but one)")
     p.add_argument("--concepts", type=int, default=DEFAULT_CONCEPTS, help=f"how many concepts (default {DEFAULT_CONCEPTS})")
@@ -36,7 +36,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be at least 1")
-    lm = load_model(args.model, args.weights, device=device_for_rank(args.device))
+    lm = load_model(args.model, args.weights, device=device_for_rank(args.device), precision=args.precision)
+    say_precision(lm)
     result = atlas(lm, args.images, args.layer, args.concepts, args.labels, args.limit, args.batch_size,
                    progress=not (args.no_progress or args.json), seed=args.seed)
     if result is None:  # a torchrun process other than 0: process 0 writes the report

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from .. import methods
 from ..checkpoints.load import LoadedModel, load_model
 from ..evaluate.faithfulness import spread
 from ..images import find_images
+from ..precision import PRECISIONS
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]
 
@@ -19,8 +21,9 @@ class UserError(Exception):
     """Reported as one line on stderr with exit code 2 (no traceback)."""
 
 
-def add_model_args(p: argparse.ArgumentParser, random_init: bool = False) -> None:
-    """--model / --weights / --device, shared by every command that loads a model."""
+def add_model_args(p: argparse.ArgumentParser, random_init: bool = False, precision: str | None = None) -> None:
+    """--model / --weights / --device, shared by every command that loads a model; --precision with
+    ``precision`` as its default where given (the commands without it run in float32)."""
     p.add_argument("--model", help="timm model name: weights/NAME.safetensors, else downloaded from the hub once "
                    "(default: the embedded deit_tiny_patch16_224)")
     p.add_argument("--weights", help="checkpoint file (.safetensors, .pth/.bin or .npz in timm layout) or a "
@@ -28,11 +31,24 @@ def add_model_args(p: argparse.ArgumentParser, random_init: bool = False) -> Non
     if random_init:
         p.add_argument("--random-init", action="store_true", help="timm's random initialisation (no download)")
     p.add_argument("--device", default="auto", choices=DEVICES)
+    if precision is not None:
+        p.add_argument("--precision", default=precision, choices=PRECISIONS,
+                       help=f"auto: bfloat16 where the device computes it natively (a CPU with AVX512-BF16 or AMX, "
+                            f"a GPU with bf16), float32 elsewhere; fp32; bf16 (default {precision}; "
+                            f"docs/performance.md says what bf16 costs in fidelity)")
 
 
 def load_from_args(args: argparse.Namespace) -> LoadedModel:
-    """The model the model flags name."""
-    return load_model(args.model, args.weights, random_init=getattr(args, "random_init", False), device=args.device)
+    """The model the model flags name, in the precision --precision asks for (float32 without the flag)."""
+    return load_model(args.model, args.weights, random_init=getattr(args, "random_init", False), device=args.device,
+                      precision=getattr(args, "precision", "fp32"))
+
+
+def say_precision(lm: LoadedModel) -> None:
+    """The header line on stderr: the model, where it runs and in what precision, and why
+    ("deit_tiny_patch16_224 on cpu in bf16 (auto: this CPU has AVX512-BF16)"). Under torchrun, process 0 only."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"{lm.name} on {lm.device.type} in {lm.precision_note}", file=sys.stderr, flush=True)
 
 
 def parse_class(text: str, labels: tuple[str, ...]) -> int:

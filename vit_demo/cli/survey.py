@@ -12,13 +12,13 @@ from .. import methods
 from ..checkpoints.load import load_model
 from ..evaluate.survey import DEFAULT_METHOD, LABEL_MODES, survey
 from ..present.survey_report import Thumbnails, write_report
-from .common import UserError, add_model_args, device_for_rank
+from .common import UserError, add_model_args, device_for_rank, say_precision
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("survey", help="a whole folder at once: every picture's map, clusters of maps, an HTML report")
     p.add_argument("--images", required=True, help="a folder: an ImageFolder (DIR/<class>/<image>) or ImageNet-named files")
-    add_model_args(p)
+    add_model_args(p, precision="auto")
     p.add_argument("--method", default=DEFAULT_METHOD,
                    help=f"the explanation method (default {DEFAULT_METHOD}); one of {', '.join(methods.names())}")
     p.add_argument("--labels", default="auto", choices=LABEL_MODES,
@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown method {args.method!r}; known: {', '.join(methods.names())}")
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be at least 1")
-    lm = load_model(args.model, args.weights, device=device_for_rank(args.device))
+    lm = load_model(args.model, args.weights, device=device_for_rank(args.device), precision=args.precision)
+    say_precision(lm)
     out = Path(args.out)
     result = survey(lm, args.images, args.method, args.labels, args.limit, args.batch_size, each=Thumbnails(out),
                     progress=not (args.no_progress or args.json))

@@ -133,7 +133,7 @@ def probe_seed(model: VisionTransformer, x: Tensor, t: Tensor, clean: Tensor, se
 
 
 @register("lrp-probed", title="Probed LRP",
-          cite="this project: gated CP-LRP x occlusion of its 8 rank groups, 8 forward passes more")
+          cite="this project: gated CP-LRP x occlusion of its 8 rank groups, 8 forward passes more", bf16_ok=True)
 def probed_lrp(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """Probed LRP [B, gh, gw]: the gated LRP map weighted by the measured effect of its rank
     groups (:func:`probed_map`, default :class:`ProbeSettings`). Inside

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..model import VisionTransformer
+from ..precision import full_precision, widened
 
 Target = int | Tensor | None
 MapFn = Callable[[VisionTransformer, Tensor, Target], Tensor]
@@ -48,6 +49,7 @@ class Method:
     cite: str  # the paper ("Ali et al., ICML 2022"), or "this project"
     slow: bool = False  # hundreds of forward passes: run only when asked for by name (or "all")
     class_specific: bool = True  # explains one class (False: the map is the same for every class)
+    bf16_ok: bool = False  # measured as faithful in bfloat16: it runs in the model's precision (else in float32)
 
     def __call__(self, model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
         return self.fn(model, x, target)
@@ -61,19 +63,50 @@ class Method:
 _METHODS: dict[str, Method] = {}
 
 
-def register(name: str, *, title: str, cite: str, slow: bool = False, class_specific: bool = True
-             ) -> Callable[[MapFn], MapFn]:
+def register(name: str, *, title: str, cite: str, slow: bool = False, class_specific: bool = True,
+             bf16_ok: bool = False) -> Callable[[MapFn], MapFn]:
     """Decorator: add ``fn`` to the registry under ``name`` (a name may be registered once).
-    The function is returned wrapped so that :func:`reuse` can share its result."""
+    The function is returned wrapped so that :func:`reuse` can share its result, and so that it
+    runs in the model's precision only when ``bf16_ok`` (its maps measured as faithful in bfloat16,
+    docs/performance.md); otherwise a model set to bfloat16 runs in float32 for it. Maps come out
+    in float32 either way."""
 
     def add(fn: MapFn) -> MapFn:
         if name in _METHODS:
             raise ValueError(f"method {name!r} is registered twice ({_METHODS[name].fn.__module__} and {fn.__module__})")
-        wrapped = shared(name)(fn)
-        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific)
+        wrapped = shared(name)(in_precision(fn, bf16_ok))
+        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific, bf16_ok)
         return wrapped
 
     return add
+
+
+_measuring = threading.local()
+
+
+@contextmanager
+def every_method_in_bf16() -> Iterator[None]:
+    """Within the block, on this thread, every method runs in the model's precision, ``bf16_ok`` or
+    not: to measure what bfloat16 does to a method's maps (benchmarks/bench_precision.py)."""
+    before = getattr(_measuring, "on", False)
+    _measuring.on = True
+    try:
+        yield
+    finally:
+        _measuring.on = before
+
+
+def in_precision(fn: Callable[..., Tensor], bf16_ok: bool) -> Callable[..., Tensor]:
+    """``fn`` whose model runs in float32 unless ``bf16_ok`` (vit_demo.precision.full_precision),
+    and whose map is float32 (or float64) whatever the model ran in."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Tensor:
+        with full_precision() if not (bf16_ok or getattr(_measuring, "on", False)) else nullcontext():
+            out = fn(*args, **kwargs)
+        return widened(out) if isinstance(out, Tensor) else out
+
+    return call
 
 
 def names(*, slow: bool | None = None, class_specific: bool | None = None) -> list[str]:
@@ -148,6 +181,15 @@ def sharing(model: VisionTransformer, x: Tensor) -> Iterator[None]:
         return
     with reuse(model, x):
         yield
+
+
+def computed(name: str, model: VisionTransformer, x: Tensor, target: Target = None) -> Any | None:
+    """What :func:`shared` pass ``name`` returned for exactly ``model``, ``x`` and ``target`` in the open
+    :func:`reuse` scope, if it ran there; None otherwise (nothing is computed)."""
+    scope: _Scope | None = getattr(_local, "scope", None)
+    if scope is None or scope.model is not model or scope.x is not x:
+        return None
+    return scope.memo.get((name, target_key(target, x.shape[0])))
 
 
 def shared(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
