@@ -4,7 +4,7 @@
                   [--cache-mb 1024] [--models-mb 1536] [--max-upload-mb 25] [--allow-checkpoint-upload]
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
                   [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
-                  [--mcp] [--precision auto|fp32|bf16]
+                  [--train-minutes-max 10] [--mcp] [--precision auto|fp32|bf16]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -109,10 +109,14 @@ def add_limit_flags(ap: argparse.ArgumentParser) -> None:
                     help="disk for slides, decks and animations made for users (default 512; the oldest go)")
     ap.add_argument("--header-seconds", type=float,
                     help="a connection that has not sent its request headers within this long is closed (default 10)")
+    ap.add_argument("--train-minutes-max", type=float, metavar="N",
+                    help="the Train tab's (and /train's) longest run in minutes, one run at a time on the server "
+                         "(default 10 on this computer; OFF when exposed unless given; 0 turns training off)")
 
 
 NUMBERS = ("max_upload_mb", "cache_mb", "models_mb", "max_megapixels", "upload_budget_mb", "session_minutes",
-           "sessions_mb", "job_seconds", "exports_mb", "header_seconds")  # the flags that are Limits fields of the same name
+           "sessions_mb", "job_seconds", "exports_mb", "header_seconds",
+           "train_minutes_max")  # the flags that are Limits fields of the same name
 
 
 def limits(args: argparse.Namespace):

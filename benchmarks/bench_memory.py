@@ -16,7 +16,7 @@ them (the upload's analysis, then the class-specific maps of the "Rollout & rele
 seven methods' gradient passes), the app's most memory-hungry common path.
 
 Acceptance (issues 10 and 21): the peak of the /predict run stays under 3 GiB with the default
-settings, start-up included (the class maps' peak is reported, not judged: see README, Reliability).
+settings, start-up included (the class maps' peak is reported, not judged: see docs/performance.md, Reliability).
 
 ``--root DIR`` measures another checkout's app (e.g. ``git archive main`` unpacked: the
 before); ``--kill-above-gib`` stops the server when it passes that much, to measure a version

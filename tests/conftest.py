@@ -214,3 +214,75 @@ def decisive_tiny_vit() -> VisionTransformer:
             p.add_(torch.randn_like(p) * 0.05)
         model.head.weight.mul_(4)
     return model
+
+
+# ----------------------------------------------------------------------------- small models and inputs shared by test files
+
+TOKEN_VARIANTS = {  # random small timm models: register tokens + LayerScale, no [class] token, a distillation token
+    "vit_small_patch14_reg4_dinov2": {"img_size": 224},
+    "vit_base_patch16_reg4_gap_256": {"img_size": 224},
+    "deit_tiny_distilled_patch16_224": {},
+}
+NARROW_TIMM = {"depth": 2, "embed_dim": 96, "num_heads": 3, "num_classes": 10}
+
+
+@pytest.fixture(scope="module", params=list(TOKEN_VARIANTS))
+def small_pair(request):
+    """Each of :data:`TOKEN_VARIANTS` narrowed (:data:`NARROW_TIMM`): (its name, timm's random model,
+    the scratch model on the same weights, 4 random inputs [4, 3, 224, 224])."""
+    import timm
+
+    from vit_demo.checkpoints.timm import from_timm
+
+    torch.manual_seed(0)
+    tm = timm.create_model(request.param, pretrained=False, **NARROW_TIMM, **TOKEN_VARIANTS[request.param]).eval()
+    model, _ = from_timm(tm)
+    x = torch.randn(4, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    return request.param, tm, model, x
+
+
+def perturbed_timm(name: str, seed: int = 0, **kwargs) -> torch.nn.Module:
+    """timm's random init, then every parameter moved by noise so that tokens, LayerScale and
+    norms (which timm initialises to ~0 or 1) all matter to the output."""
+    import timm
+
+    torch.manual_seed(seed)
+    tm = timm.create_model(name, pretrained=False, **kwargs).eval()
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return tm
+
+
+def load_photos(lm, paths, size=None) -> torch.Tensor:
+    """The pictures at ``paths`` as ``lm``'s model inputs [n, 3, H, W] (at ``size`` when given)."""
+    from vit_demo.images import load_image
+    from vit_demo.preprocess import preprocess
+
+    dc = lm.data_config if size is None else lm.data_config.with_size(size)
+    return torch.stack([preprocess(load_image(p), dc)[0] for p in paths])
+
+
+SHAPE_CLASSES = ["circle", "square", "star", "triangle"]
+
+
+def random_shapes_checkpoint(path: Path) -> Path:
+    """A random scratch model (the default recipe at 32 px, its head not all zeros) for the shapes'
+    four classes, saved at ``path``."""
+    from vit_demo.checkpoints.files import save
+    from vit_demo.train.recipe import scratch_config, scratch_data_config
+
+    torch.manual_seed(0)
+    model = VisionTransformer(scratch_config(32, 4)).init_weights()
+    torch.nn.init.normal_(model.head.weight, std=0.02)  # a head that is not all zeros
+    return save(model, scratch_data_config(32), path, name="random", class_names=SHAPE_CLASSES)
+
+
+def small_shapes_vit(seed: int = 0, depth: int = 3, **kwargs) -> VisionTransformer:
+    """A small random ViT for 32-px shapes (8-px patches, width 16, 2 heads, the four classes),
+    timm's init with a head large enough (std 0.5) that the classes differ; ``kwargs``: more of its config."""
+    torch.manual_seed(seed)
+    cfg = ViTConfig(img_size=(32, 32), patch_size=8, embed_dim=16, depth=depth, num_heads=2, num_classes=4, **kwargs)
+    model = VisionTransformer(cfg).init_weights().eval()
+    torch.nn.init.normal_(model.head.weight, std=0.5)
+    return model

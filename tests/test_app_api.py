@@ -40,13 +40,14 @@ def new_client(app) -> Client:
     return Client(app.url, verbose=False)
 
 
-# Every named endpoint's parameters, by name and in order (README, "Scripts can use the named API").
+# Every named endpoint's parameters, by name and in order (docs/app.md, "The named API").
 # Adding a control to a tab changes none of them: /analyze is (image, model), whatever the tabs show.
 ENDPOINTS = {
     "/predict": ["image", "model", "k"],
     "/analyze": ["image", "model"],
     "/attention": ["layer", "head", "query", "patch", "cmap", "alpha", "smooth"],
     "/compare": ["k"],
+    "/train": ["dataset", "minutes", "zip"],  # the Train tab's run (tests/test_app_train.py)
 }
 TOOLS = {  # --mcp: the tools' events (their parameters are the MCP tools')
     "/tool_predict": ["image", "k", "model"],

@@ -14,6 +14,7 @@ import gradio as gr
 import numpy as np
 import pytest
 import torch
+from conftest import small_shapes_vit
 from PIL import Image
 
 from vit_demo.app import atlas_store as store_module
@@ -27,7 +28,6 @@ from vit_demo.app.tabs.atlas import AtlasTab
 from vit_demo.evaluate.atlas import atlas
 from vit_demo.evaluate.atlas_codes import code_tokens, tokens_after
 from vit_demo.images import load_image
-from vit_demo.model import VisionTransformer, ViTConfig
 from vit_demo.preprocess import preprocess
 from vit_demo.present import deck
 from vit_demo.present.slides import write_pptx
@@ -40,11 +40,7 @@ def tiny_checkpoint(path: Path, seed: int) -> Path:
     from vit_demo.checkpoints.files import save
     from vit_demo.train.recipe import scratch_data_config
 
-    torch.manual_seed(seed)
-    cfg = ViTConfig(img_size=(32, 32), patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=4)
-    model = VisionTransformer(cfg).init_weights().eval()
-    torch.nn.init.normal_(model.head.weight, std=0.5)
-    return save(model, scratch_data_config(32), path, name="tiny", class_names=CLASSES)
+    return save(small_shapes_vit(seed, depth=2), scratch_data_config(32), path, name="tiny", class_names=CLASSES)
 
 
 @pytest.fixture(scope="module")

@@ -113,7 +113,7 @@ def test_view_size(browser, app, package_photos, width: int, height: int) -> Non
             no_horizontal_overflow(pg, f"{width}x{height}, tab {name!r}")
         rows = pg.evaluate("new Set([...document.querySelectorAll('#tabs button[role=tab]')]"
                            ".map(b => Math.round(b.getBoundingClientRect().top))).size")
-        assert rows <= 2, f"{width}x{height}: the tabs wrap into {rows} rows (the README says at most two)"
+        assert rows <= 2, f"{width}x{height}: the tabs wrap into {rows} rows (docs/app.md says at most two)"
         menu_fits_its_box(pg, "#model")
         if width < 1000:  # a phone: the maps side by side in two columns, so that each one can be read
             pg.get_by_role("tab", name="Rollout & relevance").click()

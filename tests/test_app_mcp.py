@@ -96,6 +96,8 @@ def test_tools_listed_and_described(app) -> None:
     assert tools["attention"]["inputSchema"]["properties"]["rollout"]["type"] == "boolean"
     r = c.tool("analyze", image=data_url(b"x"))  # a page event by its name: not callable either
     assert r["isError"] and "Unknown tool" in texts(r)[0]
+    r = c.tool("train", dataset="digits", minutes=0.05)  # /train, a named event: training is not a tool
+    assert r["isError"] and "Unknown tool" in texts(r)[0]
 
 
 def test_predict_matches_cli(app, deit_tiny_path: Path, package_photos: dict[str, Path]) -> None:

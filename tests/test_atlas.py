@@ -13,19 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import small_shapes_vit
 
-from vit_demo.model import VisionTransformer, ViTConfig
+from vit_demo.model import VisionTransformer
 from vit_demo.train.data import Shortcut, make_shapes
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def small_model(seed: int = 0, **kw) -> VisionTransformer:
-    torch.manual_seed(seed)
-    cfg = ViTConfig(img_size=(32, 32), patch_size=8, embed_dim=16, depth=3, num_heads=2, num_classes=4, **kw)
-    model = VisionTransformer(cfg).init_weights().eval()
-    torch.nn.init.normal_(model.head.weight, std=0.5)
-    return model
 
 
 @pytest.mark.parametrize("kw", [{"reg_tokens": 2}, {"class_token": False, "global_pool": "avg"}])
@@ -34,7 +27,7 @@ def test_head_numbers_match_naive_loops(kw: dict) -> None:
     every head, against Python loops over one picture's queries and keys."""
     from vit_demo.evaluate.atlas import HeadSums, captured_pass
 
-    model = small_model(**kw)
+    model = small_shapes_vit(**kw)
     x = torch.randn(2, 3, 32, 32)
     out, outputs, _, _ = captured_pass(model, x, 1)
     sums = HeadSums()
@@ -84,7 +77,7 @@ def folder(tmp_path_factory) -> tuple[Path, object]:
 
     root = tmp_path_factory.mktemp("atlas")
     make_shapes(root / "shapes", per_class=3, size=32, seed=2, progress=False, shortcut=Shortcut())
-    ckpt = save(small_model(reg_tokens=1), scratch_data_config(32), root / "m.safetensors", name="small",
+    ckpt = save(small_shapes_vit(reg_tokens=1), scratch_data_config(32), root / "m.safetensors", name="small",
                 class_names=["circle", "square", "star", "triangle"])
     return root / "shapes", load_model(weights=ckpt, device="cpu", progress=False)
 

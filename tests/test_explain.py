@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import load_photos
 
 from vit_demo import methods
 from vit_demo.methods.attention import (
@@ -133,14 +134,6 @@ def image(tensors, b):
 
 
 # ----------------------------------------------------------------------------- fixtures
-
-
-def load_photos(lm, paths, size=None):
-    from vit_demo.images import load_image
-    from vit_demo.preprocess import preprocess
-
-    dc = lm.data_config if size is None else lm.data_config.with_size(size)
-    return torch.stack([preprocess(load_image(p), dc)[0] for p in paths])
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,11 @@ import json
 
 import pytest
 import torch
+from conftest import load_photos
 
 from vit_demo import methods
 from vit_demo.evaluate.curves import deletion_insertion, patch_order
 from vit_demo.evaluate.faithfulness import evaluate, format_results, spread
-
-
-def load_photos(lm, paths, size=None):
-    from vit_demo.images import load_image
-    from vit_demo.preprocess import preprocess
-
-    dc = lm.data_config if size is None else lm.data_config.with_size(size)
-    return torch.stack([preprocess(load_image(p), dc)[0] for p in paths])
 
 
 def naive_curves(model, x, saliency, target, per_step):
@@ -152,7 +145,7 @@ def test_acceptance_quick_subset(deit_tiny, quick_images):
 
 def test_causal_lrp_improves_on_its_seed(deit_tiny, quick_images):
     """Causal LRP against the map it starts from (lrp-gated), on 17 photos of the quick subset
-    (every 6th; its 256 forward passes per photo leave the whole subset to the README's run):
+    (every 6th; its 256 forward passes per photo leave the whole subset to docs/faithfulness.md's run):
     clearly better insertion, and deletion no worse."""
     photos = quick_images[::6]
     r = evaluate(deit_tiny, photos, ["lrp-gated", "lrp-causal"], target="label", batch_size=9, progress=False,
@@ -164,7 +157,7 @@ def test_causal_lrp_improves_on_its_seed(deit_tiny, quick_images):
 
 
 def test_merged_runs_equal_one_run(deit_tiny, package_photos):
-    """benchmarks/merge_faithfulness.py (how the README's 1000-photo table was assembled from
+    """benchmarks/merge_faithfulness.py (how docs/faithfulness.md's 1000-photo table was assembled from
     three folders): two runs over disjoint photos, merged, give the run over all of them."""
     import importlib.util
     from pathlib import Path

@@ -13,6 +13,7 @@ from functools import partial
 import pytest
 import timm
 import torch
+from conftest import perturbed_timm
 from timm.layers import DiffAttention
 from timm.models.vision_transformer import ParallelScalingBlock
 
@@ -83,15 +84,6 @@ class DualLambda(DiffAttention):
         super().__init__(*args, dual_lambda=True, **kwargs)
 
 
-def perturbed(name: str, kwargs: dict, seed: int = 0, **extra) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    tm = timm.create_model(name, pretrained=False, **kwargs, **extra).eval()
-    with torch.no_grad():
-        for p in tm.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return tm
-
-
 def check(model, tm, x) -> None:
     with torch.no_grad():
         ref, fast, out = tm(x), model(x).logits, model(x, capture=True)
@@ -109,7 +101,7 @@ def check(model, tm, x) -> None:
 
 @pytest.mark.parametrize("fid,name,kwargs,dynamic,what", FAMILIES, ids=[f[0] for f in FAMILIES])
 def test_family_matches_timm(fid: str, name: str, kwargs: dict, dynamic: bool, what: str) -> None:
-    tm = perturbed(name, kwargs)
+    tm = perturbed_timm(name, **kwargs)
     model, _ = from_timm(tm)
     H, W = model.cfg.img_size
     check(model, tm, torch.randn(2, 3, H, W, generator=torch.Generator().manual_seed(1)))
@@ -117,7 +109,7 @@ def test_family_matches_timm(fid: str, name: str, kwargs: dict, dynamic: bool, w
     size = (H - p, W + 2 * p)  # non-square, another grid
     x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(2))
     if dynamic:
-        tm_dyn = perturbed(name, kwargs, dynamic_img_size=True)
+        tm_dyn = perturbed_timm(name, **kwargs, dynamic_img_size=True)
         model_dyn, _ = from_timm(tm_dyn)
         check(model_dyn, tm_dyn, x)
     else:  # timm has no other input size for relative-position tables and MLPs; neither do we, in words
@@ -149,7 +141,7 @@ def test_sam_encoder_matches_timm(size: tuple[int, int]) -> None:
     position embedding and the global block's tables; 5x7 patches leave windows padded), every
     block's attention equal to timm's (windows on the diagonal), and gradients through the
     captured maps do not change the input gradient (the windowed map enters as a term worth 0)."""
-    tm = perturbed("samvit_base_patch16", SAM)
+    tm = perturbed_timm("samvit_base_patch16", **SAM)
     model, _ = from_timm(tm)
     cfg = model.cfg
     assert (cfg.window_size, cfg.global_blocks, cfg.rel_pos, cfg.neck_chans, cfg.num_classes) == (4, (1,), "decomposed", 32, 0)
@@ -177,7 +169,7 @@ def test_naflex_matches_timm(name: str, what: str) -> None:
     """NaFlexViT on an image (timm's dense path): the same logits as timm at the position table's
     own size and at two non-square ones (timm resamples the table its way at every size)."""
     grid = (8, 8) if "radio" in name else (4, 4)
-    tm = perturbed(name, dict(depth=2, embed_dim=64, num_heads=2, pos_embed_grid_size=grid))
+    tm = perturbed_timm(name, depth=2, embed_dim=64, num_heads=2, pos_embed_grid_size=grid)
     model, _ = from_timm(tm)
     assert model.cfg.naflex and model.cfg.img_size == (16 * grid[0], 16 * grid[1])
     for i, size in enumerate([(64, 64), (48, 80), (96, 64)]):

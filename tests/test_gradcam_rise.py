@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import pytest
 import torch
 
 from vit_demo import methods
@@ -16,25 +15,7 @@ from vit_demo.methods.gradients import attention_gradients, grad_rollout
 from vit_demo.methods.lrp import cp_lrp_map
 from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, rise, rise_masks, seeded_masks
 
-NARROW = {"depth": 2, "embed_dim": 96, "num_heads": 3, "num_classes": 10}
-SMALL = {
-    "vit_small_patch14_reg4_dinov2": {"img_size": 224},
-    "vit_base_patch16_reg4_gap_256": {"img_size": 224},
-    "deit_tiny_distilled_patch16_224": {},
-}
-
-
-@pytest.fixture(scope="module", params=list(SMALL))
-def small_pair(request):
-    import timm
-
-    from vit_demo.checkpoints.timm import from_timm
-
-    torch.manual_seed(0)
-    tm = timm.create_model(request.param, pretrained=False, **NARROW, **SMALL[request.param]).eval()
-    model, _ = from_timm(tm)
-    x = torch.randn(4, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-    return request.param, tm, model, x
+# small_pair (tests/conftest.py): small random timm models with register tokens, no [class] token, a distillation token
 
 
 def grad_cam_library(tm, x, target, num_prefix, grid):

@@ -128,25 +128,7 @@ def test_matches_lxt_on_deit_tiny(deit_tiny, deit_tiny_path, one_photo, rules):
     assert bool((ours.sum(dim=(1, 2, 3)) > 0.1 * logit).all())
 
 
-SMALL = {  # random small timm models: register tokens + LayerScale, no [class] token, a distillation token
-    "vit_small_patch14_reg4_dinov2": {"img_size": 224},
-    "vit_base_patch16_reg4_gap_256": {"img_size": 224},
-    "deit_tiny_distilled_patch16_224": {},
-}
-NARROW = {"depth": 2, "embed_dim": 96, "num_heads": 3, "num_classes": 10}
-
-
-@pytest.fixture(scope="module", params=list(SMALL))
-def small_pair(request):
-    import timm
-
-    from vit_demo.checkpoints.timm import from_timm
-
-    torch.manual_seed(0)
-    tm = timm.create_model(request.param, pretrained=False, **NARROW, **SMALL[request.param]).eval()
-    model, _ = from_timm(tm)
-    x = torch.randn(4, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-    return request.param, tm, model, x
+# small_pair (tests/conftest.py): random small timm models, register tokens + LayerScale, no [class] token, a distillation token
 
 
 @pytest.mark.parametrize("rules", [lrp.LrpRules("cp", 0.1, 0.5), lrp.LrpRules("attnlrp", 0.01, 1.0)], ids=["cp", "attnlrp"])

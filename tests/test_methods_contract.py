@@ -38,7 +38,7 @@ def small():
 
 
 # One small random model of every family of timm's ViT family that the scratch model ports
-# (README, "Model families"): the variants that change what a method reads or differentiates.
+# (docs/families.md): the variants that change what a method reads or differentiates.
 FAMILIES = {
     "siglip": dict(class_token=False, global_pool="map", act="gelu_tanh"),
     "pe": dict(global_pool="map", pool_include_prefix=True, rope="axial", rope_xy=True, rope_offset=1.0,

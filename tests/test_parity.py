@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
+from conftest import perturbed_timm
 
 from vit_demo.checkpoints.timm import config_from_timm, from_timm
 from vit_demo.images import load_image
@@ -26,17 +27,6 @@ FAMILIES = [
     ("vit_small_patch14_reg4_dinov2", {"depth": 2, "img_size": 224}, "4 register tokens, no_embed_class"),
     ("vit_base_patch16_reg4_gap_256", {"depth": 2}, "avg pool + fc_norm, no class token"),
 ]
-
-
-def perturbed_timm(name: str, seed: int = 0, **kwargs) -> torch.nn.Module:
-    """timm's random init, then every parameter moved by noise so that tokens, LayerScale and
-    norms (which timm initialises to ~0 or 1) all matter to the output."""
-    torch.manual_seed(seed)
-    tm = timm.create_model(name, pretrained=False, **kwargs).eval()
-    with torch.no_grad():
-        for p in tm.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return tm
 
 
 @pytest.mark.parametrize("name,kwargs,what", FAMILIES, ids=[f[0] for f in FAMILIES])

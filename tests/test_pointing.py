@@ -11,16 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import random_shapes_checkpoint
 from PIL import Image
 
 from vit_demo import methods
-from vit_demo.checkpoints.files import save
 from vit_demo.evaluate.geometry import box_to_input, hit_patches, patch_coverage
 from vit_demo.evaluate.pointing import score_maps
-from vit_demo.model import VisionTransformer
 from vit_demo.preprocess import DataConfig, model_input_image
 from vit_demo.train.data import make_shapes
-from vit_demo.train.recipe import scratch_config, scratch_data_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,11 +78,7 @@ def test_coverage_hits_and_scores_match_naive_loops() -> None:
 
 def test_pointing_cli_covers_every_method(tmp_path: Path) -> None:
     make_shapes(tmp_path / "shapes", per_class=3, size=32, seed=5, progress=False)
-    torch.manual_seed(0)
-    model = VisionTransformer(scratch_config(32, 4)).init_weights()
-    torch.nn.init.normal_(model.head.weight, std=0.02)  # a head that is not all zeros
-    ckpt = save(model, scratch_data_config(32), tmp_path / "random.safetensors", name="random",
-                class_names=["circle", "square", "star", "triangle"])
+    ckpt = random_shapes_checkpoint(tmp_path / "random.safetensors")
     r = subprocess.run([sys.executable, "-m", "vit_demo", "pointing", "--data", str(tmp_path / "shapes"), "--weights",
                         str(ckpt), "--methods", "all", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import random_shapes_checkpoint
 from PIL import Image
 
 from vit_demo.train.data import DataError, Shortcut, make_shapes, read_watermarks, watermark_box
@@ -427,18 +428,9 @@ def test_unpacking_counts_what_it_tries(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def random_shapes_model(tmp_path_factory) -> tuple[Path, Path]:
     """A shapes folder with watermarks (24 pictures) and a random scratch model with the shapes' classes."""
-    from vit_demo.checkpoints.files import save
-    from vit_demo.model import VisionTransformer
-    from vit_demo.train.recipe import scratch_config, scratch_data_config
-
     root = tmp_path_factory.mktemp("survey")
     make_shapes(root / "shapes", per_class=6, size=32, seed=5, progress=False, shortcut=Shortcut())
-    torch.manual_seed(0)
-    model = VisionTransformer(scratch_config(32, 4)).init_weights()
-    torch.nn.init.normal_(model.head.weight, std=0.02)
-    ckpt = save(model, scratch_data_config(32), root / "random.safetensors", name="random",
-                class_names=["circle", "square", "star", "triangle"])
-    return root / "shapes", ckpt
+    return root / "shapes", random_shapes_checkpoint(root / "random.safetensors")
 
 
 SURVEY_FLAGS = ("--method", "chefer", "--batch-size", "5", "--json")

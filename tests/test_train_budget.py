@@ -61,7 +61,7 @@ def test_a_rising_validation_loss_is_over_fitting() -> None:
     """Issue 46: validation loss 0.813 at its lowest, 0.882 at the end, accuracy 0.64 -> 0.50 was
     called "no sign of under- or over-fitting" (the rise, 8.5 %, was under a 15 % threshold, and the
     training loss had to be below the validation loss). Over-fit is the validation loss rising from
-    its lowest point (README), by more than 5 % over the last three epochs' mean."""
+    its lowest point (docs/training.md), by more than 5 % over the last three epochs' mean."""
     val = [1.05, 0.97, 0.90, 0.86, 0.813, 0.83, 0.85, 0.86, 0.87, 0.882]
     acc = [0.40, 0.50, 0.55, 0.60, 0.64, 0.61, 0.58, 0.55, 0.53, 0.50]
     for train in ([1.10, 1.0, 0.92, 0.85, 0.80, 0.74, 0.70, 0.66, 0.63, 0.60],  # below the validation loss at the end

@@ -220,6 +220,28 @@ def test_heads_figures(scene, tmp_path):
     assert_slide_png(viz.save_figure(fig, tmp_path / "all.png"))
 
 
+def test_figures_show_the_apps_pixels_of_a_map(scene):
+    """An exported figure's map and the app's preview of the same map are the same pixels (one
+    renderer, viz.overlay_array, draws both): the one-map figure, the side-by-side figure and
+    every panel of the heads figure."""
+    pic, heat = scene["pic"], scene["rollout"]
+    fig = viz.heatmap_figure(pic, heat, cmap="viridis", smooth=False, title="rollout", show_input=True, mark=45)
+    shown = np.asarray(fig.axes[1].images[0].get_array())
+    np.testing.assert_array_equal(shown, np.asarray(viz.overlay_image(pic, heat, "viridis", smooth=False)))
+    maps = {"attention": scene["last"], "rollout": heat}
+    fig = viz.compare_figure(pic, maps, alpha=0.4, show_input=False)
+    for ax, m in zip(fig.axes, maps.values()):
+        np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), np.asarray(viz.overlay_image(pic, m, alpha=0.4)))
+    heads = scene["cls"][-1]  # [H, gh, gw]: panels of 224 px, each titled above its picture
+    ax = viz.heads_figure(pic, heads, layer=11).axes[0]
+    mosaic = np.asarray(ax.images[0].get_array())
+    label_px = 2 * ax.texts[0].get_position()[1]  # the first row's titles sit in the middle of their band
+    for i, text in enumerate(ax.texts):
+        xc, yc = text.get_position()
+        x, y = round(xc - 112), round(yc + label_px / 2)
+        np.testing.assert_array_equal(mosaic[y : y + 224, x : x + 224], np.asarray(viz.overlay_image(pic, heads[i], size=224)))
+
+
 def test_compare_distance_pos_embed_topk(scene, deit_tiny, tmp_path):
     out, layout = scene["out"], scene["layout"]
     maps = {"attention": scene["last"], "rollout": scene["rollout"]}

@@ -119,7 +119,7 @@ def layer_windows(cfg: ViTConfig) -> tuple[int, ...]:
     return tuple(0 if i in cfg.global_blocks else cfg.window_size for i in range(cfg.depth))
 
 
-def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequence[str] | None = None
+def class_maps(analysis: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequence[str] | None = None
                ) -> dict[str, np.ndarray]:
     """Every single-pass class-specific method's map for class ``cls`` (default: top-1),
     [gh, gw] each, computed together (:func:`vit_demo.methods.reuse`: the gradient passes they
@@ -127,17 +127,17 @@ def class_maps(a: Analysis, lm: LoadedModel, cls: int | None = None, names: Sequ
     yet are computed; the dict returned holds whatever is cached)."""
     if lm.model.cfg.num_classes == 0:
         raise ValueError(f"{lm.name} is headless: class-specific maps need a classifier")
-    cls = a.top1 if cls is None else int(cls)
+    cls = analysis.top1 if cls is None else int(cls)
     wanted = methods.names(slow=False, class_specific=True) if names is None else list(names)
-    with a.busy:  # one computation per record at a time; whoever waited finds the maps cached
-        maps = dict(a.class_maps.get(cls, {}))
+    with analysis.busy:  # one computation per record at a time; whoever waited finds the maps cached
+        maps = dict(analysis.class_maps.get(cls, {}))
         todo = [n for n in wanted if n not in maps]
         if todo:
-            with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x):
+            with _room(analysis, backward_working_set(lm)), methods.reuse(lm.model, analysis.x):
                 for name in todo:
-                    maps[name] = methods.get(name)(lm.model, a.x, cls)[0].detach().cpu().numpy()
-            a.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
-        return a.class_maps.setdefault(cls, maps)  # the record's own dict: on_demand_map adds to it
+                    maps[name] = methods.get(name)(lm.model, analysis.x, cls)[0].detach().cpu().numpy()
+            analysis.class_maps[cls] = maps  # all at once: a failed pass leaves no half-filled entry
+        return analysis.class_maps.setdefault(cls, maps)  # the record's own dict: on_demand_map adds to it
 
 
 def _room(a: Analysis, nbytes: int):
@@ -170,13 +170,13 @@ def backward_working_set(lm: LoadedModel) -> int:
     return 5 * attention_nbytes(lm)
 
 
-def analysis_nbytes(a: Analysis) -> int:
+def analysis_nbytes(analysis: Analysis) -> int:
     """Bytes one analysis holds: attention (it dominates: layers x heads x N x N floats), the
     input tensor, the logits, the class-specific maps so far and the model-input picture."""
-    return image_nbytes(a.picture) + tensor_nbytes([a.x, a.logits, a.attentions, a.class_maps])
+    return image_nbytes(analysis.picture) + tensor_nbytes([analysis.x, analysis.logits, analysis.attentions, analysis.class_maps])
 
 
-def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = None,
+def on_demand_map(analysis: Analysis, lm: LoadedModel, name: str, cls: int | None = None,
                   progress: Callable[[float], Any] | None = None, settings: Any = None) -> np.ndarray:
     """A slow method's map (:func:`vit_demo.methods.slow`: RISE, causal LRP, ...) for class
     ``cls`` (default top-1), cached on the record next to :func:`class_maps`, whose maps it may
@@ -185,14 +185,14 @@ def on_demand_map(a: Analysis, lm: LoadedModel, name: str, cls: int | None = Non
     ``settings``: passed on to the method (default: the registry's)."""
     if name not in methods.slow():
         raise ValueError(f"unknown on-demand method {name!r}; known: {', '.join(methods.slow())}")
-    cls = a.top1 if cls is None else int(cls)
-    maps = class_maps(a, lm, cls)
+    cls = analysis.top1 if cls is None else int(cls)
+    maps = class_maps(analysis, lm, cls)
     if name not in maps:
-        known = {(n, cls): torch.from_numpy(m)[None].to(a.x.device) for n, m in maps.items()}
+        known = {(n, cls): torch.from_numpy(m)[None].to(analysis.x.device) for n, m in maps.items()}
         extra = {"settings": settings} if settings is not None else {}
         shown = reporting(lambda share, _text: progress(share)) if progress is not None else nullcontext()
-        with _room(a, backward_working_set(lm)), methods.reuse(lm.model, a.x, known), shown:
-            maps[name] = methods.get(name).fn(lm.model, a.x, cls, **extra)[0].detach().cpu().numpy()
+        with _room(analysis, backward_working_set(lm)), methods.reuse(lm.model, analysis.x, known), shown:
+            maps[name] = methods.get(name).fn(lm.model, analysis.x, cls, **extra)[0].detach().cpu().numpy()
     return maps[name]
 
 

@@ -236,8 +236,8 @@ class ByteLRU(Generic[K, V]):
         return len(self._items)
 
 
-def return_large_frees_to_os(threshold: int = 1 * MB) -> bool:
-    """Ask glibc to hand blocks of ``threshold`` bytes or more straight back to the OS when freed.
+def return_large_frees_to_os() -> bool:
+    """Ask glibc to hand blocks of 1 MiB or more straight back to the OS when freed.
 
     By default glibc raises its mmap threshold as large blocks are freed (up to 32 MiB), so the
     attention maps and backward-pass buffers of a big model (30 MB each for ViT-B/8) come from
@@ -257,7 +257,7 @@ def return_large_frees_to_os(threshold: int = 1 * MB) -> bool:
     except (OSError, AttributeError):
         return False
     M_MMAP_THRESHOLD = -3
-    return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
+    return bool(mallopt(M_MMAP_THRESHOLD, 1 * MB))
 
 
 def release_free_heap() -> bool:

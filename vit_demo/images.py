@@ -124,8 +124,8 @@ def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = 
         raise ImageError(f"{name}: could not decode the image ({type(e).__name__}: {msg})") from e
 
 
-def count_frames(img: Image.Image, cap: int = FRAMES_COUNTED) -> int:
-    """How many frames ``img`` has, a TIFF's counted up to ``cap`` (``cap`` means "at least").
+def count_frames(img: Image.Image) -> int:
+    """How many frames ``img`` has, a TIFF's counted up to :data:`FRAMES_COUNTED` (which means "at least").
     Pillow's ``n_frames`` walks every page of a TIFF, in time that grows with the square of
     their number (each page's place looked up in a list of all before it): a 5 MB file of
     50,000 tiny pages took 21 s of CPU, a 25 MB one minutes. Other formats' counts are cheap
@@ -134,7 +134,7 @@ def count_frames(img: Image.Image, cap: int = FRAMES_COUNTED) -> int:
         return int(getattr(img, "n_frames", 1))
     n = 0
     try:
-        while n < cap:
+        while n < FRAMES_COUNTED:
             img.seek(n)
             n += 1
     except EOFError:
@@ -225,9 +225,9 @@ class Allowance:
         self.stopped = False  # the check raised: unpacking ends there
         self.full = False  # the disk budget is used up: nothing more is written
 
-    def take_read(self, n: int) -> None:
-        """Charge ``n`` bytes read; ValueError once the upload has read its share."""
-        self.read -= n
+    def take_read(self, nbytes: int) -> None:
+        """Charge ``nbytes`` bytes read; ValueError once the upload has read its share."""
+        self.read -= nbytes
         if self.read < 0:
             raise ValueError("the upload unpacks to more than this app reads for one survey")
         self.tick()
@@ -241,13 +241,13 @@ class Allowance:
                 self.stopped = True
                 raise
 
-    def take_written(self, n: int) -> None:
-        """Charge ``n`` bytes about to be written; ValueError beyond the budget (and nothing more
+    def take_written(self, nbytes: int) -> None:
+        """Charge ``nbytes`` bytes about to be written; ValueError beyond the budget (and nothing more
         is written after that)."""
-        if self.full or n > self.written:
+        if self.full or nbytes > self.written:
             self.full = True
             raise ValueError("the pictures would fill more disk than this app keeps for its files")
-        self.written -= n
+        self.written -= nbytes
 
     @property
     def spent(self) -> bool:
@@ -331,14 +331,14 @@ def extract_pictures(archive: str | os.PathLike, dest: str | os.PathLike, max_fi
     return written, notes
 
 
-def copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, limit: int, allowance: Allowance) -> int:
+def copy_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, limit: int, allowance: Allowance) -> int:
     """Copy one member to ``target``, reading at most ``limit`` bytes (ValueError beyond it), every
     chunk charged to the ``allowance`` before it is written; on any error the partial file goes,
     and its bytes are given back to the disk budget."""
     target.parent.mkdir(parents=True, exist_ok=True)
     n = kept = 0
     try:
-        with zf.open(info) as src, open(target, "wb") as out:
+        with archive.open(info) as src, open(target, "wb") as out:
             while chunk := src.read(1 << 20):
                 n += len(chunk)
                 allowance.take_read(len(chunk))

@@ -83,19 +83,19 @@ class DataConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DataConfig:
-        return cls(**{k: d[k] for k in ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std") if k in d})
+    def from_dict(cls, data: dict[str, Any]) -> DataConfig:
+        return cls(**{k: data[k] for k in ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std") if k in data})
 
     @classmethod
-    def from_timm(cls, d: dict[str, Any]) -> DataConfig:
+    def from_timm(cls, config: dict[str, Any]) -> DataConfig:
         """From ``timm.data.resolve_data_config(...)``'s dict (input_size is (C, H, W))."""
         return cls(
-            input_size=tuple(d["input_size"][-2:]),
-            interpolation=d.get("interpolation", "bicubic"),
-            crop_pct=d.get("crop_pct") or 0.875,
-            crop_mode=d.get("crop_mode") or "center",
-            mean=tuple(d["mean"]),
-            std=tuple(d["std"]),
+            input_size=tuple(config["input_size"][-2:]),
+            interpolation=config.get("interpolation", "bicubic"),
+            crop_pct=config.get("crop_pct") or 0.875,
+            crop_mode=config.get("crop_mode") or "center",
+            mean=tuple(config["mean"]),
+            std=tuple(config["std"]),
         )
 
 

@@ -20,7 +20,7 @@ from .sections.display import DisplayControls
 from .sections.inputs import InputSection
 from .sections.models import ModelPicker
 from .server.guard import FileGuard, JoinGuard
-from .server.lanes import MODEL, SLOW, guard_queue, limit_slow_jobs
+from .server.lanes import MODEL, SLOW, TRAIN, guard_queue, limit_slow_jobs
 from .server.lean import lean_sessions
 from .server.settings import ServerSettings
 from .server.workspace import workspace
@@ -33,9 +33,10 @@ from .tabs.folder import FolderTab
 from .tabs.patches import PatchesTab
 from .tabs.present import PresentTab
 from .tabs.relevance import RelevanceTab
+from .tabs.train import TrainTab
 
 TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab,
-                                   FolderTab, AtlasTab)
+                                   FolderTab, AtlasTab, TrainTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
 __all__ = ["App", "AppConfig", "build", "launch_kwargs"]
@@ -62,6 +63,8 @@ def build(cfg: AppConfig) -> App:
     ctx = Context(cfg, reg, reg.default_key(), examples,
                   heavy={"concurrency_id": MODEL, "concurrency_limit": cfg.concurrency},
                   slow={"concurrency_id": SLOW, "concurrency_limit": lim.slow_concurrency},
+                  # one training runs at a time (the trainer's lock); the second place answers a second one at once
+                  training={"concurrency_id": TRAIN, "concurrency_limit": 2},
                   sessions=SessionBudget(lim.sessions_bytes, lim.session_minutes * 60),
                   files=FileGuard([get_upload_folder()], [e.path for e in examples]))
     picker, inputs, display = ModelPicker(), InputSection(), DisplayControls()

@@ -129,6 +129,7 @@ class Context:
     examples: list = field(default_factory=list)
     heavy: dict = field(default_factory=dict)  # event settings for the ones that run a model (the model lane)
     slow: dict = field(default_factory=dict)  # ... for decks, slow methods, animations, exports (the slow lane)
+    training: dict = field(default_factory=dict)  # ... for a training (the Train tab, /train: a lane of its own)
     sessions: SessionBudget | None = None  # the pictures all sessions keep, within a budget
     files: FileGuard | None = None  # the server files a request may name (uploads, examples)
     demo: Component = None

@@ -13,12 +13,17 @@ unseen; the run's event then ends, and only then does the page say "Stopped." an
 Every long action runs in the slow lane (:mod:`vit_demo.app.server.lanes`: one job per client, its own
 number of jobs at a time) and its work under the slow lane's time limit, with room for its working
 memory in the analyses' budget: :meth:`Job.run` is the one place every long action's work runs.
+A training (the Train tab) runs in a lane of its own, under its own time limit, without that room
+(its work is in a child process), and shows more than the bar while it runs: its work is a
+generator whose every ``yield`` of ``{component: value}`` reaches the page at the next redraw
+(the curves, the snapshots), and whose ``return`` is the final update.
 """
 
 from __future__ import annotations
 
 import contextlib
 import html
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +49,8 @@ class Job:
         self.work, self.seconds, self.room = work, seconds, room
         self.share, self.text = 0.0, "starting"
         self.result: Any = None
+        self.live: dict = {}  # updates a generator's work yielded, not shown yet
+        self.lock = threading.Lock()
         self.error: BaseException | None = None
         self.done = threading.Event()  # the work has finished (or failed, or stopped)
         self.ended = threading.Event()  # ... and the event that shows it too
@@ -59,11 +66,29 @@ class Job:
         try:
             room = self.room() if self.room is not None else contextlib.nullcontext()
             with time_limit(self.seconds), room, reporting(self.report):
-                self.result = self.work()
+                out = self.work()
+                self.result = self.follow(out) if inspect.isgenerator(out) else out
         except BaseException as e:  # noqa: BLE001 - handed to the event's handler, which shows it
             self.error = e
         finally:
             self.done.set()
+
+
+    def follow(self, gen: Any) -> Any:
+        """Run a generator's work: each update it yields is kept for the page; its return value is the result."""
+        while True:
+            try:
+                update = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            with self.lock:
+                self.live.update(update or {})
+
+    def take_live(self) -> dict:
+        """The updates yielded since the last call."""
+        with self.lock:
+            out, self.live = self.live, {}
+        return out
 
 
 def bar_html(share: float, text: str) -> str:
@@ -79,9 +104,12 @@ class LongAction:
     """A button for work over about a second, with its progress bar and cancel button."""
 
     def __init__(self, label: str, elem_id: str, variant: str = "secondary", size: str = "md",
-                 waiting: str = "waiting for the model", min_width: int = 160) -> None:
+                 waiting: str = "waiting for the model", min_width: int = 160, seconds: float | None = None,
+                 room: bool = True) -> None:
+        """``seconds``: the work's time limit (default: the slow lane's); ``room``: whether the work
+        needs room in the analyses' memory budget (work in a child process does not)."""
         self.label, self.elem_id, self.variant, self.size, self.waiting = label, elem_id, variant, size, waiting
-        self.min_width = min_width
+        self.min_width, self.seconds, self.room = min_width, seconds, room
 
     def layout(self) -> None:
         with gr.Row(elem_classes="job-row"):
@@ -95,10 +123,12 @@ class LongAction:
         return {self.btn: gr.update(interactive=True), self.cancel: gr.update(visible=False), self.bar: note}
 
     def wire(self, ctx: Context, work: Callable[..., dict], inputs: list[Component], outputs: list[Component],
-             preprocess: bool = True) -> Any:
+             preprocess: bool = True, lane: dict | None = None) -> Any:
         """On a click: ``work(*values of inputs)`` -> ``{component: value}`` for ``outputs``, in a
-        worker thread. ``preprocess``: Gradio's checks of the inputs (off: the raw values, e.g.
-        a menu's value that an upload is changing). Returns the event (to chain on)."""
+        worker thread (a generator: its yields shown as it goes, its return at the end).
+        ``preprocess``: Gradio's checks of the inputs (off: the raw values, e.g. a menu's value
+        that an upload is changing). ``lane``: the event's lane (default the slow lane).
+        Returns the event (to chain on)."""
         me = [self.btn, self.cancel, self.bar]
 
         def busy():
@@ -109,7 +139,8 @@ class LongAction:
         # "multiple": a click right after a Cancel goes through (the slow lane's door still allows
         # each client one job at a time)
         run = start.then(self.handler(ctx, work), inputs, [*outputs, *me], api_visibility="private",
-                         show_progress="hidden", preprocess=preprocess, trigger_mode="multiple", **ctx.slow)
+                         show_progress="hidden", preprocess=preprocess, trigger_mode="multiple",
+                         **(ctx.slow if lane is None else lane))
 
         def on_cancel(request: gr.Request):
             """Stop the work (at its next report) and wait until its event has ended, so that the
@@ -130,7 +161,8 @@ class LongAction:
         """The run event's handler: starts the :class:`Job` and redraws the bar until it is done."""
 
         def handler(request: gr.Request, *args):
-            job = Job(lambda: work(*args), ctx.cfg.limits.job_seconds, ctx.reg.slow_job_room)
+            job = Job(lambda: work(*args), self.seconds or ctx.cfg.limits.job_seconds,
+                      ctx.reg.slow_job_room if self.room else None)
             key = (getattr(request, "session_hash", None) or "", self.elem_id)
             try:
                 yield {self.bar: bar_html(0, "starting")}
@@ -139,16 +171,17 @@ class LongAction:
                 job.thread.start()
                 shown = None
                 while not job.done.wait(POLL_S):
-                    if (job.share, job.text) != shown:
+                    live = job.take_live()
+                    if (job.share, job.text) != shown or live:
                         shown = (job.share, job.text)
-                        yield {self.bar: bar_html(*shown)}
+                        yield {**live, self.bar: bar_html(*shown)}
                 if isinstance(job.error, Cancelled):
                     return  # the user's Cancel: its own event says "Stopped."
                 if job.error is not None:
                     yield self.idle()
                     err = readable_error(job.error, self.elem_id)
                     raise err from job.error if err is not job.error else None
-                yield {**(job.result or {}), **self.idle()}
+                yield {**job.take_live(), **(job.result or {}), **self.idle()}
             finally:
                 job.stop.set()  # a closed page: the worker ends at its next report
                 with _RUNNING_LOCK:

@@ -56,7 +56,7 @@ HUB_MODELS = (  # offered when the user wants pretrained weights from the hub (t
     "deit3_small_patch16_224",
     "vit_base_patch16_224",
     "vit_small_patch16_224.dino",
-    # the other families (README, "Model families"): ImageNet classifiers first, then feature models
+    # the other families (docs/families.md): ImageNet classifiers first, then feature models
     "eva02_tiny_patch14_336.mim_in22k_ft_in1k",  # EVA-02: RoPE, SwiGLU
     "beitv2_base_patch16_224.in1k_ft_in1k",  # BEiT v2: relative position bias
     "vit_relpos_small_patch16_224.sw_in1k",  # relative-position MLP, no [class]
@@ -72,7 +72,7 @@ class ModelSpec:
     """One entry of the model menu. ``key`` is what the menu and the API pass around."""
 
     key: str  # "file:NAME.safetensors" (with "~" and a short hash when two files share a name), "random:NAME",
-    # "hub:NAME", or "upload:NAME~RANDOM" (a user's checkpoint): never a server path
+    # "hub:NAME", "upload:NAME~RANDOM" (a user's checkpoint) or "trained:NAME~RANDOM" (trained here): never a server path
     label: str
     kind: str  # "file", "random", "hub"
     name: str | None  # timm architecture name (None: read it from the file)
@@ -295,6 +295,27 @@ class ModelRegistry:
                 self._private.discard(spec.key)
             raise
         return spec
+
+    def add_trained(self, path: str | os.PathLike, label: str) -> ModelSpec:
+        """A checkpoint the app itself just trained (the Train tab, ``/train``): on the menu of the
+        session that trained it only (``trained:NAME~RANDOM``), loaded when first used. The path is
+        the app's own, so this works on an exposed app too (where a typed path is refused)."""
+        p = Path(path).resolve()
+        spec = ModelSpec(f"trained:{short_name(p.stem, 24)}~{secrets.token_hex(4)}", label, "file", None, p)
+        with self._lock:
+            self._specs[spec.key] = spec
+            self._private.add(spec.key)
+        return spec
+
+    def remove(self, key: str) -> None:
+        """Take a session's own checkpoint off the menu and out of memory (its session has ended)."""
+        with self._lock:
+            if key not in self._private:
+                return
+            self._specs.pop(key, None)
+            self._private.discard(key)
+            self._mtimes.pop(key, None)
+            self._forget(key)
 
     # -- loading
 

@@ -137,7 +137,7 @@ def is_timm_layout(sd: dict[str, Any]) -> bool:
 
 
 
-def from_saved(p: Path, sd: dict[str, torch.Tensor], meta: dict[str, str]) -> tuple[VisionTransformer, DataConfig]:
+def from_saved(path: Path, sd: dict[str, torch.Tensor], meta: dict[str, str]) -> tuple[VisionTransformer, DataConfig]:
     """A model from a file this project saved (``meta["format"] == FORMAT_TAG``): its stored
     config, checked on the meta device first, so that a forged config cannot make us allocate."""
     try:
@@ -148,9 +148,9 @@ def from_saved(p: Path, sd: dict[str, torch.Tensor], meta: dict[str, str]) -> tu
     except (KeyError, TypeError, ValueError, ArithmeticError, RuntimeError) as e:
         msg = str(e).strip().split("\n")[0][:300]
         raise CheckpointError(
-            f"{p.name}: its stored config is unreadable or invalid ({type(e).__name__}: {msg})"
+            f"{path.name}: its stored config is unreadable or invalid ({type(e).__name__}: {msg})"
         ) from e
-    check_state_dict(skeleton, sd, source=p.name)  # the file must fit the config before any real model
+    check_state_dict(skeleton, sd, source=path.name)  # the file must fit the config before any real model
     model = VisionTransformer(cfg)
     model.load_state_dict(sd, strict=True)  # checked above: keys, shapes and values fit
     return model.eval(), dc

@@ -99,9 +99,9 @@ def class_names_from_meta(meta: dict[str, str]) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def discover_checkpoints(extra: list[str | os.PathLike] = ()) -> list[Path]:
-    """Checkpoint files in ``weights/``, in $VIT_DEMO_WEIGHTS and in ``extra`` (no duplicates)."""
-    roots = [weights_dir(), *[p for p in os.environ.get(ENV_WEIGHTS, "").split(os.pathsep) if p], *extra]
+def discover_checkpoints() -> list[Path]:
+    """Checkpoint files in ``weights/`` and in $VIT_DEMO_WEIGHTS (no duplicates)."""
+    roots = [weights_dir(), *[p for p in os.environ.get(ENV_WEIGHTS, "").split(os.pathsep) if p]]
     found: list[Path] = []
     seen: set[Path] = set()
     for root in map(Path, roots):
@@ -174,7 +174,6 @@ def load_model(
     weights: str | os.PathLike | None = None,
     random_init: bool = False,
     device: str = "auto",
-    seed: int = 0,
     progress: bool = True,
     precision: str = "fp32",
 ) -> LoadedModel:
@@ -183,7 +182,7 @@ def load_model(
     - nothing: the embedded default checkpoint (``weights/deit_tiny_patch16_224.safetensors``);
     - ``weights``: that file (``name`` gives the architecture for plain timm-layout files), or a
       Hugging Face transformers model folder (ported on the fly; see checkpoints/hf.py);
-    - ``random_init``: timm's random initialisation of ``name`` (no download);
+    - ``random_init``: timm's random initialisation of ``name`` (no download), seeded with 0;
     - ``name`` alone: ``weights/NAME.*`` if present, else timm's pretrained weights from the
       hub, ported once to ``weights/NAME.safetensors`` (fails fast offline).
 
@@ -205,7 +204,7 @@ def load_model(
     elif random_init:
         if not name:
             raise ValueError("--random-init needs --model NAME (any ViT name timm knows)")
-        torch.manual_seed(seed)
+        torch.manual_seed(0)
         model, dc = from_timm(timm_model(name))
         lm = LoadedModel(model, dc, f"{name} (random weights)", "timm random initialisation", name, True)
     elif name:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..model import PatchEmbed, ViTConfig
+from ..model import ConvStemEmbed, ViTConfig
 
 STEM_SCOPE = ("The convolutional stem (CCT's convolutions) has no timm counterpart, so the check starts at the tokens "
               "it makes: timm's VisionTransformer takes over from there (position embedding, every block, final norm, "
@@ -24,7 +24,7 @@ STEM_SCOPE = ("The convolutional stem (CCT's convolutions) has no timm counterpa
 STAGES = ("tokens", "blocks", "norm", "pooled")  # what :func:`traced` records, in forward order
 
 
-class StemEmbed(PatchEmbed):
+class StemEmbed(ConvStemEmbed):
     """The scratch model's convolutional stem behind timm's patch-embedding interface: built from
     the arguments timm's ``VisionTransformer`` gives its ``embed_layer`` (checked against the
     config), with ``grid_size`` and ``num_patches``, and [B, gh, gw, C] tokens for

@@ -97,15 +97,15 @@ def hub_address() -> tuple[str, int]:
     return url.hostname or HUB_HOST[0], port or (80 if url.scheme == "http" else 443)
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
+def hub_reachable() -> bool:
     """Whether the Hugging Face hub ($HF_ENDPOINT or huggingface.co) answers a TCP connect
-    within ``timeout`` s (no retries)."""
+    within 3 s (no retries)."""
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
         return False
     host, port = hub_address()
     try:
         socket.getaddrinfo(host, port)  # fails fast with no DNS
-        with socket.create_connection((host, port), timeout=timeout):
+        with socket.create_connection((host, port), timeout=3.0):
             return True
     except OSError:
         return False
@@ -146,35 +146,35 @@ def from_hub(name: str, progress: bool = True) -> tuple[VisionTransformer, DataC
     return from_timm(tm)
 
 
-def from_timm_file(p: Path, sd: dict[str, torch.Tensor], model_name: str | None
+def from_timm_file(path: Path, sd: dict[str, torch.Tensor], model_name: str | None
                    ) -> tuple[VisionTransformer, DataConfig, dict[str, str]]:
-    """A timm-layout checkpoint (``sd`` read from ``p``) into a scratch model. Its architecture
+    """A timm-layout checkpoint (``sd`` read from ``path``) into a scratch model. Its architecture
     is ``model_name``, or the file's stem when that is a timm name (``deit_tiny_patch16_224.safetensors``)."""
-    name = model_name or timm_name_from_stem(p)
+    name = model_name or timm_name_from_stem(path)
     if name is None:
         raise CheckpointError(
-            f"{p.name}: a timm-layout checkpoint needs the architecture: pass --model NAME "
+            f"{path.name}: a timm-layout checkpoint needs the architecture: pass --model NAME "
             f"(a timm model name such as deit_tiny_patch16_224)"
         )
     tm = timm_model(name)
-    if p.suffix.lower() == ".npz" and not is_timm_layout(sd):  # big_vision / JAX layout
+    if path.suffix.lower() == ".npz" and not is_timm_layout(sd):  # big_vision / JAX layout
         from timm.models.vision_transformer import _load_weights
 
-        _load_weights(tm, str(p))
+        _load_weights(tm, str(path))
         model, dc = from_timm(tm)
-        return model, dc, {"model_name": name, "source": p.name}
+        return model, dc, {"model_name": name, "source": path.name}
     cfg = config_from_timm(tm)
     model = VisionTransformer(cfg)
-    load_state_dict_strict(model, scratch_keys(sd, cfg), source=p.name)
-    return model.eval(), data_config_from_timm(tm), {"model_name": name, "source": p.name}
+    load_state_dict_strict(model, scratch_keys(sd, cfg), source=path.name)
+    return model.eval(), data_config_from_timm(tm), {"model_name": name, "source": path.name}
 
 
-def timm_name_from_stem(p: Path) -> str | None:
+def timm_name_from_stem(path: Path) -> str | None:
     try:
         import timm
     except ImportError:
         return None
-    stem = p.name.split(".safetensors")[0].split(".pth")[0].split(".bin")[0].split(".npz")[0]
+    stem = path.name.split(".safetensors")[0].split(".pth")[0].split(".bin")[0].split(".npz")[0]
     base = stem.split(".")[0]
     return stem if timm.is_model(stem) else (base if timm.is_model(base) else None)
 

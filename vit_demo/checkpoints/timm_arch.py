@@ -31,8 +31,8 @@ NORMS = {"LayerNorm": "layernorm", "RmsNorm": "rmsnorm"}
 NORM_CLASS = re.compile(r"(Layer|Rms|RMS|Group|Batch|Instance)Norm\w*")
 
 
-def is_identity(m: Any) -> bool:
-    return m is None or isinstance(m, nn.Identity)
+def is_identity(module: Any) -> bool:
+    return module is None or isinstance(module, nn.Identity)
 
 
 def model_name(tm: nn.Module) -> str:
@@ -312,26 +312,26 @@ def read_head(tm: nn.Module, problems: list[str]) -> dict[str, Any]:
     return out
 
 
-def read_attn_pool(tm: nn.Module, ap: nn.Module, problems: list[str]) -> dict[str, Any]:
+def read_attn_pool(tm: nn.Module, pool: nn.Module, problems: list[str]) -> dict[str, Any]:
     """timm's AttentionPoolLatent, in the one form the scratch model has: one latent query, q and
     kv projections with bias, output projection, norm + MLP with a residual, the query's output."""
-    if type(ap).__name__ != "AttentionPoolLatent" or tm.global_pool != "map":
-        problems.append(f"attention pool {type(ap).__name__}")
+    if type(pool).__name__ != "AttentionPoolLatent" or tm.global_pool != "map":
+        problems.append(f"attention pool {type(pool).__name__}")
         return {}
     C = width(tm)
-    plain = (ap.latent_len == 1 and ap.pool == "token" and isinstance(ap.q, nn.Linear) and ap.pos_embed is None
-             and is_identity(getattr(ap, "q_norm", None)) and getattr(ap, "mlp", None) is not None
-             and ap.latent.shape[-1] == C and ap.kv.out_features == 2 * C and ap.q.bias is not None)
+    plain = (pool.latent_len == 1 and pool.pool == "token" and isinstance(pool.q, nn.Linear) and pool.pos_embed is None
+             and is_identity(getattr(pool, "q_norm", None)) and getattr(pool, "mlp", None) is not None
+             and pool.latent.shape[-1] == C and pool.kv.out_features == 2 * C and pool.q.bias is not None)
     if not plain:
         problems.append("an attention pool with several latents, position embedding, qk-norm or no MLP")
         return {}
-    act = ACTS.get(type(ap.mlp.act).__name__)
+    act = ACTS.get(type(pool.mlp.act).__name__)
     mlp = block_parts(tm.blocks[0])[1]
     mlp_act = ACTS.get(type(mlp.act if mlp is not None else tm.blocks[0].mlp_act).__name__)
     if act != mlp_act:
-        problems.append(f"an attention pool with activation {type(ap.mlp.act).__name__} unlike the blocks'")
-    hidden = ap.mlp.fc1.out_features
-    return dict(map_heads=ap.num_heads, map_mlp_hidden=hidden)
+        problems.append(f"an attention pool with activation {type(pool.mlp.act).__name__} unlike the blocks'")
+    hidden = pool.mlp.fc1.out_features
+    return dict(map_heads=pool.num_heads, map_mlp_hidden=hidden)
 
 
 def read_sam(tm: nn.Module, problems: list[str]) -> dict[str, Any]:

@@ -262,45 +262,45 @@ def transformers_reference(folder: str | os.PathLike, interpolate: bool = False)
     return TransformersReference(model.float().eval(), arch, interpolate)
 
 
-def stage_lines(st: dict[str, Any]) -> list[str]:
+def stage_lines(stages: dict[str, Any]) -> list[str]:
     """The report's lines for a comparison from the tokens on (:func:`both_traced`'s stages)."""
-    worst = int(np.argmax(st["blocks"]))
-    n = len(st["blocks"])
+    worst = int(np.argmax(stages["blocks"]))
+    n = len(stages["blocks"])
     return [
         "  compared:            from the tokens on (each block's output and attention, final norm, pooling, logits)",
-        f"  max |token diff|:    {st['tokens']:.3e} (after the position embedding)",
-        f"  max |block diff|:    output {max(st['blocks']):.3e} (worst: block {worst + 1} of {n}), "
-        f"attention {max(st['attention']):.3e}",
-        f"  max |norm diff|:     {st['norm']:.3e} (the tokens after the last block and the final norm, if any)",
-        f"  max |pooled diff|:   {st['pooled']:.3e} (the head's input: pooled, then normed by fc_norm, if any)",
+        f"  max |token diff|:    {stages['tokens']:.3e} (after the position embedding)",
+        f"  max |block diff|:    output {max(stages['blocks']):.3e} (worst: block {worst + 1} of {n}), "
+        f"attention {max(stages['attention']):.3e}",
+        f"  max |norm diff|:     {stages['norm']:.3e} (the tokens after the last block and the final norm, if any)",
+        f"  max |pooled diff|:   {stages['pooled']:.3e} (the head's input: pooled, then normed by fc_norm, if any)",
     ]
 
 
-def format_report(r: dict[str, Any]) -> str:
-    stages = r.get("stage_max_abs_diff")
-    verdict = f"PASSED: identical to {r['tolerance']:g}" if r["passed"] else "FAILED"
-    low = r.get("precision", "fp32") != "fp32"
-    if low and not r["passed"]:
-        verdict = (f"DIFFERS from timm's fp32 by {r['precision']}'s rounding, as expected: not identical to "
-                   f"{r['tolerance']:g} (run with --precision fp32 for the parity check)")
+def format_report(report: dict[str, Any]) -> str:
+    stages = report.get("stage_max_abs_diff")
+    verdict = f"PASSED: identical to {report['tolerance']:g}" if report["passed"] else "FAILED"
+    low = report.get("precision", "fp32") != "fp32"
+    if low and not report["passed"]:
+        verdict = (f"DIFFERS from timm's fp32 by {report['precision']}'s rounding, as expected: not identical to "
+                   f"{report['tolerance']:g} (run with --precision fp32 for the parity check)")
     if stages:
         import textwrap
 
-        verdict += " from the tokens on\n" + textwrap.fill(r["scope"], 100, initial_indent="  ", subsequent_indent="  ")
-    ref = r.get("reference", "timm")
+        verdict += " from the tokens on\n" + textwrap.fill(report["scope"], 100, initial_indent="  ", subsequent_indent="  ")
+    ref = report.get("reference", "timm")
     lib = ref.split()[0]
+    ours, theirs = report["scratch_ms_per_image"], report["reference_ms_per_image"]
     return "\n".join([
-        f"scratch ViT vs {ref}: {r['model']} ({r['weights']})"
-        + (f", the scratch model in {r['precision']}, {lib}'s in fp32" if low else ""),
-        f"  inputs:              {r['inputs']} at {r['input_size'][0]}x{r['input_size'][1]} on {r['device']}",
+        f"scratch ViT vs {ref}: {report['model']} ({report['weights']})"
+        + (f", the scratch model in {report['precision']}, {lib}'s in fp32" if low else ""),
+        f"  inputs:              {report['inputs']} at {report['input_size'][0]}x{report['input_size'][1]} on {report['device']}",
         *(stage_lines(stages) if stages else []),
-        f"  max |logit diff|:    {r['max_abs_logit_diff']:.3e}",
-        f"  max |prob diff|:     {r['max_abs_prob_diff']:.3e}",
-        f"  top-1 agreement:     {r['top1_agreement'] * 100:.1f}%",
-        f"  top-5 agreement:     {r['top5_agreement'] * 100:.1f}%",
-        f"  time per image:      scratch {r['scratch_ms_per_image']:.1f} ms, {lib} {r['reference_ms_per_image']:.1f} ms "
-        f"({r['scratch_ms_per_image'] / max(r['reference_ms_per_image'], 1e-9):.2f}x {lib}'s; {r['timing']} on this "
-        f"machine, which other work moves)",
+        f"  max |logit diff|:    {report['max_abs_logit_diff']:.3e}",
+        f"  max |prob diff|:     {report['max_abs_prob_diff']:.3e}",
+        f"  top-1 agreement:     {report['top1_agreement'] * 100:.1f}%",
+        f"  top-5 agreement:     {report['top5_agreement'] * 100:.1f}%",
+        f"  time per image:      scratch {ours:.1f} ms, {lib} {theirs:.1f} ms ({ours / max(theirs, 1e-9):.2f}x {lib}'s; "
+        f"{report['timing']} on this machine, which other work moves)",
         f"  {verdict}",
     ])
 
@@ -369,11 +369,11 @@ def both_traced(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, trac
     return ours, ref_logits, ref_attn, stages
 
 
-def worst_stages(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+def worst_stages(worst: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """The larger difference of two :func:`both_traced` stage records, stage by stage."""
-    if a is None:
-        return b
-    return {k: [max(p, q) for p, q in zip(a[k], b[k])] if isinstance(b[k], list) else max(a[k], b[k]) for k in b}
+    if worst is None:
+        return new
+    return {k: [max(p, q) for p, q in zip(worst[k], new[k])] if isinstance(new[k], list) else max(worst[k], new[k]) for k in new}
 
 
 def stages_within(stages: dict[str, Any], tol: float) -> bool:
@@ -419,24 +419,24 @@ def compare_one(scratch: VisionTransformer, tm: nn.Module, x: torch.Tensor, k: i
     }
 
 
-def verdict(c: dict[str, Any], tol: float = DEFAULT_TOL) -> str:
+def verdict(check: dict[str, Any], tol: float = DEFAULT_TOL) -> str:
     """One sentence a presenter can read out (two for a model compared from the tokens on: what
     was compared, then why not from the pixels)."""
-    worst_attn = max(c["layer_attn_max_diff"]) if c["layer_attn_max_diff"] else 0.0
-    stages = c.get("stages")
-    start, scope = (" from the tokens on", f" {c['scope']}") if stages else ("", "")
-    if (c["max_abs_logit_diff"] <= tol and c["topk_agree"] and worst_attn <= tol
+    worst_attn = max(check["layer_attn_max_diff"]) if check["layer_attn_max_diff"] else 0.0
+    stages = check.get("stages")
+    start, scope = (" from the tokens on", f" {check['scope']}") if stages else ("", "")
+    if (check["max_abs_logit_diff"] <= tol and check["topk_agree"] and worst_attn <= tol
             and (stages is None or stages_within(stages, tol))):
         blocks = f"max block-output difference {max(stages['blocks'], default=0.0):.1e}, " if stages else ""
-        return (f"Identical to {tol:g}{start}: max logit difference {c['max_abs_logit_diff']:.1e}, "
-                f"max attention difference {worst_attn:.1e}, {blocks}same top-{len(c['scratch_topk'])}.{scope}")
+        return (f"Identical to {tol:g}{start}: max logit difference {check['max_abs_logit_diff']:.1e}, "
+                f"max attention difference {worst_attn:.1e}, {blocks}same top-{len(check['scratch_topk'])}.{scope}")
     parts = []
-    if c["max_abs_logit_diff"] > tol:
-        parts.append(f"logits differ by up to {c['max_abs_logit_diff']:.2e}")
-    if not c["topk_agree"]:
+    if check["max_abs_logit_diff"] > tol:
+        parts.append(f"logits differ by up to {check['max_abs_logit_diff']:.2e}")
+    if not check["topk_agree"]:
         parts.append("the top-k lists differ")
     if worst_attn > tol:
-        layer = int(np.argmax(c["layer_attn_max_diff"]))
+        layer = int(np.argmax(check["layer_attn_max_diff"]))
         parts.append(f"attention differs by {worst_attn:.2e} (first worst at layer {layer + 1})")
     for name, what in (("tokens", "the tokens differ"), ("norm", "the final norm's output differs"),
                        ("pooled", "the pooled features differ")):

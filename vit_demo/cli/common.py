@@ -1,16 +1,21 @@
 """What the commands share: the one error type they report, the model flags, the class and
-method arguments, and the images-and-methods pair of the evaluation commands."""
+method arguments, the images-and-methods pair of the evaluation commands, and the flags, the
+prologue and the ending of the jobs over a folder (atlas, survey)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .. import methods
 from ..checkpoints.load import LoadedModel, load_model
 from ..evaluate.faithfulness import spread
+from ..evaluate.survey import LABEL_MODES
 from ..images import find_images
 from ..precision import PRECISIONS
 
@@ -21,21 +26,21 @@ class UserError(Exception):
     """Reported as one line on stderr with exit code 2 (no traceback)."""
 
 
-def add_model_args(p: argparse.ArgumentParser, random_init: bool = False, precision: str | None = None) -> None:
+def add_model_args(parser: argparse.ArgumentParser, random_init: bool = False, precision: str | None = None) -> None:
     """--model / --weights / --device, shared by every command that loads a model; --precision with
     ``precision`` as its default where given (the commands without it run in float32)."""
-    p.add_argument("--model", help="timm model name: weights/NAME.safetensors, else downloaded from the hub once "
+    parser.add_argument("--model", help="timm model name: weights/NAME.safetensors, else downloaded from the hub once "
                    "(default: the embedded deit_tiny_patch16_224)")
-    p.add_argument("--weights", help="checkpoint file (.safetensors, .pth/.bin or .npz in timm layout) or a "
+    parser.add_argument("--weights", help="checkpoint file (.safetensors, .pth/.bin or .npz in timm layout) or a "
                    "transformers model folder (default: weights/deit_tiny_patch16_224.safetensors)")
     if random_init:
-        p.add_argument("--random-init", action="store_true", help="timm's random initialisation (no download)")
-    p.add_argument("--device", default="auto", choices=DEVICES)
+        parser.add_argument("--random-init", action="store_true", help="timm's random initialisation (no download)")
+    parser.add_argument("--device", default="auto", choices=DEVICES)
     if precision is not None:
-        p.add_argument("--precision", default=precision, choices=PRECISIONS,
-                       help=f"auto: bfloat16 where the device computes it natively (a CPU with AVX512-BF16 or AMX, "
-                            f"a GPU with bf16), float32 elsewhere; fp32; bf16 (default {precision}; "
-                            f"docs/performance.md says what bf16 costs in fidelity)")
+        parser.add_argument("--precision", default=precision, choices=PRECISIONS,
+                            help=f"auto: bfloat16 where the device computes it natively (a CPU with AVX512-BF16 or "
+                                 f"AMX, a GPU with bf16), float32 elsewhere; fp32; bf16 (default {precision}; "
+                                 f"docs/performance.md says what bf16 costs in fidelity)")
 
 
 def load_from_args(args: argparse.Namespace) -> LoadedModel:
@@ -77,14 +82,14 @@ def parse_methods(spec: str) -> list[str]:
     return chosen
 
 
-def add_images_and_methods_args(p: argparse.ArgumentParser, images_help: str) -> None:
+def add_images_and_methods_args(parser: argparse.ArgumentParser, images_help: str) -> None:
     """--images, the model flags, --methods and --limit: what :func:`images_and_methods` reads."""
-    p.add_argument("--images", required=True, help=images_help)
-    add_model_args(p)
-    p.add_argument("--methods", default=",".join(methods.single_pass()),
+    parser.add_argument("--images", required=True, help=images_help)
+    add_model_args(parser)
+    parser.add_argument("--methods", default=",".join(methods.single_pass()),
                    help=f"comma-separated, from {', '.join(methods.names())}; or 'all' "
                         f"(default: all but {', '.join(methods.slow())})")
-    p.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
+    parser.add_argument("--limit", type=int, help="use N images evenly spaced through the sorted folder")
 
 
 def images_and_methods(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
@@ -107,3 +112,34 @@ def device_for_rank(device: str) -> str:
             torch.cuda.set_device(int(local))
             return f"cuda:{int(local)}"
     return device
+
+
+def add_folder_job_args(parser: argparse.ArgumentParser, out_help: str) -> None:
+    """The flags of a job over a folder of pictures (atlas, survey): --images, the model flags,
+    --labels, --limit, --batch-size, --out (``out_help``), --no-progress and --json."""
+    parser.add_argument("--images", required=True, help="a folder: an ImageFolder (DIR/<class>/<image>) or ImageNet-named files")
+    add_model_args(parser, precision="auto")
+    parser.add_argument("--labels", default="auto", choices=LABEL_MODES,
+                   help="where the true classes come from: the sub-folders, the ImageNet file names, or auto (default)")
+    parser.add_argument("--limit", type=int, help="use N pictures spread evenly through the sorted folder")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out", required=True, help=out_help)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+
+
+def start_folder_job(args: argparse.Namespace) -> tuple[LoadedModel, bool]:
+    """A folder job's prologue: --limit checked, the model the flags name (on this process's GPU
+    under torchrun) in the precision --precision asks for, its header line on stderr, and whether
+    to show a progress bar (not with --no-progress or --json)."""
+    if args.limit is not None and args.limit < 1:
+        raise UserError("--limit must be at least 1")
+    lm = load_model(args.model, args.weights, device=device_for_rank(args.device), precision=args.precision)
+    say_precision(lm)
+    return lm, not (args.no_progress or args.json)
+
+
+def end_folder_job(args: argparse.Namespace, result: dict[str, Any], summary: Callable[[], str]) -> int:
+    """A folder job's last words: the result as one JSON object with --json, else ``summary()``."""
+    print(json.dumps(result) if args.json else summary())
+    return 0

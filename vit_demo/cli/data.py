@@ -1,15 +1,17 @@
-"""``data shapes``: procedural training pictures with their boxes (and, on request, a Clever-Hans shortcut)."""
+"""``data shapes``: procedural training pictures with their boxes (and, on request, a Clever-Hans shortcut);
+``data digits``: scikit-learn's handwritten digits as an ImageFolder."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from ..train.builtin import make_digits
 from ..train.data import BOXES_FILE, CORNERS, MARKS, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("data", help="make training data (procedural shapes with bounding boxes)")
+    p = sub.add_parser("data", help="make training data (procedural shapes with bounding boxes, or the handwritten digits)")
     kinds = p.add_subparsers(dest="data_command", required=True)
     s = kinds.add_parser("shapes", help="circles, squares, triangles, stars (and more) as an ImageFolder + boxes.json")
     s.add_argument("--out", required=True, help="output folder")
@@ -37,6 +39,15 @@ def register(sub: Any) -> None:
     s.add_argument("--shortcut-mark", choices=MARKS, default=Shortcut.mark,
                    help=f"what it looks like: a 2x2 black-and-white checker or a plain white square (default {Shortcut.mark})")
     s.set_defaults(func=run)
+    d = kinds.add_parser("digits", help="scikit-learn's 1,797 handwritten digits (8x8 scans) as an ImageFolder")
+    d.add_argument("--out", required=True, help="output folder")
+    d.set_defaults(func=run_digits)
+
+
+def run_digits(args: argparse.Namespace) -> int:
+    make_digits(args.out)
+    print(f"wrote 1797 digits (8x8 px, 10 classes: digit0 .. digit9) to {args.out}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

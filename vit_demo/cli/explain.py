@@ -318,7 +318,7 @@ FIGURE_KINDS: dict[str, Callable[..., Any]] = {"heads": _heads_figure, "patch-gr
                                                "distance": _distance_figure}
 
 
-def explain_one(lm, path: Path, s: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Any]:
+def explain_one(lm, path: Path, settings: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Any]:
     """Explain one image: write its figure and JSON into ``out_dir``; return the JSON record."""
     x, pic = preprocess(load_image(path), lm.data_config)
     x = x[None].to(lm.device)
@@ -326,41 +326,44 @@ def explain_one(lm, path: Path, s: dict[str, Any], out_dir: Path, stem: str) -> 
     logits = out.logits if lm.model.cfg.num_classes > 0 else None
     target = None  # the class explained: --class for a class-specific method, else the top-1 (none when headless)
     if logits is not None:
-        target = s["class"] if class_specific(s["method"]) and s["class"] is not None else int(logits.argmax(-1)[0])
-    record = _record(lm, path, s, out, logits, target)
+        chosen = settings["class"] if class_specific(settings["method"]) else None
+        target = chosen if chosen is not None else int(logits.argmax(-1)[0])
+    record = _record(lm, path, settings, out, logits, target)
     caption = f"{path.name}  ·  {lm.name}"
     if record["predictions"]:
         top = record["predictions"][0]
         caption += f"  ·  predicted: {top['label']} ({top['prob'] * 100:.1f}%)"
-    fig = FIGURE_KINDS.get(s["method"], _map_figure)(lm, x, pic, out, s, target, caption, record)
-    name = f"{stem}_{_tag(s)}"
-    record["figure"] = viz.save_figure(fig, out_dir / f"{name}.{s['format']}", width_px=s["width"]).name
+    fig = FIGURE_KINDS.get(settings["method"], _map_figure)(lm, x, pic, out, settings, target, caption, record)
+    name = f"{stem}_{_tag(settings)}"
+    record["figure"] = viz.save_figure(fig, out_dir / f"{name}.{settings['format']}", width_px=settings["width"]).name
     write_json(out_dir / f"{name}.json", record)
     return record
 
 
-def animate_one(lm, path: Path, s: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Any]:
+def animate_one(lm, path: Path, settings: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Any]:
     """The attention-through-the-layers animation of one image (vit_demo.present.animate) + its JSON."""
-    out = out_dir / f"{stem}_animation.{s['format']}"
-    rec = animate_image(lm, load_image(path), out, s["format"], separate=s["separate"], head=s["head"],
-                        target=s["class"], cmap=s["cmap"], alpha=s["alpha"], width=s["width"])
+    out = out_dir / f"{stem}_animation.{settings['format']}"
+    rec = animate_image(lm, load_image(path), out, settings["format"], separate=settings["separate"],
+                        head=settings["head"], target=settings["class"], cmap=settings["cmap"], alpha=settings["alpha"],
+                        width=settings["width"])
     rec = {"image": str(path), "model": lm.name, "method": "animation",
-           "settings": {k: v for k, v in s.items() if k not in ("patch_size", "grid", "depth", "method") and v is not None},
+           "settings": {k: v for k, v in settings.items()
+                        if k not in ("patch_size", "grid", "depth", "method") and v is not None},
            **rec, "files": [Path(f).name for f in rec["files"]]}
     write_json(out_dir / f"{stem}_animation.json", rec)
     return rec
 
 
-def explain_pos_embed(lm, s: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def explain_pos_embed(lm, settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """The image-independent position-embedding similarity figure, once per model."""
     sim = pos_embed_similarity(lm.model).detach().float().cpu()
     gh, gw = sim.shape[1:]
     what = "Position embedding" if lm.model.pos_embed is not None else "Rotary position code"  # RoPE without one
     fig = viz.pos_embed_figure(sim, title=f"{what} similarity  ·  {lm.name}")
     stem = safe_stem(lm.name)
-    fig_path = viz.save_figure(fig, out_dir / f"{stem}_pos-embed.{s['format']}", width_px=s["width"])
+    fig_path = viz.save_figure(fig, out_dir / f"{stem}_pos-embed.{settings['format']}", width_px=settings["width"])
     record = {
-        "model": lm.name, "method": "pos-embed", "settings": {"format": s["format"], "width": s["width"]},
+        "model": lm.name, "method": "pos-embed", "settings": {"format": settings["format"], "width": settings["width"]},
         "grid": [gh, gw], "similarity": sim.tolist(), "similarity_axes": ["patch", "row", "col"],
         "display": "shared colour scale -1..1 (cosine similarity)", "figure": fig_path.name,
     }

@@ -9,8 +9,10 @@ import sys
 from typing import Any
 
 from ..checkpoints.load import DEFAULT_CHECKPOINT
+from ..present.animate import write_slideshow
 from ..train.loop import TrainOptions, curves_path, state_path
 from ..train.loop import run as train
+from ..train.snapshots import Recorder
 from .common import DEVICES
 
 
@@ -43,6 +45,12 @@ def register(sub: Any) -> None:
     p.add_argument("--amp", action="store_true", help="bf16 autocast for the training forward pass (CPU and CUDA)")
     p.add_argument("--compile", action="store_true", help="torch.compile the training step's model (needs a C++ compiler "
                                                           "on the CPU; the first epoch includes the compilation)")
+    p.add_argument("--snapshots", metavar="DIR", help="write what the model sees every few epochs into DIR: a frame per "
+                   "snapshot (rollout and the last layer's mean attention on one validation picture per class, up to 4, "
+                   "and each layer's mean attention distance), filmstrip.png (the frames' maps side by side) and "
+                   "snapshots.gif / snapshots.mp4")
+    p.add_argument("--snapshot-every", type=int, metavar="N", help="with --snapshots: a frame every N epochs (default: "
+                   "about 10 frames over the run, plus the untrained model's and the last epoch's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print one JSON summary on stdout (logs go to stderr)")
     p.set_defaults(func=run)
@@ -72,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
                         freeze_backbone=args.freeze_backbone, val_split=args.val_split, seed=args.seed,
                         resume=args.resume, device=args.device, progress=not args.no_progress, amp=args.amp,
                         compile=args.compile)
+    if args.snapshot_every is not None and args.snapshot_every < 1:
+        print("error: --snapshot-every must be 1 or more", file=sys.stderr)
+        return 2
+    recorder = Recorder(args.snapshots, args.snapshot_every) if args.snapshots else None
+    if recorder is not None:
+        opts.on_epoch = recorder
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
     try:
         summary = train(opts, log)
@@ -81,8 +95,22 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     if int(os.environ.get("RANK", "0")) == 0:
+        if recorder is not None:
+            summary["snapshots"] = write_snapshots(recorder)
         if args.json:
             print(json.dumps(summary), flush=True)
         else:
             print(end_lines(summary, curves_path(args.out)))
+            if recorder is not None:
+                print(f"snapshots: {len(recorder.frames)} frames, filmstrip.png, snapshots.gif and snapshots.mp4 in "
+                      f"{args.snapshots}")
     return 0
+
+
+def write_snapshots(recorder: Recorder) -> dict[str, Any]:
+    """The run's snapshots as a filmstrip, a GIF and an MP4 beside the frames; what the summary says of them."""
+    strip = recorder.out / "filmstrip.png"
+    recorder.strip().save(strip)
+    gif, mp4 = write_slideshow(recorder.frames, recorder.out / "snapshots")
+    return {"dir": str(recorder.out), "epochs": [s.epoch for s in recorder.snaps],
+            "frames": [p.name for p in recorder.frames], "filmstrip": strip.name, "gif": gif.name, "mp4": mp4.name}

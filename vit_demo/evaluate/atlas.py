@@ -64,13 +64,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..distributed.torchrun import Dist, finish, gather_objects, init_distributed, share_objects
+from ..distributed.torchrun import Dist, gather_objects, share_objects
 from ..methods.attention import head_maps, in_float32, mean_attention_distance
 from ..model import TokenLayout, VisionTransformer
 from ..precision import autocast, runs_bf16
 from ..progress import batches, report
 from .geometry import box_to_input, near_edge, patch_coverage
-from .survey import Folder, Picture, label_index, list_pictures, read_batch, read_folder
+from .survey import Folder, Picture, folder_job, label_index, none_readable, read_batch, require_classifier
 
 if TYPE_CHECKING:
     from ..checkpoints.load import LoadedModel
@@ -137,17 +137,17 @@ def head_replaced(model: VisionTransformer, layer: int, head: int, value: Tensor
 # ----------------------------------------------------------------------------- what a head does
 
 
-def attention_entropy(a: Tensor, num_prefix: int) -> Tensor:
+def attention_entropy(attention: Tensor, num_prefix: int) -> Tensor:
     """[B, H, N, N] attention -> [B, H]: each patch query's entropy over the N keys / log N, averaged."""
-    rows = a[:, :, num_prefix:].double()
+    rows = attention[:, :, num_prefix:].double()
     h = -(rows * rows.clamp(min=1e-300).log()).sum(dim=-1)
-    return (h / math.log(a.shape[-1])).mean(dim=-1)
+    return (h / math.log(attention.shape[-1])).mean(dim=-1)
 
 
-def prefix_shares(a: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
+def prefix_shares(attention: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
     """[B, H, N, N] -> ([B, H] share of the patch queries' attention on [class], on the other prefix tokens)."""
     P = layout.num_prefix
-    rows = a[:, :, P:].double()
+    rows = attention[:, :, P:].double()
     prefix = rows[..., :P].sum(dim=-1).mean(dim=-1)
     cls = rows[..., layout.cls_index].mean(dim=-1) if layout.cls_index is not None else torch.zeros_like(prefix)
     return cls, prefix - cls
@@ -360,7 +360,7 @@ class Concepts:
         return np.clip(self.codes / np.maximum(scale, 1e-12), 0, 1)
 
 
-def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
+def fit_concepts(tokens: np.ndarray, count: int, seed: int = 0) -> Concepts:
     """``tokens`` [n, patches, C] -> K concepts: scikit-learn's NMF of A = [relu(x), relu(-x)] (each
     token split into its positive and negative parts, so that W H codes the whole signed token:
     x ~ W (H+ - H-)), fitted on at most :data:`FIT_ROWS` rows spread through the folder, every row
@@ -370,15 +370,15 @@ def fit_concepts(tokens: np.ndarray, k: int, seed: int = 0) -> Concepts:
     n, P, C = tokens.shape
     x = tokens.reshape(-1, C).astype(np.float32)
     A = np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1)
-    if A.shape[0] < k:
-        raise ValueError(f"{A.shape[0]} patch tokens cannot make {k} concepts")
+    if A.shape[0] < count:
+        raise ValueError(f"{A.shape[0]} patch tokens cannot make {count} concepts")
     fit_rows = A[np.linspace(0, A.shape[0] - 1, min(FIT_ROWS, A.shape[0])).astype(int)]
-    nmf = NMF(n_components=k, init="nndsvda", max_iter=400, random_state=seed)
+    nmf = NMF(n_components=count, init="nndsvda", max_iter=400, random_state=seed)
     nmf.fit(fit_rows)
     W = nmf.transform(A)
     H = nmf.components_
     error = float(np.linalg.norm(A - W @ H) / max(np.linalg.norm(A), 1e-30))
-    return Concepts(W.reshape(n, P, k).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error,
+    return Concepts(W.reshape(n, P, count).astype(np.float32), (H[:, :C] - H[:, C:]).astype(np.float32), error,
                     H.astype(np.float32))
 
 
@@ -556,27 +556,21 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
     fitted :class:`Concepts` under ``"concepts"`` (the app codes new pictures with it). ValueError
     for a headless model, a layer outside 0..depth, too few concepts or no readable picture."""
     t0 = time.perf_counter()
-    model, depth = lm.model, len(lm.model.blocks)
-    if model.cfg.num_classes == 0:
-        raise ValueError(f"{lm.name} is headless (no classifier): the atlas needs class logits")
+    depth = len(lm.model.blocks)
+    require_classifier(lm, "the atlas needs class logits")
     layer = default_layer(depth) if layer is None else layer
     if not 0 <= layer <= depth:
         raise ValueError(f"--layer must be in 0..{depth} for {lm.name}, not {layer}")
     if concepts < 2:
         raise ValueError(f"--concepts must be at least 2, not {concepts}")
-    pictures, mode = list_pictures(images, labels, limit)
-    folder = read_folder(images, mode, lm.data_config)
-    dist = init_distributed(lm.device)
-    try:
+    with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
         seen, drop, wrong = sharded_passes(lm, pictures, folder, layer, batch_size, progress, dist)
         if seen is None:
             return None
         if not seen.pictures:
-            raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(seen.errors[:3]))
+            raise none_readable(images, pictures, seen.errors)
         result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed, fitted)
-    finally:
-        finish(dist)
-    result.update(folder=str(images), labels=mode, processes=dist.world)
+    result.update(folder=str(images), labels=folder.mode, processes=dist.world)
     if folder.watermark_box is not None:
         result["shortcut"] = folder.shortcut
     result["seconds"] = round(time.perf_counter() - t0, 2)

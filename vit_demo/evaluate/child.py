@@ -48,12 +48,12 @@ def _run(conn: Any, fn: Callable[..., Any], args: tuple) -> None:
     conn.close()
 
 
-def in_child(fn: Callable[..., Any], *args: Any, what: str = "The work") -> Any:
+def in_child(work: Callable[..., Any], *args: Any, what: str = "The work") -> Any:
     """``fn(*args)`` in a child process (see the module docstring); ``what`` names the work in
     :class:`ChildDied`'s message."""
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_run, args=(sender, fn, args), daemon=True, name="vit_demo-child")
+    proc = ctx.Process(target=_run, args=(sender, work, args), daemon=True, name="vit_demo-child")
     proc.start()
     sender.close()  # the child holds the only writer: its death ends the pipe
     try:

@@ -76,11 +76,12 @@ SAME = 1e-6  # patches: features that round alike at this step are one map (plac
 MIN_SPREAD = 1e-3  # patches: maps all closer than this to one another are the same map (no 2-D view)
 
 
-def features(maps: np.ndarray, directions: int = DIRECTIONS) -> np.ndarray:
-    """[N, h, w] maps (each a distribution: non-negative, sum 1) -> [N, directions * (h*w - 1)]
+def features(maps: np.ndarray) -> np.ndarray:
+    """[N, h, w] maps (each a distribution: non-negative, sum 1) -> [N, DIRECTIONS * (h*w - 1)]
     features whose L1 distance is the sliced Wasserstein distance between the maps, in patches:
-    per direction, the cells ordered by their centre's position along it, and the cumulative mass
-    at each step times the step's length."""
+    per direction (:data:`DIRECTIONS` of them), the cells ordered by their centre's position along
+    it, and the cumulative mass at each step times the step's length."""
+    directions = DIRECTIONS
     n, h, w = maps.shape
     flat = np.clip(maps.reshape(n, -1), 0, None).astype(np.float64)
     yy, xx = np.mgrid[:h, :w]
@@ -94,44 +95,44 @@ def features(maps: np.ndarray, directions: int = DIRECTIONS) -> np.ndarray:
     return np.concatenate(out, axis=1) if h * w > 1 else np.zeros((n, 0))
 
 
-def distances(x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
+def distances(rows: np.ndarray, others: np.ndarray | None = None) -> np.ndarray:
     """L1 distances between rows of features (the sliced Wasserstein distances of their maps)."""
     from sklearn.metrics import pairwise_distances
 
     with threadpool_limits(1):
-        return pairwise_distances(x, y, metric="manhattan")
+        return pairwise_distances(rows, others, metric="manhattan")
 
 
-def affinity(x: np.ndarray) -> np.ndarray:
+def affinity(rows: np.ndarray) -> np.ndarray:
     """A dense affinity with local scaling (Zelnik-Manor & Perona, "Self-tuning spectral clustering",
     NIPS 2004): exp(-d_ij^2 / (s_i s_j)), s_i the distance to the 7th nearest neighbour, at least
     :data:`MIN_SCALE`."""
-    d = distances(x)
-    k = min(len(x) - 1, NEIGHBOUR)
+    d = distances(rows)
+    k = min(len(rows) - 1, NEIGHBOUR)
     s = np.maximum(np.sort(d, axis=1)[:, k], MIN_SCALE)
     a = np.exp(-(d**2) / (s[:, None] * s[None, :]))
     np.fill_diagonal(a, 0.0)
     return a
 
 
-def laplacian_spectrum(a: np.ndarray, count: int) -> np.ndarray:
+def laplacian_spectrum(weights: np.ndarray, count: int) -> np.ndarray:
     """The ``count`` smallest eigenvalues of the normalised Laplacian I - D^-1/2 A D^-1/2, ascending."""
-    d = a.sum(axis=1)
+    d = weights.sum(axis=1)
     inv = np.where(d > 0, 1 / np.sqrt(np.maximum(d, 1e-300)), 0.0)
-    lap = np.eye(len(a)) - inv[:, None] * a * inv[None, :]
+    lap = np.eye(len(weights)) - inv[:, None] * weights * inv[None, :]
     with threadpool_limits(1):
-        if len(a) <= 600:
+        if len(weights) <= 600:
             return np.linalg.eigvalsh(lap)[:count]
         from scipy.sparse.linalg import eigsh
 
         return np.sort(eigsh(lap, k=count, which="SA", return_eigenvectors=False))
 
 
-def eigengap(eigenvalues: np.ndarray, max_k: int = MAX_K, ratio: float = GAP_RATIO) -> int:
+def eigengap(eigenvalues: np.ndarray, ratio: float = GAP_RATIO) -> int:
     """The number of clusters: 1 + the index of the largest gap between consecutive eigenvalues
-    among the first ``max_k + 1``, among the k whose next eigenvalue is at least ``ratio`` times
+    among the first :data:`MAX_K` + 1, among the k whose next eigenvalue is at least ``ratio`` times
     the k-th (k = 1 always counts: the first eigenvalue is 0); ties: the smaller k."""
-    ev = np.asarray(eigenvalues, dtype=np.float64)[: max_k + 1]
+    ev = np.asarray(eigenvalues, dtype=np.float64)[: MAX_K + 1]
     if len(ev) < 2:
         return 1
     gaps = np.diff(ev)
@@ -140,9 +141,9 @@ def eigengap(eigenvalues: np.ndarray, max_k: int = MAX_K, ratio: float = GAP_RAT
     return int(np.argmax(np.where(separated, gaps, -np.inf))) + 1
 
 
-def cluster_maps(maps: np.ndarray, seed: int = 0, max_k: int = MAX_K) -> tuple[np.ndarray, list[float]]:
-    """Cluster one class's maps [n, h, w]: (cluster of each map, 0..k-1 with 0 the largest; the
-    Laplacian's smallest eigenvalues, for the record). See the module docstring."""
+def cluster_maps(maps: np.ndarray, seed: int = 0) -> tuple[np.ndarray, list[float]]:
+    """Cluster one class's maps [n, h, w] into at most :data:`MAX_K`: (cluster of each map, 0..k-1
+    with 0 the largest; the Laplacian's smallest eigenvalues, for the record). See the module docstring."""
     n = len(maps)
     if n < MIN_TO_SPLIT:
         return np.zeros(n, dtype=int), []
@@ -150,8 +151,8 @@ def cluster_maps(maps: np.ndarray, seed: int = 0, max_k: int = MAX_K) -> tuple[n
     sample = np.sort(np.random.default_rng(seed).choice(n, MAX_TO_SPLIT, replace=False)) if n > MAX_TO_SPLIT else None
     xs = x if sample is None else x[sample]  # the maps clustered
     a = affinity(xs)
-    ev = laplacian_spectrum(a, min(len(a), max_k + 1))
-    k = min(eigengap(ev, max_k), len(a) // 2)
+    ev = laplacian_spectrum(a, min(len(a), MAX_K + 1))
+    k = min(eigengap(ev), len(a) // 2)
     spectrum = [round(float(v), 6) for v in ev]
     if k <= 1:
         return np.zeros(n, dtype=int), spectrum
@@ -172,31 +173,31 @@ def cluster_maps(maps: np.ndarray, seed: int = 0, max_k: int = MAX_K) -> tuple[n
     return rank[labels], spectrum
 
 
-def distinct(x: np.ndarray, same: float = SAME) -> tuple[np.ndarray, np.ndarray]:
-    """(the first row of each group of rows of ``x`` that round alike to ``same``, the group of
+def distinct(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row of each group of rows of ``rows`` that round alike to :data:`SAME`, the group of
     every row): duplicates of one map are placed once, and together."""
-    keys = np.round(np.nan_to_num(x) / same).astype(np.int64)
+    keys = np.round(np.nan_to_num(rows) / SAME).astype(np.int64)
     _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     return first, group.reshape(-1)
 
 
-def tsne(x: np.ndarray, seed: int) -> np.ndarray:
+def tsne(rows: np.ndarray, seed: int) -> np.ndarray:
     """t-SNE of distinct rows (at least :data:`MIN_TSNE`), started from their 2-D PCA scaled as
     scikit-learn's ``init="pca"`` does, but never divided by a zero spread: with identical rows
     that division made NaNs, and scikit-learn's Barnes-Hut tree crashed the process on them."""
     from sklearn.decomposition import PCA
     from sklearn.manifold import TSNE
 
-    start = PCA(n_components=2, random_state=seed).fit_transform(x)
+    start = PCA(n_components=2, random_state=seed).fit_transform(rows)
     spread = float(np.std(start[:, 0]))
     if np.isfinite(start).all() and spread > 1e-12:
         init: np.ndarray | str = (start / spread * 1e-4).astype(np.float32)
     else:
         init = "random"
-    perplexity = float(min(30.0, max(2.0, (len(x) - 1) / 3)))
+    perplexity = float(min(30.0, max(2.0, (len(rows) - 1) / 3)))
     with threadpool_limits(1):
         return TSNE(n_components=2, perplexity=perplexity, metric="manhattan", init=init,
-                    random_state=seed).fit_transform(x)
+                    random_state=seed).fit_transform(rows)
 
 
 def embed(maps: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:

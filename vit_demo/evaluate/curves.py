@@ -36,12 +36,17 @@ def patch_order(saliency: Tensor) -> Tensor:
     return saliency.flatten(1).argsort(dim=-1, descending=True, stable=True)
 
 
+def forward_batch(x: Tensor) -> int:
+    """How many perturbed inputs go through the model at once on ``x``'s device."""
+    return CPU_FORWARD_BATCH if x.device.type == "cpu" else GPU_FORWARD_BATCH
+
+
 def num_steps(num_patches: int, per_step: int) -> int:
     return math.ceil(num_patches / per_step)
 
 
 def curves(
-    model: VisionTransformer, x: Tensor, orders: Tensor, target: Tensor, per_step: int, chunk: int | None = None
+    model: VisionTransformer, x: Tensor, orders: Tensor, target: Tensor, per_step: int
 ) -> tuple[Tensor, Tensor]:
     """Deletion and insertion curves for K patch orders per image.
 
@@ -63,8 +68,7 @@ def curves(
         (~first).reshape(B, K * (S - 1), n),  # deletion: the first k removed
         first.reshape(B, K * (S - 1), n),  # insertion: only the first k shown
     ], dim=1)
-    chunk = chunk or (CPU_FORWARD_BATCH if x.device.type == "cpu" else GPU_FORWARD_BATCH)
-    probs = masked_scores(model, x, keep.reshape(B, -1, gh, gw), target, chunk)  # [B, M]: hidden patches -> 0
+    probs = masked_scores(model, x, keep.reshape(B, -1, gh, gw), target, forward_batch(x))  # [B, M]: hidden patches -> 0
     clean = probs[:, 0, None, None].expand(B, K, 1)
     blank = probs[:, 1, None, None].expand(B, K, 1)
     deleting, inserting = probs[:, 2:].reshape(B, 2, K, S - 1).unbind(dim=1)

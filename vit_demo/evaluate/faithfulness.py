@@ -118,17 +118,17 @@ def evaluate(
             "errors": errors}
 
 
-def format_results(r: dict[str, Any]) -> str:
+def format_results(result: dict[str, Any]) -> str:
     """A readable table of :func:`evaluate`'s result."""
-    target = "the true label (from the file name)" if r["target"] == "label" else "the predicted class"
+    target = "the true label (from the file name)" if result["target"] == "label" else "the predicted class"
     lines = [
-        f"deletion / insertion over {r['images']} images, {r['points']} points per curve, "
+        f"deletion / insertion over {result['images']} images, {result['points']} points per curve, "
         f"probability of {target}",
         f"{'method':<14}{'deletion AUC (lower is better)':>32}{'insertion AUC (higher is better)':>34}",
     ]
-    for name, m in r["methods"].items():
+    for name, m in result["methods"].items():
         lines.append(f"{name:<14}{m['deletion_auc']:>32.3f}{m['insertion_auc']:>34.3f}")
-    lines += [f"skipped: {e}" for e in r["errors"]]
+    lines += [f"skipped: {e}" for e in result["errors"]]
     return "\n".join(lines)
 
 

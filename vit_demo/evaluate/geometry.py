@@ -63,10 +63,10 @@ def near_edge(row: int, col: int, grid: tuple[int, int]) -> bool:
     return row < qh or row >= gh - qh or col < qw or col >= gw - qw
 
 
-def peak_place(p: Sequence[Sequence[float]] | Tensor) -> tuple[int, int, float]:
+def peak_place(heat: Sequence[Sequence[float]] | Tensor) -> tuple[int, int, float]:
     """A non-negative map on a grid [h, w] -> (row, col) of its largest cell and the share of its
     mass within one cell of it (the 3x3 around it)."""
-    m = torch.as_tensor(p, dtype=torch.float64).clamp(min=0)
+    m = torch.as_tensor(heat, dtype=torch.float64).clamp(min=0)
     h, w = m.shape
     r, c = divmod(int(m.flatten().argmax()), w)
     near = m[max(0, r - 1) : r + 2, max(0, c - 1) : c + 2].sum()

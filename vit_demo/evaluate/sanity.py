@@ -77,18 +77,18 @@ def reinit_(parts: Sequence[nn.Module | nn.Parameter], generator: torch.Generato
                     _drawn_on_cpu(p, lambda v: v.normal_(0.0, 0.02, generator=generator))
 
 
-def average_ranks(v: Tensor) -> Tensor:
+def average_ranks(values: Tensor) -> Tensor:
     """Ranks of a 1-D tensor from 0, ties sharing their average rank."""
-    _, inverse, counts = torch.unique(v, return_inverse=True, return_counts=True)
+    _, inverse, counts = torch.unique(values, return_inverse=True, return_counts=True)
     ends = counts.cumsum(0)
     return ((ends - counts + ends - 1).double() / 2)[inverse]
 
 
-def spearman(a: Tensor, b: Tensor) -> Tensor:
+def spearman(first: Tensor, second: Tensor) -> Tensor:
     """Spearman's rank correlation of each pair of maps: [B, ...] x [B, ...] -> [B] (0 when a
     map is constant)."""
     out = []
-    for x, y in zip(a.flatten(1).double().cpu(), b.flatten(1).double().cpu()):
+    for x, y in zip(first.flatten(1).double().cpu(), second.flatten(1).double().cpu()):
         rx, ry = average_ranks(x), average_ranks(y)
         rx, ry = rx - rx.mean(), ry - ry.mean()
         denom = (rx.norm() * ry.norm()).item()
@@ -151,13 +151,13 @@ def evaluate(
     return {"images": count, "target": target, "seed": seed, "stages": names, "methods": results, "errors": errors}
 
 
-def format_results(r: dict[str, Any]) -> str:
+def format_results(result: dict[str, Any]) -> str:
     """A readable table: mean rank correlation with the trained model's map, per stage."""
-    cols = [0, 1, len(r["stages"]) // 2, len(r["stages"]) - 1]
-    head = ["randomised down to:"] + [r["stages"][c] for c in cols]
-    lines = [f"model-randomisation check over {r['images']} images (Spearman rank correlation with the trained model's map)",
+    cols = [0, 1, len(result["stages"]) // 2, len(result["stages"]) - 1]
+    head = ["randomised down to:"] + [result["stages"][c] for c in cols]
+    lines = [f"model-randomisation check over {result['images']} images (Spearman rank correlation with the trained model's map)",
              "".join(f"{h:>18}" for h in head)]
-    for m, v in r["methods"].items():
+    for m, v in result["methods"].items():
         lines.append(f"{m:>18}" + "".join(f"{v['rank'][c]:>18.3f}" for c in cols))
-    lines += [f"skipped: {e}" for e in r["errors"]]
+    lines += [f"skipped: {e}" for e in result["errors"]]
     return "\n".join(lines)

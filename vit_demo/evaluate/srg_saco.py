@@ -37,7 +37,7 @@ from torch import Tensor
 from .. import methods as registry
 from ..methods.passes import masked_scores
 from ..model import VisionTransformer
-from .curves import CPU_FORWARD_BATCH, GPU_FORWARD_BATCH, num_steps, patch_order
+from .curves import forward_batch, num_steps, patch_order
 from .faithfulness import target_batches
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def protocol_masks(maps: Sequence[Tensor], per_step: int, groups: int) -> Tensor
 
 
 def measures(model: VisionTransformer, x: Tensor, maps: Sequence[Tensor], target: Tensor, kind: str = "mean",
-             per_step: int | None = None, groups: int = SACO_GROUPS, chunk: int | None = None) -> dict[str, Tensor]:
+             per_step: int | None = None, groups: int = SACO_GROUPS) -> dict[str, Tensor]:
     """Deletion, insertion, SRG and SaCo of K maps ([B, gh, gw] each) for x [B, 3, h, w] and
     targets [B], with ``kind`` of replacement: ``{"deletion", "insertion", "srg", "saco"}`` ->
     [B, K] each (deletion and insertion: the mean of the MoRF deletion and the insertion curve,
@@ -116,8 +116,7 @@ def measures(model: VisionTransformer, x: Tensor, maps: Sequence[Tensor], target
     per_step = per_step or gw
     S = num_steps(gh * gw, per_step)
     keep = protocol_masks([m.to(x.device) for m in maps], per_step, groups)
-    chunk = chunk or (CPU_FORWARD_BATCH if x.device.type == "cpu" else GPU_FORWARD_BATCH)
-    probs = masked_scores(model, x, keep, target, chunk, "faithfulness", fill=replacement(x, kind)).double()
+    probs = masked_scores(model, x, keep, target, forward_batch(x), "faithfulness", fill=replacement(x, kind)).double()
     clean, blank = probs[:, :1], probs[:, 1:2]
     per_map = probs[:, 2:].reshape(B, len(maps), 3 * (S - 1) + groups)
     out: dict[str, list[Tensor]] = {"deletion": [], "insertion": [], "srg": [], "saco": []}
@@ -203,20 +202,20 @@ def evaluate_folder(lm: LoadedModel, paths: Sequence[str | os.PathLike], makers:
             "scores": scores, "per_image": per_image, "errors": errors}
 
 
-def format_measures(r: dict[str, Any]) -> str:
+def format_measures(result: dict[str, Any]) -> str:
     """A readable table of :func:`evaluate_folder`'s result, one block per replacement kind."""
-    fwd = r["seconds_per_photo"]["forward"]
+    fwd = result["seconds_per_photo"]["forward"]
     lines = []
-    for kind in r["kinds"]:
-        lines += [f"{kind} replacement, {r['images']} images, probability of the {r['target']} class",
+    for kind in result["kinds"]:
+        lines += [f"{kind} replacement, {result['images']} images, probability of the {result['target']} class",
                   f"{'method':<22}{'deletion':>10}{'insertion':>10}{'SRG':>14}{'SaCo':>14}{'s/image':>9}{'x fwd':>7}"]
-        for name, s in r["scores"][kind].items():
-            sec = r["seconds_per_photo"].get(name)
+        for name, s in result["scores"][kind].items():
+            sec = result["seconds_per_photo"].get(name)
             cost = f"{sec:>9.3f}{sec / fwd:>7.1f}" if sec is not None else ""
             lines.append(f"{name:<22}{s['deletion']['mean']:>10.3f}{s['insertion']['mean']:>10.3f}"
                          f"{s['srg']['mean']:>8.3f}±{s['srg']['se']:.3f}{s['saco']['mean']:>8.3f}±{s['saco']['se']:.3f}"
                          f"{cost}")
         lines.append("")
     lines.append(f"one forward pass: {fwd * 1000:.1f} ms per image (x fwd: a method's time over it, this run)")
-    lines += [f"skipped: {e}" for e in r["errors"]]
+    lines += [f"skipped: {e}" for e in result["errors"]]
     return "\n".join(lines)

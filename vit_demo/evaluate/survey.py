@@ -27,7 +27,8 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,7 @@ from .geometry import box_to_input, cell_coverage, hit_patches, near_edge, patch
 if TYPE_CHECKING:
     from ..checkpoints.load import LoadedModel
 
-DEFAULT_METHOD = "lrp-amortised"  # the most faithful map that is not slow (SRG and SaCo on held-out photos, README)
+DEFAULT_METHOD = "lrp-amortised"  # the most faithful map that is not slow (SRG and SaCo on held-out photos, docs/faithfulness.md)
 LABEL_MODES = ("auto", "folders", "names")
 MAP_SIDE = 16  # maps with more patches a side are average-pooled to this many cells
 TOP_SHARE = 0.1  # concentration: the mass on this share of the patches
@@ -117,6 +118,32 @@ def label_index(pic: Picture, mode: str, labels: Sequence[str]) -> int | None:
     return None
 
 
+def require_classifier(lm: LoadedModel, needs: str) -> None:
+    """ValueError for a headless model (no classifier): a folder job ``needs`` its class scores."""
+    if lm.model.cfg.num_classes == 0:
+        raise ValueError(f"{lm.name} is headless (no classifier): {needs}")
+
+
+@contextmanager
+def folder_job(lm: LoadedModel, images: str | os.PathLike, labels: str, limit: int | None
+               ) -> Iterator[tuple[list[Picture], Folder, Dist]]:
+    """A job over the folder ``images`` (the survey, the atlas): its pictures (:func:`list_pictures`),
+    what the folder says (:func:`read_folder`), and this process's place in the torchrun group,
+    joined for the ``with`` block."""
+    pictures, mode = list_pictures(images, labels, limit)
+    folder = read_folder(images, mode, lm.data_config)
+    dist = init_distributed(lm.device)
+    try:
+        yield pictures, folder, dist
+    finally:
+        finish(dist)
+
+
+def none_readable(images: str | os.PathLike, pictures: Sequence[Picture], errors: Sequence[str]) -> ValueError:
+    """The error of a folder job none of whose pictures could be read (the first three reasons)."""
+    return ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(errors[:3]))
+
+
 # ----------------------------------------------------------------------------- map statistics
 
 
@@ -128,35 +155,36 @@ def distributions(maps: Tensor) -> Tensor:
     return flat.reshape(maps.shape)
 
 
-def entropy(p: Tensor) -> Tensor:
+def entropy(distribution: Tensor) -> Tensor:
     """Normalised entropy of [B, h, w] distributions, in [0, 1]."""
-    flat = p.reshape(p.shape[0], -1)
+    flat = distribution.reshape(distribution.shape[0], -1)
     h = -(flat * flat.clamp(min=1e-300).log()).sum(dim=1)
     return h / math.log(flat.shape[1]) if flat.shape[1] > 1 else torch.zeros_like(h)
 
 
-def concentration(p: Tensor, share: float = TOP_SHARE) -> Tensor:
-    """The mass of [B, h, w] distributions on their top ``share`` of patches (at least one)."""
-    flat = p.reshape(p.shape[0], -1)
-    k = max(1, math.ceil(share * flat.shape[1]))
+def concentration(distribution: Tensor) -> Tensor:
+    """The mass of [B, h, w] distributions on their top :data:`TOP_SHARE` of patches (at least one)."""
+    flat = distribution.reshape(distribution.shape[0], -1)
+    k = max(1, math.ceil(TOP_SHARE * flat.shape[1]))
     return flat.topk(k, dim=1).values.sum(dim=1)
 
 
-def region_masses(p: Tensor, input_size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+def region_masses(distribution: Tensor, input_size: tuple[int, int]) -> tuple[Tensor, Tensor]:
     """(centre mass, border mass) of [B, h, w] distributions (see the module docstring)."""
     H, W = input_size
-    grid = tuple(p.shape[-2:])
+    grid = tuple(distribution.shape[-2:])
     centre = cell_coverage((W / 4, H / 4, 3 * W / 4, 3 * H / 4), input_size, grid)
     inner = cell_coverage((W / 8, H / 8, 7 * W / 8, 7 * H / 8), input_size, grid)
-    return (p * centre).sum(dim=(1, 2)), (p * (1 - inner)).sum(dim=(1, 2))
+    return (distribution * centre).sum(dim=(1, 2)), (distribution * (1 - inner)).sum(dim=(1, 2))
 
 
-def pool_map(p: Tensor, side: int = MAP_SIDE) -> Tensor:
-    """[B, h, w] distributions average-pooled to at most ``side`` cells a side (still summing to 1)."""
-    h, w = p.shape[-2:]
+def pool_map(distribution: Tensor) -> Tensor:
+    """[B, h, w] distributions average-pooled to at most :data:`MAP_SIDE` cells a side (still summing to 1)."""
+    side = MAP_SIDE
+    h, w = distribution.shape[-2:]
     if h <= side and w <= side:
-        return p
-    q = F.adaptive_avg_pool2d(p[:, None].float(), (min(h, side), min(w, side)))[:, 0].double()
+        return distribution
+    q = F.adaptive_avg_pool2d(distribution[:, None].float(), (min(h, side), min(w, side)))[:, 0].double()
     return q / q.sum(dim=(1, 2), keepdim=True).clamp(min=1e-300)
 
 
@@ -220,13 +248,13 @@ def read_folder(root: str | os.PathLike, mode: str, dc: DataConfig) -> Folder:
     return Folder(mode, boxes, marks, shortcut, mark)
 
 
-def picture_record(pic: Picture, probs: Tensor, p: Tensor, labels: Sequence[str], label_idx: int | None,
+def picture_record(pic: Picture, probs: Tensor, distribution: Tensor, labels: Sequence[str], label_idx: int | None,
                    size: tuple[int, int], lm: LoadedModel, folder: Folder) -> dict[str, Any]:
-    """The record of one picture: ``probs`` [classes], ``p`` [gh, gw] its map as a distribution."""
+    """The record of one picture: ``probs`` [classes], ``distribution`` [gh, gw] its map as a distribution."""
     dc, patch = lm.data_config, lm.model.cfg.patch_size
     top = probs.topk(min(TOPK, probs.numel()))
     pred = int(top.indices[0])
-    q = p[None]
+    q = distribution[None]
     centre, border = region_masses(q, dc.input_size)
     rec: dict[str, Any] = {
         "index": pic.index, "path": pic.path, "label": pic.label, "label_index": label_idx,
@@ -239,14 +267,14 @@ def picture_record(pic: Picture, probs: Tensor, p: Tensor, labels: Sequence[str]
     rec["off_object"] = rec["border_mass"]
     if pic.rel in folder.boxes:
         box = box_to_input(folder.boxes[pic.rel], size, dc)
-        grid = tuple(p.shape)
-        rec["mass_in_box"] = round(float((p * patch_coverage(box, grid, patch)).sum()), 6)
-        rec["pointing_hit"] = bool(hit_patches(box, grid, patch).flatten()[int(p.argmax())])
+        grid = tuple(distribution.shape)
+        rec["mass_in_box"] = round(float((distribution * patch_coverage(box, grid, patch)).sum()), 6)
+        rec["pointing_hit"] = bool(hit_patches(box, grid, patch).flatten()[int(distribution.argmax())])
         rec["off_object"] = round(1 - rec["mass_in_box"], 6)
     if folder.watermark_box is not None:
         rec["watermark"] = pic.rel in folder.watermarks
-        mark = cell_coverage(folder.watermark_box, dc.input_size, tuple(p.shape)) > 0
-        rec["mass_on_watermark"] = round(float(p[mark].sum()), 6)
+        mark = cell_coverage(folder.watermark_box, dc.input_size, tuple(distribution.shape)) > 0
+        rec["mass_on_watermark"] = round(float(distribution[mark].sum()), 6)
     return rec
 
 
@@ -447,10 +475,10 @@ def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, 
     return result
 
 
-def relative_paths(result: dict[str, Any], folder_name: str = "the upload") -> dict[str, Any]:
+def relative_paths(result: dict[str, Any]) -> dict[str, Any]:
     """The same result naming every picture relative to the surveyed folder, and the folder
-    ``folder_name``: a report made on a server names no path of it (changed in place)."""
-    root = str(result["folder"]).rstrip("/")
+    "the upload": a report made on a server names no path of it (changed in place)."""
+    root, folder_name = str(result["folder"]).rstrip("/"), "the upload"
 
     def rel(path: str) -> str:
         return path[len(root) + 1:] if path.startswith(root + "/") else Path(path).name
@@ -469,23 +497,18 @@ def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_MET
            seed: int = 0, isolated: bool = False) -> dict[str, Any] | None:
     """Survey the folder ``images`` (see the module docstring). Under ``torchrun`` only process 0
     returns the result (the others None). ValueError for a headless model, an unknown method, or
-    a folder with no pictures. ``isolated``: the clustering in a child process (:func:`summarise`)."""
+    a folder with no pictures. ``seed``: the clustering's and the 2-D view's (the same folder and
+    seed give the same result); ``isolated``: the clustering in a child process (:func:`summarise`)."""
     t0 = time.perf_counter()
     registry.get(method)
-    if lm.model.cfg.num_classes == 0:
-        raise ValueError(f"{lm.name} is headless (no classifier): a survey needs predictions")
-    pictures, mode = list_pictures(images, labels, limit)
-    folder = read_folder(images, mode, lm.data_config)
-    dist = init_distributed(lm.device)
-    try:
+    require_classifier(lm, "a survey needs predictions")
+    with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
         records, maps, errors = survey_pictures(lm, pictures, folder, method, batch_size, each, progress, dist)
         gathered = gather(records, maps, errors, dist)
         if gathered is None:
             return None
         records, maps, errors = gathered
         if not records:
-            raise ValueError(f"{images}: none of the {len(pictures)} pictures could be read: " + "; ".join(errors[:3]))
+            raise none_readable(images, pictures, errors)
         return summarise(lm, records, maps, errors, folder, method, str(images), time.perf_counter() - t0, dist, seed,
                          isolated)
-    finally:
-        finish(dist)

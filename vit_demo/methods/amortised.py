@@ -83,9 +83,9 @@ class EffectPredictor(nn.Module):
         self.register_buffer("mean", torch.zeros(1, CHANNELS, 1, 1))
         self.register_buffer("std", torch.ones(1, CHANNELS, 1, 1))
 
-    def forward(self, X: Tensor) -> Tensor:
+    def forward(self, features: Tensor) -> Tensor:
         """[B, CHANNELS, gh, gw] -> the predicted effect [B, gh, gw]."""
-        z = (X - self.mean) / self.std
+        z = (features - self.mean) / self.std
         return torch.stack([net(z)[:, 0] for net in self.nets]).mean(dim=0)
 
 
@@ -111,10 +111,11 @@ def predictor() -> EffectPredictor:
     return load_predictor()
 
 
-def amortised_seed(maps: dict[str, Tensor], net: EffectPredictor | None = None) -> Tensor:
-    """u(max(gated, 0)) * u(predicted effect) [B, gh, gw] from the :data:`INPUTS` maps."""
+def amortised_seed(maps: dict[str, Tensor]) -> Tensor:
+    """u(max(gated, 0)) * u(predicted effect) [B, gh, gw] from the :data:`INPUTS` maps (the
+    shipped :func:`predictor`)."""
     with torch.no_grad():
-        effect = (net or predictor())(features(maps))
+        effect = predictor()(features(maps))
     return unit_range(maps["lrp-gated"].float().clamp(min=0)) * unit_range(effect)
 
 

@@ -62,9 +62,9 @@ def many_readers(layout: TokenLayout) -> bool:
     return layout.probe is None and layout.cls_index is None
 
 
-def on_grid(v: Tensor, layout: TokenLayout) -> Tensor:
+def on_grid(values: Tensor, layout: TokenLayout) -> Tensor:
     """[..., gh*gw] -> [..., gh, gw]."""
-    return v.reshape(*v.shape[:-1], *layout.grid)
+    return values.reshape(*values.shape[:-1], *layout.grid)
 
 
 def stacked(attentions: Sequence[Tensor]) -> Tensor | None:
@@ -80,19 +80,20 @@ def stacked(attentions: Sequence[Tensor]) -> Tensor | None:
     return a0.as_strided((len(attentions), *a0.shape), (a0.numel(), *a0.stride()))
 
 
-def class_row(m: Tensor, layout: TokenLayout) -> Tensor:
+def class_row(matrix: Tensor, layout: TokenLayout) -> Tensor:
     """[B, ..., N, N] token-to-token matrix -> [B, ..., gh, gw]: the row of the query that makes
     the prediction, over the patch keys. With an attention-pool head: its probe [B, N] carried
-    through ``m`` (probe @ m); else the [class] query's row, or the mean of the patch queries'
+    through ``matrix`` (probe @ matrix); else the [class] query's row, or the mean of the patch queries'
     rows when there is no [class] token."""
     P, q = layout.num_prefix, query_index(layout)
     if layout.probe is not None:
-        probe = layout.probe.to(m.device, m.dtype).reshape(m.shape[0], *([1] * (m.ndim - 3)), 1, m.shape[-1])
-        row = (probe @ m)[..., 0, P:]
+        probe = layout.probe.to(matrix.device, matrix.dtype)
+        probe = probe.reshape(matrix.shape[0], *([1] * (matrix.ndim - 3)), 1, matrix.shape[-1])
+        row = (probe @ matrix)[..., 0, P:]
     elif q is not None:
-        row = m[..., q, P:]
+        row = matrix[..., q, P:]
     else:
-        row = m[..., P:, P:].mean(dim=-2)
+        row = matrix[..., P:, P:].mean(dim=-2)
     return on_grid(row, layout)
 
 

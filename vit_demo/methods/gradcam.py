@@ -16,7 +16,7 @@ layer's output and gradient), the map is read off that pass instead of a pass of
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..model import TokenLayout, VisionTransformer
 from .gradients import default_layer, layer_output
@@ -26,9 +26,9 @@ from .registry import Target, computed, register
 __all__ = ["default_layer", "gradcam", "gradcam_map"]
 
 
-def gradcam(model: VisionTransformer, x: Tensor, target: Target = None, layer: nn.Module | None = None) -> Tensor:
-    """GradCAM map [B, gh, gw] of ``layer``'s output for the target logit (None: top-1)."""
-    seen, handle = layer_output(default_layer(model) if layer is None else layer)
+def gradcam(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
+    """GradCAM map [B, gh, gw] of :func:`default_layer`'s output for the target logit (None: top-1)."""
+    seen, handle = layer_output(default_layer(model))
     try:
         with gradient_pass(model, x) as x:
             out = model(x)

@@ -76,7 +76,7 @@ class LrpRules:
     gamma_conv: float = 0.25
 
 
-# Tuned on 10 photos outside the quick subset (sorted indices 5, 105, ..., 905); see README.
+# Tuned on 10 photos outside the quick subset (sorted indices 5, 105, ..., 905); see docs/faithfulness.md.
 CP_LRP = LrpRules("cp", gamma_linear=0.05, gamma_conv=0.25)
 ATTN_LRP = LrpRules("attnlrp", gamma_linear=0.05, gamma_conv=0.25)
 
@@ -106,9 +106,9 @@ def _stabilize(t: Tensor, eps: float) -> Tensor:
     return t + torch.copysign(torch.tensor(eps, dtype=t.dtype, device=t.device), t + 0.0)
 
 
-def scale_gradient(t: Tensor, factor: float) -> Tensor:
+def scale_gradient(tensor: Tensor, factor: float) -> Tensor:
     """Same value, gradient divided by ``factor`` (lxt's uniform rule ``divide_gradient``)."""
-    return t.detach() + (t - t.detach()) / factor
+    return tensor.detach() + (tensor - tensor.detach()) / factor
 
 
 def identity_rule(x: Tensor, y: Tensor) -> Tensor:
@@ -116,12 +116,12 @@ def identity_rule(x: Tensor, y: Tensor) -> Tensor:
     return y.detach() + (x - x.detach()) * (y / (x + INPUT_EPS)).detach()
 
 
-def layer_norm_constant_std(m: nn.LayerNorm, x: Tensor) -> Tensor:
+def layer_norm_constant_std(norm: nn.LayerNorm, x: Tensor) -> Tensor:
     """LayerNorm with its standard deviation detached (lxt's ``layer_norm_forward``)."""
     mean = x.mean(dim=-1, keepdim=True)
-    std = ((x - mean) ** 2).mean(dim=-1, keepdim=True).add(m.eps).sqrt()
+    std = ((x - mean) ** 2).mean(dim=-1, keepdim=True).add(norm.eps).sqrt()
     y = (x - mean) / std.detach()
-    return y * m.weight + m.bias if m.elementwise_affine else y
+    return y * norm.weight + norm.bias if norm.elementwise_affine else y
 
 
 class _GammaLinear(torch.autograd.Function):
@@ -160,23 +160,23 @@ class _GammaLinear(torch.autograd.Function):
         return r_in / _stabilize(x, INPUT_EPS), None, None, None, None
 
 
-def gamma_linear(m: nn.Linear, x: Tensor, gamma: float, out: Tensor | None = None) -> Tensor:
-    """``m(x)`` with the gamma rule's backward pass; ``out``: ``m(x)`` as the module computed it (a forward
-    hook's), so that the product is not computed twice."""
-    return _GammaLinear.apply(x, m.weight, m.bias, gamma, None if out is None else out.detach())
+def gamma_linear(linear: nn.Linear, x: Tensor, gamma: float, out: Tensor | None = None) -> Tensor:
+    """``linear(x)`` with the gamma rule's backward pass; ``out``: ``linear(x)`` as the module computed it (a
+    forward hook's), so that the product is not computed twice."""
+    return _GammaLinear.apply(x, linear.weight, linear.bias, gamma, None if out is None else out.detach())
 
 
-def gamma_patch_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
+def gamma_patch_conv(conv: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
     """The patch convolution (stride = kernel, no padding) as a linear map of each patch, with
     the gamma rule's backward pass: [B, c, h, w] -> [B, C, gh, gw]."""
-    (kh, kw), (sh, sw) = m.kernel_size, m.stride
-    if (kh, kw) != (sh, sw) or m.padding != (0, 0) or m.groups != 1 or m.dilation != (1, 1):
+    (kh, kw), (sh, sw) = conv.kernel_size, conv.stride
+    if (kh, kw) != (sh, sw) or conv.padding != (0, 0) or conv.groups != 1 or conv.dilation != (1, 1):
         raise ValueError("the gamma rule here covers patch convolutions (stride = kernel) only")
     B, c, h, w = x.shape
     gh, gw = h // kh, w // kw
     patches = x.reshape(B, c, gh, kh, gw, kw).permute(0, 2, 4, 1, 3, 5).reshape(B, gh * gw, c * kh * kw)
-    out = _GammaLinear.apply(patches, m.weight.reshape(m.out_channels, -1), m.bias, gamma)  # [B, gh*gw, C]
-    return out.transpose(1, 2).reshape(B, m.out_channels, gh, gw)
+    out = _GammaLinear.apply(patches, conv.weight.reshape(conv.out_channels, -1), conv.bias, gamma)  # [B, gh*gw, C]
+    return out.transpose(1, 2).reshape(B, conv.out_channels, gh, gw)
 
 
 class _GammaConv(torch.autograd.Function):
@@ -214,19 +214,19 @@ class _GammaConv(torch.autograd.Function):
         return r_in / _stabilize(x, INPUT_EPS), None, None, None, None, None
 
 
-def gamma_conv(m: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
-    """``m(x)`` with the gamma rule's backward pass: a patch convolution as a linear map of each
+def gamma_conv(conv: nn.Conv2d, x: Tensor, gamma: float) -> Tensor:
+    """``conv(x)`` with the gamma rule's backward pass: a patch convolution as a linear map of each
     patch (:func:`gamma_patch_conv`), any other one (a conv stem's) through :class:`_GammaConv`."""
-    if m.kernel_size == m.stride and m.padding == (0, 0) and m.groups == 1 and m.dilation == (1, 1):
-        return gamma_patch_conv(m, x, gamma)
-    if m.groups != 1 or m.dilation != (1, 1) or isinstance(m.padding, str):
+    if conv.kernel_size == conv.stride and conv.padding == (0, 0) and conv.groups == 1 and conv.dilation == (1, 1):
+        return gamma_patch_conv(conv, x, gamma)
+    if conv.groups != 1 or conv.dilation != (1, 1) or isinstance(conv.padding, str):
         raise ValueError("the gamma rule here covers convolutions without groups, dilation or named padding")
-    return _GammaConv.apply(x, m.weight, m.bias, gamma, m.stride, m.padding)
+    return _GammaConv.apply(x, conv.weight, conv.bias, gamma, conv.stride, conv.padding)
 
 
-def rms_norm_constant(m: nn.Module, x: Tensor) -> Tensor:
+def rms_norm_constant(norm: nn.Module, x: Tensor) -> Tensor:
     """RMSNorm with its root mean square detached (the LayerNorm rule without the mean)."""
-    return x / (x.pow(2).mean(dim=-1, keepdim=True) + m.eps).sqrt().detach() * m.weight
+    return x / (x.pow(2).mean(dim=-1, keepdim=True) + norm.eps).sqrt().detach() * norm.weight
 
 
 def cp_gate(gate: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:

@@ -46,15 +46,15 @@ class RiseSettings:
     chunk: int = 32  # masked inputs per forward pass
 
 
-def rise_masks(grid: tuple[int, int], s: RiseSettings) -> Tensor:
+def rise_masks(grid: tuple[int, int], settings: RiseSettings) -> Tensor:
     """[masks, gh, gw] soft masks in [0, 1] (1 = the patch shows the image), seeded."""
     gh, gw = grid
-    g = torch.Generator().manual_seed(s.seed)
-    ch, cw = math.ceil(gh / s.cell) + 1, math.ceil(gw / s.cell) + 1
-    coarse = (torch.rand(s.masks, 1, ch, cw, generator=g) < s.keep).float()
-    up = F.interpolate(coarse, size=(ch * s.cell, cw * s.cell), mode="bilinear", align_corners=False)[:, 0]
-    dy = torch.randint(0, s.cell, (s.masks,), generator=g)
-    dx = torch.randint(0, s.cell, (s.masks,), generator=g)
+    g = torch.Generator().manual_seed(settings.seed)
+    ch, cw = math.ceil(gh / settings.cell) + 1, math.ceil(gw / settings.cell) + 1
+    coarse = (torch.rand(settings.masks, 1, ch, cw, generator=g) < settings.keep).float()
+    up = F.interpolate(coarse, size=(ch * settings.cell, cw * settings.cell), mode="bilinear", align_corners=False)[:, 0]
+    dy = torch.randint(0, settings.cell, (settings.masks,), generator=g)
+    dx = torch.randint(0, settings.cell, (settings.masks,), generator=g)
     return torch.stack([up[i, y : y + gh, x : x + gw] for i, (y, x) in enumerate(zip(dy.tolist(), dx.tolist()))])
 
 
@@ -92,7 +92,7 @@ class CausalSettings:
     chunk: int = 32  # masked inputs per forward pass
 
 
-def seeded_masks(seed_map: Tensor, s: CausalSettings) -> tuple[Tensor, Tensor]:
+def seeded_masks(seed_map: Tensor, settings: CausalSettings) -> tuple[Tensor, Tensor]:
     """Masks that follow a seed map, [B, M, gh, gw] bool (True = shown), and each mask's stratum [M].
 
     The patches are ranked by the seed (r = 0 the most salient, up to 1), each rank jittered by
@@ -101,15 +101,15 @@ def seeded_masks(seed_map: Tensor, s: CausalSettings) -> tuple[Tensor, Tensor]:
     half hides them, as a deletion curve would. The levels are spread evenly over (0, 1). The same
     noise (from ``seed``) for every image, so a batch gives the same maps as single images."""
     B, gh, gw = seed_map.shape
-    n, half = gh * gw, s.masks // 2
+    n, half = gh * gw, settings.masks // 2
     rank = seed_map.flatten(1).argsort(dim=1, descending=True, stable=True).argsort(dim=1).float() / n  # [B, n]
-    g = torch.Generator().manual_seed(s.seed)
-    noise = torch.randn(2, half, n, generator=g).to(seed_map.device) * s.jitter
+    g = torch.Generator().manual_seed(settings.seed)
+    noise = torch.randn(2, half, n, generator=g).to(seed_map.device) * settings.jitter
     level = ((torch.arange(half) + 0.5) / half).to(seed_map.device)  # [half]
     top = rank[:, None, None, :] + noise[None] < level[None, None, :, None]  # [B, 2, half, n]
     shown = torch.cat([top[:, 0], ~top[:, 1]], dim=1)  # reveal the top / hide the top
-    stratum = (level * s.levels).long().clamp(max=s.levels - 1)
-    return shown.reshape(B, 2 * half, gh, gw), torch.cat([stratum, stratum + s.levels])
+    stratum = (level * settings.levels).long().clamp(max=settings.levels - 1)
+    return shown.reshape(B, 2 * half, gh, gw), torch.cat([stratum, stratum + settings.levels])
 
 
 def patch_effects(scores: Tensor, shown: Tensor, stratum: Tensor) -> Tensor:
@@ -130,11 +130,11 @@ def patch_effects(scores: Tensor, shown: Tensor, stratum: Tensor) -> Tensor:
     return slope.reshape(B, gh, gw).float()
 
 
-def unit_range(t: Tensor) -> Tensor:
+def unit_range(maps: Tensor) -> Tensor:
     """Each map [B, gh, gw] scaled to [0, 1] (min to 0, max to 1; a flat map gives 0)."""
-    f = t.flatten(1)
+    f = maps.flatten(1)
     f = f - f.amin(dim=1, keepdim=True)
-    return (f / f.amax(dim=1, keepdim=True).clamp(min=1e-12)).reshape(t.shape)
+    return (f / f.amax(dim=1, keepdim=True).clamp(min=1e-12)).reshape(maps.shape)
 
 
 @register("lrp-causal", title="Causal LRP", cite="this project: gated CP-LRP x perturbation effect, 256 masks",

@@ -70,25 +70,25 @@ def rank_groups(seed: Tensor, groups: int) -> Tensor:
     return rank * groups // n
 
 
-def group_effects(model: VisionTransformer, x: Tensor, group: Tensor, t: Tensor, clean: Tensor,
-                  s: ProbeSettings) -> Tensor:
+def group_effects(model: VisionTransformer, x: Tensor, group: Tensor, targets: Tensor, clean: Tensor,
+                  settings: ProbeSettings) -> Tensor:
     """Each group's effect on the class probability [B, groups]: the fall from ``clean`` [B]
     when it is hidden (and, with ``show``, plus the rise when it alone is shown on the blank input)."""
     B, n = group.shape
     gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
-    alone = group[:, None, :] == torch.arange(s.groups, device=group.device)[:, None]  # [B, groups, n]
+    alone = group[:, None, :] == torch.arange(settings.groups, device=group.device)[:, None]  # [B, groups, n]
     rows = [~alone]
-    if s.show:
+    if settings.show:
         rows += [torch.zeros(B, 1, n, dtype=torch.bool, device=group.device), alone]
-    scores = masked_scores(model, x, torch.cat(rows, dim=1).reshape(B, -1, gh, gw), t, s.chunk, "probes").double()
-    effect = clean.double()[:, None] - scores[:, : s.groups]
-    if s.show:
-        effect = effect + scores[:, s.groups + 1 :] - scores[:, s.groups, None]
+    scores = masked_scores(model, x, torch.cat(rows, dim=1).reshape(B, -1, gh, gw), targets, settings.chunk, "probes").double()
+    effect = clean.double()[:, None] - scores[:, : settings.groups]
+    if settings.show:
+        effect = effect + scores[:, settings.groups + 1 :] - scores[:, settings.groups, None]
     return effect
 
 
-def path_effects(model: VisionTransformer, x: Tensor, group: Tensor, t: Tensor, clean: Tensor,
-                 s: ProbeSettings) -> Tensor:
+def path_effects(model: VisionTransformer, x: Tensor, group: Tensor, targets: Tensor, clean: Tensor,
+                 settings: ProbeSettings) -> Tensor:
     """Each group's effect along the curves [B, groups]: its rise in class probability when it is
     shown after the groups above it on the blank input (the insertion order, and the least-relevant-
     first deletion seen from its end) plus its fall when it is hidden after the groups above it (the
@@ -96,16 +96,16 @@ def path_effects(model: VisionTransformer, x: Tensor, group: Tensor, t: Tensor, 
     groups shown (k = 1 .. groups - 1) and hidden (k = 1 .. groups - 1); ``clean`` [B] is the whole image's."""
     B, n = group.shape
     gh, gw = x.shape[-2] // model.cfg.patch_size, x.shape[-1] // model.cfg.patch_size
-    upto = group[:, None, :] < torch.arange(s.groups, device=group.device)[:, None]  # [B, groups, n]: above k
+    upto = group[:, None, :] < torch.arange(settings.groups, device=group.device)[:, None]  # [B, groups, n]: above k
     masks = torch.cat([upto, ~upto[:, 1:]], dim=1).reshape(B, -1, gh, gw)
-    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=s.bf16 and native_bf16(x.device)):
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=settings.bf16 and native_bf16(x.device)):
         # one image at a time: the same shapes in a batch as alone, so bfloat16 rounds alike and a
         # batch gives the same maps as single images
-        scores = torch.cat([masked_scores(model, x[b : b + 1], masks[b : b + 1], t[b : b + 1], s.chunk, "probes")
+        scores = torch.cat([masked_scores(model, x[b : b + 1], masks[b : b + 1], targets[b : b + 1], settings.chunk, "probes")
                             for b in range(B)]).double()
     whole = clean.double()[:, None]
-    shown = torch.cat([scores[:, : s.groups], whole], dim=1)  # top k shown, k = 0 .. groups
-    hidden = torch.cat([whole, scores[:, s.groups :], scores[:, :1]], dim=1)  # top k hidden, k = 0 .. groups
+    shown = torch.cat([scores[:, : settings.groups], whole], dim=1)  # top k shown, k = 0 .. groups
+    hidden = torch.cat([whole, scores[:, settings.groups :], scores[:, :1]], dim=1)  # top k hidden, k = 0 .. groups
     return (shown[:, 1:] - shown[:, :-1]) + (hidden[:, :-1] - hidden[:, 1:])
 
 
@@ -119,15 +119,15 @@ def probed_map(model: VisionTransformer, x: Tensor, target: Target = None, setti
     return probe_seed(model, x, t, clean, gated_lrp_map(model, x, t).detach(), settings)
 
 
-def probe_seed(model: VisionTransformer, x: Tensor, t: Tensor, clean: Tensor, seed: Tensor,
+def probe_seed(model: VisionTransformer, x: Tensor, targets: Tensor, clean: Tensor, seed: Tensor,
                settings: ProbeSettings | None = None) -> Tensor:
-    """Any map ``seed`` [B, gh, gw] for the classes ``t`` [B] (``clean`` [B]: their probabilities on
+    """Any map ``seed`` [B, gh, gw] for the classes ``targets`` [B] (``clean`` [B]: their probabilities on
     the whole image) weighted by the measured effect of its rank groups:
     u(max(seed, 0)) * (floor + u(effect of the patch's group))."""
     s = settings or ProbeSettings()
     group = rank_groups(seed, s.groups)
     effects = path_effects if s.path else group_effects
-    effect = unit_range(effects(model, x, group, t, clean, s)[:, :, None]).squeeze(-1)  # [B, groups], [0, 1]
+    effect = unit_range(effects(model, x, group, targets, clean, s)[:, :, None]).squeeze(-1)  # [B, groups], [0, 1]
     factor = s.floor + effect.float().gather(1, group).reshape(seed.shape)
     return unit_range(seed.clamp(min=0)) * factor
 

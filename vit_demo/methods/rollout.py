@@ -65,11 +65,11 @@ def _discard_lowest(a: Tensor, layout: TokenLayout, fraction: float) -> Tensor:
     return a.masked_fill(drop, 0.0)
 
 
-def with_residual(a: Tensor) -> Tensor:
+def with_residual(attention: Tensor) -> Tensor:
     """A + I with every ROW renormalised to sum to 1: a token's output is its attention mix
     plus itself (the skip connection), as a distribution over the tokens it draws from."""
-    a = a + torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-    return a / a.sum(dim=-1, keepdim=True)
+    attention = attention + torch.eye(attention.shape[-1], dtype=attention.dtype, device=attention.device)
+    return attention / attention.sum(dim=-1, keepdim=True)
 
 
 def chain(mats: Sequence[Tensor]) -> Tensor:

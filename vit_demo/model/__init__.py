@@ -9,7 +9,7 @@ module of its own.
   (one buffer for all layers, scores written into it, the softmax in place); one ``attend`` for
   every attention of every family.
 
-The families, each a config option of a few lines (README, "Model families"):
+The families, each a config option of a few lines (docs/families.md):
 
 - ``variants.py``: RMSNorm (AIMv2), activations (GELU-tanh for SigLIP, QuickGELU for CLIP, SiLU
   for GLUs), GLU MLPs (SwiGLU, packed and unpacked) and a norm inside the MLP, attention with q/v
@@ -39,7 +39,7 @@ from . import attn_pool, capture, conv_stem, naflex, parallel, relpos, rope, sam
 from .attn_pool import AttentionPool
 from .capture import scores_into
 from .config import ACTIVATIONS, POOLS, ViTConfig
-from .conv_stem import ConvStem
+from .conv_stem import ConvStem, ConvStemEmbed
 from .parallel import DiffAttention, ParallelScalingBlock, ParallelThingsBlock, diff_lambda
 from .relpos import RelPosMlp, RelPosTable
 from .rope import RotaryEmbedding
@@ -61,7 +61,8 @@ from .vit import (
 )
 
 __all__ = [
-    "ACTIVATIONS", "PARTS", "POOLS", "Attention", "AttentionPool", "Block", "ConvStem", "DiffAttention", "GatedMlp",
+    "ACTIVATIONS", "PARTS", "POOLS", "Attention", "AttentionPool", "Block", "ConvStem", "ConvStemEmbed", "DiffAttention",
+    "GatedMlp",
     "LayerScale", "Mlp", "ParallelScalingBlock", "ParallelThingsBlock", "PatchEmbed", "QuickGELU", "RMSNorm",
     "RelPosMlp", "RelPosTable", "RotaryEmbedding", "TokenLayout", "VariantAttention", "ViTConfig", "ViTOutput",
     "VisionTransformer", "WindowAttention", "diff_lambda", "make_act", "make_norm", "resample_pos_embed",

@@ -36,6 +36,7 @@ from ..methods.rollout import rollout
 from ..model import TokenLayout
 from ..preprocess import preprocess
 from ..progress import report
+from ..viz.arrays import blend
 
 CLIPS = ("attention", "rollout", "relevance")
 FORMATS = ("gif", "mp4")
@@ -211,14 +212,14 @@ class _Painter:
     panel) once, then per frame only the heat panels, the layer title and the layer strip."""
 
     def __init__(self, picture: Image.Image, clips: Sequence[Clip], caption: str, cmap: str, alpha: float,
-                 width: int, show_input: bool | None) -> None:
+                 width: int) -> None:
         self.clips, self.cmap, self.alpha = list(clips), viz.check_cmap(cmap), float(np.clip(alpha, 0, 1))
         self.layers = clips[0].maps.shape[0]
-        show_input = len(clips) == 1 if show_input is None else show_input
+        show_input = len(clips) == 1  # a single clip: the plain picture in a panel before it
         n = len(clips) + int(show_input)
         g = self.g = _Layout.make(width, n)
         pic = picture.convert("RGB").resize((g.panel, g.panel), Image.Resampling.BICUBIC)
-        self.pic = np.asarray(pic, dtype=np.float32)
+        self.pic = np.asarray(pic)
         # every layer's map, upsampled and put on its clip's fixed scale once
         self.up = [viz.upsample(viz.normalize(c.maps, c.vmin, c.vmax), (g.panel, g.panel)) for c in clips]
         self.base = Image.new("RGB", (g.width, g.height), BACKGROUND)
@@ -243,25 +244,13 @@ class _Painter:
         hi, f = min(lo + 1, self.layers - 1), pos - lo
         img = self.base.copy()
         for x, up in zip(self.xs, self.up):
-            colours = viz.colorize((1 - f) * up[lo] + f * up[hi], self.cmap).astype(np.float32)
-            panel = self.pic * (1 - self.alpha) + colours * self.alpha
-            img.paste(Image.fromarray((panel + 0.5).astype(np.uint8)), (x, self.y))
+            colours = viz.colorize((1 - f) * up[lo] + f * up[hi], self.cmap)
+            img.paste(Image.fromarray(blend(self.pic, colours, self.alpha)), (x, self.y))
         draw = ImageDraw.Draw(img)
         draw.text((g.width // 2, round(16 * g.s)), f"Layer {lo + 1} of {self.layers}",
                   font=viz.text_font(round(42 * g.s), True), fill=INK, anchor="ma")
         _layer_strip(draw, g, self.layers, pos)
         return img
-
-
-def render_frame(
-    picture: Image.Image, clips: Sequence[Clip], pos: float, caption: str = "", cmap: str = "inferno",
-    alpha: float = 0.6, width: int = 1280, show_input: bool | None = None,
-) -> Image.Image:
-    """One frame at layer position ``pos`` (0-based; a fraction blends layers floor and ceil).
-
-    ``show_input``: the plain picture as the first panel (default: only for a single clip).
-    """
-    return _Painter(picture, clips, caption, cmap, alpha, width, show_input).frame(pos)
 
 
 def _fit(text: str, font, width: int) -> str:
@@ -276,16 +265,16 @@ def _fit(text: str, font, width: int) -> str:
 def render(
     picture: Image.Image, clips: Sequence[Clip], caption: str = "", cmap: str = "inferno", alpha: float = 0.6,
     width: int = 1280, tween: int = 3, step_s: float = 0.7, tween_s: float = 0.08, hold_s: float = 2.0,
-    show_input: bool | None = None,
 ) -> Animation:
     """Every frame: one per layer, ``tween`` blended frames between layers; each layer shows
-    ``step_s`` seconds, the first and the last ``hold_s``. Frames: L + (L - 1) * tween."""
+    ``step_s`` seconds, the first and the last ``hold_s``. Frames: L + (L - 1) * tween. A single
+    clip is shown after the plain picture."""
     if not clips:
         raise ValueError("render needs at least one clip")
     layers = clips[0].maps.shape[0]
     if any(c.maps.shape[0] != layers for c in clips):
         raise ValueError("every clip must have the same number of layers")
-    painter = _Painter(picture, clips, caption, cmap, alpha, width, show_input)
+    painter = _Painter(picture, clips, caption, cmap, alpha, width)
     positions, durations = schedule(layers, tween, step_s, tween_s, hold_s)
     frames = []
     for i, p in enumerate(positions):
@@ -326,15 +315,15 @@ def write_gif(anim: Animation, path: str | Path) -> Path:
     return path
 
 
-def _palette(frames: Sequence[Image.Image], every: int = 2) -> Image.Image:
-    """A 256-colour palette fitted to every ``every``-th frame (at half size, side by side).
+def _palette(frames: Sequence[Image.Image]) -> Image.Image:
+    """A 256-colour palette fitted to every second frame and the last (at half size, side by side).
 
     Octree, not median cut: median cut spent its colours on the photo and left the heat map's
     gradient in visible bands (posterised); the octree palette keeps the gradient smooth, and the
     file comes out smaller (measured on the cat: 39.3 vs 37.1 dB, 2.7 vs 4.0 MB).
     Not dithered: dithering speckles fine detail (whiskers, text) and doubles the file size.
     """
-    pick = list(frames[::every]) + [frames[-1]]
+    pick = list(frames[::2]) + [frames[-1]]
     w, h = (max(1, v // 2) for v in pick[0].size)
     sheet = Image.new("RGB", (w * len(pick), h))
     for i, f in enumerate(pick):
@@ -360,6 +349,24 @@ def write_mp4(anim: Animation, path: str | Path, fps: int = MP4_FPS) -> Path:
     return path
 
 
+def slideshow(frames: Sequence[Image.Image], step_s: float = 0.8, hold_s: float = 2.0) -> Animation:
+    """Still frames one after another (a training run's snapshots): each for ``step_s``, the first
+    and the last for ``hold_s``."""
+    durations = [hold_s if i in (0, len(frames) - 1) else step_s for i in range(len(frames))]
+    return Animation(list(frames), durations, layers=len(frames))
+
+
+def write_slideshow(paths: Sequence[str | Path], stem: str | Path) -> tuple[Path, Path]:
+    """The frames at ``paths`` (PNGs of one size) as ``stem.gif`` and ``stem.mp4``."""
+    frames = []
+    for p in paths:
+        with Image.open(p) as im:
+            frames.append(im.convert("RGB"))
+    anim = slideshow(frames)
+    stem = Path(stem)
+    return write_gif(anim, stem.with_suffix(".gif")), write_mp4(anim, stem.with_suffix(".mp4"))
+
+
 def write(anim: Animation, path: str | Path, fmt: str | None = None) -> Path:
     """Write ``anim`` as GIF or MP4 (``fmt``, default from the suffix)."""
     fmt = (fmt or Path(path).suffix.lstrip(".")).lower()
@@ -369,11 +376,11 @@ def write(anim: Animation, path: str | Path, fmt: str | None = None) -> Path:
 
 
 def animate_image(
-    lm, image: Image.Image, path: str | Path, fmt: str = "gif", clips: Sequence[str] = CLIPS, separate: bool = False,
-    head: int | None = None, target: int | None = None, cmap: str = "inferno", alpha: float = 0.6,
-    width: int | None = None, caption: str = "",
+    lm, image: Image.Image, path: str | Path, fmt: str = "gif", separate: bool = False, head: int | None = None,
+    target: int | None = None, cmap: str = "inferno", alpha: float = 0.6, width: int | None = None,
 ) -> dict:
-    """Analyse ``image`` with ``lm`` (a LoadedModel) and write its animation(s).
+    """Analyse ``image`` with ``lm`` (a LoadedModel) and write its animation(s) of the three
+    :data:`CLIPS`, captioned with the model's name and its prediction.
 
     ``separate``: one file per clip, named ``STEM_CLIP.EXT``; else one file at ``path``.
     Returns a record: the files written, their frame counts, each clip's colour scale and
@@ -382,9 +389,8 @@ def animate_image(
     if fmt not in FORMATS:
         raise ValueError(f"animations are {' or '.join(FORMATS)}, not {fmt!r}")
     x, picture = preprocess(image, lm.data_config)
-    made, info = layer_clips(lm.model, x[None].to(lm.device), clips, head, target, lm.labels)
-    if not caption:
-        caption = lm.name + (f"  ·  predicted: {info['label']} ({info['prob'] * 100:.1f}%)" if info else "")
+    made, info = layer_clips(lm.model, x[None].to(lm.device), CLIPS, head, target, lm.labels)
+    caption = lm.name + (f"  ·  predicted: {info['label']} ({info['prob'] * 100:.1f}%)" if info else "")
     width = width or DEFAULT_WIDTH[fmt]
     path = Path(path)
     record: dict = {"format": fmt, "layers": made[0].maps.shape[0], "files": [], "frames": [], **info}

@@ -71,9 +71,9 @@ def gallery(top: list[dict[str, Any]], crops: Crops) -> str:
     return f'<div class="crops">{"".join(tiles)}</div>'
 
 
-def finding_html(r: dict[str, Any]) -> str:
+def finding_html(result: dict[str, Any]) -> str:
     """The few lines at the top: what stands out."""
-    f, e = r["findings"], html.escape
+    f, e = result["findings"], html.escape
     lines = []
     for k in f["suspicious_concepts"]:
         where = (f"{k['one_place_share']:.0%} of its top patches at one place (row {k['place']['row']}, column "
@@ -90,26 +90,26 @@ def finding_html(r: dict[str, Any]) -> str:
     classes = list(f["class_concepts"].items())
     per = "; ".join(f"<b>{e(c)}</b>: {', '.join(str(i) for i in ids)}" for c, ids in classes[:MAX_CLASSES])
     more = f" (and {len(classes) - MAX_CLASSES} more classes)" if len(classes) > MAX_CLASSES else ""
-    lines.append(f"<li>Each class's top concepts at layer {r['concept_layer']}: {per}{more}.</li>")
-    fa = r["faithfulness"]
+    lines.append(f"<li>Each class's top concepts at layer {result['concept_layer']}: {per}{more}.</li>")
+    fa = result["faithfulness"]
     verdict = "passes" if fa["passed"] else "FAILS"
     lines.append(f"<li>Faithfulness check {verdict}: occluding each class's top {fa['concepts_removed']} concepts lowers its "
                  f"logit by {fa['top_fall']:.3f} on average, {fa['random_draws']} random draws of as many concepts by "
                  f"{fa['random_fall']:.3f} (the top ones fall more on {fa['share_top_larger']:.0%} of the pictures). "
-                 f"NMF reconstruction error {r['reconstruction_error']:.3f}.</li>")
+                 f"NMF reconstruction error {result['reconstruction_error']:.3f}.</li>")
     return "<ul>" + "".join(lines) + "</ul>"
 
 
-def concept_html(c: dict[str, Any], crops: Crops) -> str:
-    imp = sorted(c["importance"].items(), key=lambda kv: -kv[1])[:6]
+def concept_html(concept: dict[str, Any], crops: Crops) -> str:
+    imp = sorted(concept["importance"].items(), key=lambda kv: -kv[1])[:6]
     best = ", ".join(f"{html.escape(k)} {v:+.3f}" for k, v in imp)
-    flag = ' <span class="badge">possible Clever-Hans</span>' if c["suspicious"] else ""
-    off = f", {c['off_object_share']:.0%} off the object" if c.get("off_object_share") is not None else ""
-    return (f'<section class="item{" flagged" if c["suspicious"] else ""}" id="concept-{c["id"]}">'
-            f'<h3>Concept {c["id"]}{flag}</h3><p class="small">Most important for: {best}. Top patches: '
-            f'{c["one_place_share"]:.0%} at one place (row {c["place"]["row"]}, column {c["place"]["col"]}), '
-            f'{c["border_share"]:.0%} on the border{off}.</p>'
-            f'{gallery(c["top"], crops)}</section>')
+    flag = ' <span class="badge">possible Clever-Hans</span>' if concept["suspicious"] else ""
+    off = f", {concept['off_object_share']:.0%} off the object" if concept.get("off_object_share") is not None else ""
+    return (f'<section class="item{" flagged" if concept["suspicious"] else ""}" id="concept-{concept["id"]}">'
+            f'<h3>Concept {concept["id"]}{flag}</h3><p class="small">Most important for: {best}. Top patches: '
+            f'{concept["one_place_share"]:.0%} at one place (row {concept["place"]["row"]}, column {concept["place"]["col"]}), '
+            f'{concept["border_share"]:.0%} on the border{off}.</p>'
+            f'{gallery(concept["top"], crops)}</section>')
 
 
 def accuracy_change(drop: float | None) -> str:
@@ -121,12 +121,12 @@ def accuracy_change(drop: float | None) -> str:
     return ", accuracy ±0.0%" if change == 0 else f", accuracy {change:+.1%}"
 
 
-def head_html(h: dict[str, Any], crops: Crops) -> str:
-    acc = accuracy_change(h["accuracy_drop"])
-    return (f'<section class="item" id="head-{h["layer"]}-{h["head"]}"><h3>Layer {h["layer"]}, head {h["head"]}: '
-            f'{html.escape(h["summary"])}</h3><p class="small">Ablated: logit {-h["importance"]:+.3f}{acc} · entropy '
-            f'{h["entropy"]:.2f} · on [class] {h["class_share"]:.0%} · on other prefix tokens {h["prefix_share"]:.0%} · '
-            f'positional {h["positional"]:.2f}</p>{gallery(h["top"], crops)}</section>')
+def head_html(head: dict[str, Any], crops: Crops) -> str:
+    acc = accuracy_change(head["accuracy_drop"])
+    return (f'<section class="item" id="head-{head["layer"]}-{head["head"]}"><h3>Layer {head["layer"]}, head {head["head"]}: '
+            f'{html.escape(head["summary"])}</h3><p class="small">Ablated: logit {-head["importance"]:+.3f}{acc} · entropy '
+            f'{head["entropy"]:.2f} · on [class] {head["class_share"]:.0%} · on other prefix tokens {head["prefix_share"]:.0%} · '
+            f'positional {head["positional"]:.2f}</p>{gallery(head["top"], crops)}</section>')
 
 
 def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch: int) -> Path:

@@ -112,10 +112,10 @@ def display_name(stem: str) -> str:
     return stem.replace("_", " ").strip() or "image"
 
 
-def _render(fig: Figure, width_px: int, pad: float = 0.12) -> Image.Image:
+def _render(fig: Figure, width_px: int) -> Image.Image:
     """``fig`` as a picture ``width_px`` wide, margin trimmed, its PNG bytes kept for the
     PowerPoint file (fast zlib: decks hold many large pictures)."""
-    return render_png(fig, width_px, pad, compress_level=2)
+    return render_png(fig, width_px, compress_level=2)
 
 
 def _narrow(fig: Figure, width_in: float) -> Figure:
@@ -141,97 +141,99 @@ def _title(name: str) -> str:
     return methods.get(name).title if name in methods.names() else name
 
 
-def prediction_slide(a: Analysis, lm, name: str, width_px: int) -> Slide:
+def prediction_slide(analysis: Analysis, lm, name: str, width_px: int) -> Slide:
     """The picture the model sees and its top five classes (titled by the answer, not the file)."""
-    top = a.topk(5)
+    top, pic = analysis.topk(5), analysis.picture
     return Slide(
         f"What the model sees: “{shorten(top[0]['label'], 40)}”",
-        [_big_picture(a.picture, width_px), _render(_narrow(viz.topk_figure(top, title=None), 6.0), width_px // 2)],
-        f"This is the picture the model actually sees: resized and centre-cropped to {a.picture.width}x{a.picture.height}. "
+        [_big_picture(pic, width_px), _render(_narrow(viz.topk_figure(top, title=None), 6.0), width_px // 2)],
+        f"This is the picture the model actually sees: resized and centre-cropped to {pic.width}x{pic.height}. "
         f"{lm.name} predicts '{top[0]['label']}' with {_pct(top[0]['prob'])}; the bars show its top five classes. "
         f"The model is a Vision Transformer ({PAPERS['vit']})"
         + (f", here trained as in {PAPERS['deit']}." if _is_deit(lm) else "."),
         f"Image: {name}", f"Image: {name}  ·  predicted: {top[0]['label']} ({_pct(top[0]['prob'])})",
-        {"predictions": top, "x": a.x}, columns=[0.45, 0.55],
+        {"predictions": top, "x": analysis.x}, columns=[0.45, 0.55],
     )
 
 
-def tokens_slide(a: Analysis, name: str, width_px: int) -> Slide:
+def tokens_slide(analysis: Analysis, name: str, width_px: int) -> Slide:
     """The patch grid and the token sequence."""
-    p, (gh, gw) = a.patch_size, a.layout.grid
+    p, layout = analysis.patch_size, analysis.layout
+    gh, gw = layout.grid
     return Slide(
         "From pixels to tokens",
-        [_render(viz.patch_grid_figure(a.picture, p, a.layout.names(), title=" "), width_px)],
+        [_render(viz.patch_grid_figure(analysis.picture, p, layout.names(), title=" "), width_px)],
         f"The image is cut into {p}x{p}-pixel patches, a {gh}x{gw} grid of {gh * gw} patches, read left to right and "
-        f"top to bottom. Each patch becomes one token; {readout_sentence(a)} This is the core idea of {PAPERS['vit']}: "
+        f"top to bottom. Each patch becomes one token; {readout_sentence(analysis)} This is the core idea of {PAPERS['vit']}: "
         "an image is a sequence of words.",
-        f"Image: {name}", f"{gh * gw} patches + {a.layout.num_prefix} extra token(s) = {gh * gw + a.layout.num_prefix} "
-                          f"tokens; {reader(a.layout)} {'give' if many_readers(a.layout) else 'collects'} the answer",
+        f"Image: {name}", f"{gh * gw} patches + {layout.num_prefix} extra token(s) = {gh * gw + layout.num_prefix} "
+                          f"tokens; {reader(layout)} {'give' if many_readers(layout) else 'collects'} the answer",
     )
 
 
-def readout_sentence(a: Analysis) -> str:
+def readout_sentence(analysis: Analysis) -> str:
     """Where the answer is read, for the tokens slide: the [class] token, an attention pool, or the patches' mean."""
-    if a.layout.probe is not None:
+    if analysis.layout.probe is not None:
         return ("no [class] token: an attention-pool head, a learned query, reads the final tokens, and the classifier "
                 "reads what it gathers.")
-    if a.layout.cls_index is None:
+    if analysis.layout.cls_index is None:
         return ("no [class] token here: the classifier reads the mean of the patch tokens' final states, so every patch "
                 "speaks for itself.")
     return ("a learned [class] token goes first: it gathers what the other tokens say, and its final state is all the "
             "classifier reads.")
 
 
-def heads_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
+def heads_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     """The [class] attention of every head of the last layer."""
-    L, H = a.depth, a.num_heads
-    heads = head_maps(a.attentions, a.layout, L - 1)[0]
+    L, H, layout = analysis.depth, analysis.num_heads, analysis.layout
+    heads = head_maps(analysis.attentions, layout, L - 1)[0]
     return Slide(
         f"The {H} heads of the last layer",
-        [_render(viz.heads_figure(a.picture, heads, cmap=cmap, layer=L - 1), width_px)],
-        f"Each attention head of layer {L} of {L} looks at the image its own way: here is where {reader(a.layout)} "
-        f"look{'' if many_readers(a.layout) else 's'}, "
+        [_render(viz.heads_figure(analysis.picture, heads, cmap=cmap, layer=L - 1), width_px)],
+        f"Each attention head of layer {L} of {L} looks at the image its own way: here is where {reader(layout)} "
+        f"look{'' if many_readers(layout) else 's'}, "
         f"one panel per head, each scaled to its own range. Heads specialise, some on the object, some on the "
         f"background, as observed in {PAPERS['vit']}.",
-        f"Image: {name}", f"Where {reader(a.layout)} look{'' if many_readers(a.layout) else 's'}, layer {L} of {L}, "
+        f"Image: {name}", f"Where {reader(layout)} look{'' if many_readers(layout) else 's'}, layer {L} of {L}, "
                           "head by head (bright = more attention)",
     )
 
 
-def layers_slide(a: Analysis, name: str, width_px: int, cmap: str) -> Slide:
+def layers_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     """The [class] attention of every layer, heads averaged."""
-    L = a.depth
-    per_layer = {f"layer {i + 1}": cls_attention(a.attentions, a.layout, i)[0] for i in range(L)}
+    L, layout = analysis.depth, analysis.layout
+    per_layer = {f"layer {i + 1}": cls_attention(analysis.attentions, layout, i)[0] for i in range(L)}
     return Slide(
         "Attention across the layers",
-        [_render(viz.compare_figure(a.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
-        f"The attention of {reader(a.layout)}, averaged over heads, in every layer from the first to the last. Early layers "
+        [_render(viz.compare_figure(analysis.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
+        f"The attention of {reader(layout)}, averaged over heads, in every layer from the first to the last. Early layers "
         "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
-        f"Image: {name}", f"Where {reader(a.layout)} look{'' if many_readers(a.layout) else 's'}, layer 1 to layer {L} "
+        f"Image: {name}", f"Where {reader(layout)} look{'' if many_readers(layout) else 's'}, layer 1 to layer {L} "
                           "(mean of the heads, each map its own scale)",
     )
 
 
-def rollout_slide(a: Analysis, name: str, width_px: int, cmap: str, roll: torch.Tensor) -> Slide:
+def rollout_slide(analysis: Analysis, name: str, width_px: int, cmap: str, roll: torch.Tensor) -> Slide:
     """Attention rollout through all the layers."""
+    who = reader(analysis.layout)
     return Slide(
         "Attention rollout",
-        [_render(viz.heatmap_figure(a.picture, roll, cmap=cmap, label=f"rollout: share of the input of {reader(a.layout)}",
+        [_render(viz.heatmap_figure(analysis.picture, roll, cmap=cmap, label=f"rollout: share of the input of {who}",
                                     show_input=True), width_px)],
-        f"Rollout multiplies the attention of all {a.depth} layers, with the skip connection added as an identity, to "
-        f"follow how much each input patch flows into {reader(a.layout)} ({PAPERS['rollout']}). It is class-agnostic: "
+        f"Rollout multiplies the attention of all {analysis.depth} layers, with the skip connection added as an identity, to "
+        f"follow how much each input patch flows into {who} ({PAPERS['rollout']}). It is class-agnostic: "
         "it shows where the model looks, not why it chose this class.",
         f"Image: {name}", "Where information flows from, all layers together; it does not say which class it supports",
     )
 
 
-def relevance_slide(a: Analysis, lm, name: str, cls: int, width_px: int, cmap: str, maps: dict[str, Any]) -> Slide:
+def relevance_slide(analysis: Analysis, lm, name: str, cls: int, width_px: int, cmap: str, maps: dict[str, Any]) -> Slide:
     """Class-specific relevance for ``cls``: Chefer relevance and gated LRP beside the picture."""
     cls_name = lm.labels[cls]
-    explained = f"'{cls_name}' ({_pct(float(a.probs[cls]))})"
+    explained = f"'{cls_name}' ({_pct(float(analysis.probs[cls]))})"
     shown = {_title(n): maps[n] for n in SHOWN}
-    fig = viz.compare_figure(a.picture, shown, cmap=cmap, show_input=True)
+    fig = viz.compare_figure(analysis.picture, shown, cmap=cmap, show_input=True)
     return Slide(
         f"Why “{shorten(cls_name, 28)}”? Where the evidence is",
         [_render(fig, width_px)],
@@ -243,12 +245,12 @@ def relevance_slide(a: Analysis, lm, name: str, cls: int, width_px: int, cmap: s
     )
 
 
-def faithfulness_slide(a: Analysis, lm, name: str, cls: int, width_px: int, scores: dict[str, dict[str, Any]]) -> Slide:
+def faithfulness_slide(analysis: Analysis, lm, name: str, cls: int, width_px: int, scores: dict[str, dict[str, Any]]) -> Slide:
     """Every scored map's deletion / insertion curves on this image, and what they mean in words."""
     cls_name = lm.labels[cls]
     names = [n for n in scores if n != "random"]
     best = min(names, key=lambda n: scores[n]["deletion_auc"])
-    gh = a.layout.grid[0]
+    gh = analysis.layout.grid[0]
     k = max(1, gh // 2)  # the curve's point with about half of the patches hidden
     d, r = scores[best]["deletion_curve"], scores["random"]["deletion_curve"]
     hidden = f"{k / gh * 100:.0f}%"
@@ -294,12 +296,6 @@ def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = No
     slide = faithfulness_slide(a, lm, name, cls, width_px, scores)
     slide.meta["panel"] = Panel(a.picture, maps["chefer"], a.topk(1), lm.name, cls)
     yield slide
-
-
-def image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
-                 cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS) -> list[Slide]:
-    """The seven slides of one image's section (``seeds``: the random baseline's patch orders)."""
-    return list(iter_image_slides(lm, image, name, target, width_px, cmap, seeds))
 
 
 def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str,

@@ -79,11 +79,11 @@ def text_width(text: str, size: float, weight: str = "regular") -> float:
     return sum(w.get(ch, 556) for ch in text) * size / 1000
 
 
-def wrap(text: str, size: float, width: float, weight: str = "regular") -> list[str]:
-    """``text`` broken at spaces into lines at most ``width`` points wide."""
+def wrap(text: str, size: float, width: float) -> list[str]:
+    """``text`` broken at spaces into lines at most ``width`` points wide (regular Helvetica)."""
     lines: list[str] = []
     for word in text.split():
-        if lines and text_width(f"{lines[-1]} {word}", size, weight) <= width:
+        if lines and text_width(f"{lines[-1]} {word}", size) <= width:
             lines[-1] += f" {word}"
         else:
             lines.append(word)

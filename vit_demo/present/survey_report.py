@@ -60,12 +60,14 @@ class Thumbnails:
         rec["thumb"], rec["overlay"] = f"{stem}.jpg", f"{stem}-map.jpg"
 
 
-def prototype_image(proto: Any, mark: tuple[float, float, float, float] | None = None, size: int = PROTO,
-                    cmap: str = CMAP) -> Image.Image:
-    """A cluster's prototype (its members' mean map) alone, one flat square per cell, scaled to
-    its own maximum; ``mark``: a box (fractions of the side: x0, y0, x1, y1) to outline (the watermark)."""
+def prototype_image(proto: Any, mark: tuple[float, float, float, float] | None = None,
+                    picture: Image.Image | None = None) -> Image.Image:
+    """A cluster's prototype (its members' mean map) at :data:`PROTO` px, one flat square per cell,
+    scaled to its own maximum: alone, or over ``picture``; ``mark``: a box (fractions of the side:
+    x0, y0, x1, y1) to outline (the watermark)."""
     p = np.asarray(proto, dtype=np.float64)
-    img = overlay_image(None, p, cmap, 1.0, smooth=False, size=size, vmin=0.0, vmax=float(p.max()) or 1.0)
+    img = overlay_image(picture, p, CMAP, 1.0 if picture is None else 0.45, smooth=False, size=PROTO, vmin=0.0,
+                        vmax=float(p.max()) or 1.0)
     if mark is not None:
         w, h = img.size
         x0, y0, x1, y1 = mark
@@ -82,20 +84,14 @@ def finding_image(result: dict[str, Any], cluster: dict[str, Any], root: str | P
     path = Path(root) / best["thumb"] if best is not None else None
     if path is None or not path.is_file():
         return prototype_image(cluster["prototype"], mark)
-    p = np.asarray(cluster["prototype"], dtype=np.float64)
     with Image.open(path) as im:
-        img = overlay_image(im.convert("RGB"), p, CMAP, 0.45, smooth=False, size=PROTO, vmin=0.0,
-                            vmax=float(p.max()) or 1.0)
-    if mark is not None:
-        x0, y0, x1, y1 = mark
-        ImageDraw.Draw(img).rectangle((x0 * PROTO, y0 * PROTO, x1 * PROTO - 1, y1 * PROTO - 1), outline=(0, 229, 255),
-                                      width=2)
-    return img
+        return prototype_image(cluster["prototype"], mark, im.convert("RGB"))
 
 
-def embedding_image(result: dict[str, Any], root: str | Path, size: int = 720, thumb: int = 40) -> Image.Image:
-    """All maps' 2-D embedding as a picture: each picture's map thumbnail at its point, framed red
-    when the prediction is wrong, green when right, grey without a label."""
+def embedding_image(result: dict[str, Any], root: str | Path, thumb: int = 40) -> Image.Image:
+    """All maps' 2-D embedding as a 720-px picture: each picture's map thumbnail (``thumb`` px) at
+    its point, framed red when the prediction is wrong, green when right, grey without a label."""
+    size = 720
     canvas = Image.new("RGB", (size, size), (250, 250, 250))
     draw = ImageDraw.Draw(canvas)
     span = size - thumb - 8

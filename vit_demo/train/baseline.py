@@ -57,7 +57,7 @@ def pixel_baseline(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Te
 
 
 def fit_verdict(history: Sequence[dict[str, float]]) -> tuple[str, str]:
-    """("over-fit" | "under-fit" | "fit" | "", one sentence) from the per-epoch curves, as the README
+    """("over-fit" | "under-fit" | "fit" | "", one sentence) from the per-epoch curves, as docs/training.md
     defines them. Over-fit: the validation loss rose from its lowest point, i.e. its mean over the
     last :data:`END_EPOCHS` epochs (all after the lowest one) is more than :data:`OVERFIT_RISE` (5 %)
     above the lowest. The mean and the 5 % keep noise out: late in a run, under the cosine decay, the

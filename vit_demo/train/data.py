@@ -106,10 +106,10 @@ def unit_outline(kind: str) -> list[tuple[float, float]]:
     raise ValueError(f"unknown shape {kind!r}; one of {', '.join(SHAPES + MORE_SHAPES)}")
 
 
-def shape_outline(kind: str, cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]]:
-    """Vertices of a shape of circumradius ``r`` centred at (cx, cy), rotated by ``angle``
+def shape_outline(kind: str, cx: float, cy: float, radius: float, angle: float) -> list[tuple[float, float]]:
+    """Vertices of a shape of circumradius ``radius`` centred at (cx, cy), rotated by ``angle``
     (radians). A circle is a 64-gon, so that its box is computed the same way."""
-    return [(cx + r * rr * math.cos(a + angle), cy + r * rr * math.sin(a + angle)) for rr, a in unit_outline(kind)]
+    return [(cx + radius * rr * math.cos(a + angle), cy + radius * rr * math.sin(a + angle)) for rr, a in unit_outline(kind)]
 
 
 def _luminance(c: np.ndarray) -> float:
@@ -131,13 +131,13 @@ def shape_colours(rng: np.random.Generator, polarity: str = "bright") -> tuple[n
                 return bg, fg
 
 
-def texture_field(n: int, rng: np.random.Generator, amplitude: float) -> np.ndarray:
-    """An [n, n] luminance offset in [-amplitude, amplitude]: flat, a linear gradient, stripes
+def texture_field(size: int, rng: np.random.Generator, amplitude: float) -> np.ndarray:
+    """A [size, size] luminance offset in [-amplitude, amplitude]: flat, a linear gradient, stripes
     (a sine grating of random period and direction) or blotches (smooth low-frequency noise)."""
     kind = int(rng.integers(0, 4))
     if kind == 0:
-        return np.zeros((n, n), np.float32)
-    yy, xx = (np.mgrid[:n, :n].astype(np.float32) + 0.5) / n  # [0, 1] coordinates
+        return np.zeros((size, size), np.float32)
+    yy, xx = (np.mgrid[:size, :size].astype(np.float32) + 0.5) / size  # [0, 1] coordinates
     theta = rng.uniform(0, 2 * math.pi)
     along = xx * math.cos(theta) + yy * math.sin(theta)
     if kind == 1:
@@ -146,16 +146,16 @@ def texture_field(n: int, rng: np.random.Generator, amplitude: float) -> np.ndar
         field = np.sin(2 * math.pi * along * rng.uniform(3, 9) + rng.uniform(0, 2 * math.pi))
     else:
         coarse = Image.fromarray(rng.uniform(-1, 1, (4, 4)).astype(np.float32), mode="F")
-        field = np.asarray(coarse.resize((n, n), Image.Resampling.BICUBIC))
+        field = np.asarray(coarse.resize((size, size), Image.Resampling.BICUBIC))
         field = field / max(1e-6, float(np.abs(field).max()))
     return (amplitude * field).astype(np.float32)
 
 
-def paint(colour: np.ndarray, n: int, rng: np.random.Generator | None, amplitude: float) -> Image.Image:
-    """An [n, n] RGB canvas of ``colour``, with a texture of up to ``amplitude`` when ``rng`` is given."""
+def paint(colour: np.ndarray, size: int, rng: np.random.Generator | None, amplitude: float) -> Image.Image:
+    """A [size, size] RGB canvas of ``colour``, with a texture of up to ``amplitude`` when ``rng`` is given."""
     if rng is None:
-        return Image.new("RGB", (n, n), tuple(int(c) for c in colour))
-    field = colour.astype(np.float32)[None, None, :] + texture_field(n, rng, amplitude)[:, :, None]
+        return Image.new("RGB", (size, size), tuple(int(c) for c in colour))
+    field = colour.astype(np.float32)[None, None, :] + texture_field(size, rng, amplitude)[:, :, None]
     return Image.fromarray(np.clip(field.round(), 0, 255).astype(np.uint8))
 
 

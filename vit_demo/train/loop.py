@@ -54,6 +54,10 @@ from .sizing import SizeChoice, choose_size, probe_step
 STATE_SUFFIX = ".train-state"  # beside OUT; not a checkpoint suffix, so the app never lists it
 
 
+def no_hook(*_: Any) -> None:
+    """The default :attr:`TrainOptions.on_epoch`: nothing."""
+
+
 class ResumeError(ValueError):
     """``resume`` cannot continue: no saved state, or one saved by a different run."""
 
@@ -81,6 +85,9 @@ class TrainOptions:
     progress: bool = True
     amp: bool = False  # bf16 autocast for the training forward pass (CPU and CUDA)
     compile: bool = False  # torch.compile the training forward pass
+    # called as on_epoch(setup, row, model) before the first epoch (row: {"epoch": 0}: the untrained model) and
+    # after every epoch (row: its history row), on every process; an exception raised there stops the run
+    on_epoch: Callable[[Setup, dict[str, Any], VisionTransformer], None] = no_hook
 
 
 # ----------------------------------------------------------------------------- distributed
@@ -325,6 +332,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
     say(header(s, model, opts, dist, device))
     ddp = training_module(model, opts, dist, device)
+    opts.on_epoch(s, {"epoch": start}, model)
     t_epochs, eta, ends = time.perf_counter(), "", [time.perf_counter()]
     epoch = start - 1
     while (epoch := epoch + 1) < r.epochs:
@@ -335,6 +343,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
             s, r = keep_to_budget(s, sched, steps, fp, budget - (ends[-1] - t_start), ends, epoch + 1, dist, say)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
                         "images_per_s": ips})
+        opts.on_epoch(s, history[-1], model)
         score = val_acc if val_acc == val_acc else -train_loss  # no validation: lowest training loss
         if score >= best["acc"] or best["state"] is None:
             best = {"acc": score, "epoch": epoch + 1,

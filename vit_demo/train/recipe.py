@@ -4,7 +4,7 @@ and the learning-rate schedule, and a pretrained model with a new head for fine-
 The recipe is the one the ViT / DeiT papers and timm's train script use, sized for small data:
 AdamW (no weight decay on biases, norms, tokens and position embeddings), linear warm-up then
 cosine decay, label smoothing, gradient clipping, random-resized-crop + flip + colour jitter.
-From scratch it adds what small data needs (README, "Train your own"; docs/training.md): a
+From scratch it adds what small data needs (docs/training.md): a
 convolutional stem (Xiao et al. 2021) and as many epochs as the data's size calls for.
 """
 

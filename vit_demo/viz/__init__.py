@@ -16,7 +16,9 @@ Everything here takes numbers (numpy arrays or torch tensors, already computed b
 
 :mod:`~vit_demo.viz.style` (sizes, colours, colormaps, fonts) and :mod:`~vit_demo.viz.arrays`
 (scaling, resampling, patch geometry) are shared by both, and so is :mod:`~vit_demo.viz.sequence`
-(which tokens a picture of the token sequence shows). Every name is re-exported here, so
+(which tokens a picture of the token sequence shows). A map's pixels (scaling, colours,
+upsampling, blending) are drawn in one place, :func:`overlay_array`: the app's pictures and the
+figures' panels of the same map are the same pixels. Every name is re-exported here, so
 ``from vit_demo.viz import overlay_image`` works whichever module holds it.
 
 Conventions:
@@ -49,6 +51,7 @@ from .figures import (
 from .previews import (
     draw_windows,
     heads_image,
+    overlay_array,
     overlay_image,
     patch_grid_image,
     sequence_image,
@@ -79,10 +82,10 @@ from .style import (
 
 __all__ = [
     "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "HIGHLIGHT_RGB", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE",
-    "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "WINDOW_RGB", "Picture", "SequenceSlot", "as_array", "check_cmap",
-    "colorize", "colormap_lut", "compare_figure", "draw_windows", "distance_figure", "figure_to_image", "heads_figure",
-    "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_image", "patch_grid_figure", "patch_grid_image",
-    "patch_index_at", "picture_array", "pos_embed_figure", "render_png", "save_figure", "sequence_image", "stem_image",
-    "sequence_slots", "text_font", "text_width", "tiles_image", "token_color", "topk_figure",
-    "uniform_attention_distance", "upsample", "with_colorbar",
+    "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "WINDOW_RGB", "Picture", "SequenceSlot", "as_array",
+    "check_cmap", "colorize", "colormap_lut", "compare_figure", "draw_windows", "distance_figure", "figure_to_image",
+    "heads_figure", "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_array", "overlay_image",
+    "patch_grid_figure", "patch_grid_image", "patch_index_at", "picture_array", "pos_embed_figure", "render_png",
+    "save_figure", "sequence_image", "stem_image", "sequence_slots", "text_font", "text_width", "tiles_image",
+    "token_color", "topk_figure", "uniform_attention_distance", "upsample", "with_colorbar",
 ]

@@ -14,16 +14,16 @@ from PIL import Image
 Picture = Union[Image.Image, np.ndarray]  # noqa: UP007 - a runtime alias
 
 
-def as_array(x: Any) -> np.ndarray:
-    """``x`` (numpy array, torch tensor on any device, nested lists) as a float32 numpy array."""
-    if hasattr(x, "detach"):  # torch tensor, without importing torch here
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x, dtype=np.float32)
+def as_array(value: Any) -> np.ndarray:
+    """``value`` (numpy array, torch tensor on any device, nested lists) as a float32 numpy array."""
+    if hasattr(value, "detach"):  # torch tensor, without importing torch here
+        value = value.detach().float().cpu().numpy()
+    return np.asarray(value, dtype=np.float32)
 
 
-def as_maps(x: Any, ndims: Sequence[int], what: str) -> np.ndarray:
-    """``x`` as an array with one of ``ndims`` dimensions, dropping leading size-1 axes."""
-    a = as_array(x)
+def as_maps(value: Any, ndims: Sequence[int], what: str) -> np.ndarray:
+    """``value`` as an array with one of ``ndims`` dimensions, dropping leading size-1 axes."""
+    a = as_array(value)
     while a.ndim > max(ndims) and a.shape[0] == 1:
         a = a[0]
     if a.ndim not in ndims:

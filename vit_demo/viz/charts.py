@@ -13,9 +13,9 @@ from matplotlib.figure import Figure
 from .style import ACCENT, LABEL_SIZE, MUTED_COLOR, TEXT_COLOR, TICK_SIZE, TITLE_SIZE
 
 
-def shorten(text: str, n: int) -> str:
-    """``text`` cut to ``n`` characters, an ellipsis marking the cut."""
-    return text if len(text) <= n else text[: n - 1] + "…"
+def shorten(text: str, length: int) -> str:
+    """``text`` cut to ``length`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _plain_figure(w: float, h: float) -> Figure:
@@ -135,21 +135,21 @@ def model_card_figure(rows: Sequence[tuple[str, str]]) -> Figure:
     return fig
 
 
-def sanity_figure(r: dict[str, Any], title: str | None = None) -> Figure:
+def sanity_figure(result: dict[str, Any]) -> Figure:
     """Rank correlation against the randomisation stage, one line per method (Adebayo Fig. 2)."""
     fig = Figure(figsize=(9, 4.8))
     ax = fig.add_subplot()
-    xs = range(len(r["stages"]))
-    for m, v in r["methods"].items():
+    xs = range(len(result["stages"]))
+    for m, v in result["methods"].items():
         mean, se = np.asarray(v["rank"]), np.asarray(v["rank_se"])
         ax.plot(xs, mean, marker="o", label=m)
         ax.fill_between(xs, mean - se, mean + se, alpha=0.2)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(list(xs), [s.replace("block ", "b") for s in r["stages"]], rotation=45)
+    ax.set_xticks(list(xs), [s.replace("block ", "b") for s in result["stages"]], rotation=45)
     ax.set_ylim(-0.5, 1.05)
     ax.set_xlabel("re-initialised from the top down to (cumulative)")
     ax.set_ylabel("Spearman rank correlation\nwith the trained model's map")
-    ax.set_title(title or f"Model-randomisation sanity check ({r['images']} images)")
+    ax.set_title(f"Model-randomisation sanity check ({result['images']} images)")
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     return fig
@@ -174,8 +174,9 @@ def training_figure(history: Sequence[dict[str, float]], title: str = "") -> Fig
 
 def layer_diff_figure(diffs: Sequence[float], title: str, subtitle: str, tol: float = 1e-4) -> Figure:
     """Per layer (numbered from 1), the largest |attention difference| between two models (log
-    scale, the tolerance dashed). Exact zeros cannot sit on a log axis: they are drawn as short
-    bars on the floor labelled "0", and a chart of nothing but zeros says so in words."""
+    scale, the parity tolerance ``tol`` dashed: verify's default 1e-4). Exact zeros cannot sit on a
+    log axis: they are drawn as short bars on the floor labelled "0", and a chart of nothing but zeros
+    says so in words."""
     diffs = np.asarray(diffs, dtype=float)
     floor = 1e-12
     fig = Figure(figsize=(10, 4.8), layout="constrained", facecolor="white")

@@ -21,8 +21,9 @@ def renderer(fig: Figure):
     return canvas.get_renderer()
 
 
-def content_box(fig: Figure, pad: float = 0.12) -> Bbox:
-    """The figure's drawn content in inches (after layout), plus ``pad``, within the figure."""
+def content_box(fig: Figure) -> Bbox:
+    """The figure's drawn content in inches (after layout), plus a 0.12-inch margin, within the figure."""
+    pad = 0.12
     r = renderer(fig)
     fig.draw_without_rendering()
     tight = fig.get_tightbbox(r)
@@ -50,25 +51,25 @@ def save_figure(fig: Figure, path: str | Path, width_px: int = 2400) -> Path:
     return path
 
 
-def render_png(fig: Figure, width_px: int = 1600, pad: float = 0.12, compress_level: int = 6) -> Image.Image:
-    """``fig`` as an RGB picture ``width_px`` wide, its white margin trimmed (``pad`` inches kept).
+def render_png(fig: Figure, width_px: int = 1600, compress_level: int = 6) -> Image.Image:
+    """``fig`` as an RGB picture ``width_px`` wide, its white margin trimmed (:func:`figure_to_image`).
     The PNG bytes stay in ``info["png"]``, so that a writer (the PowerPoint deck) can reuse them
     instead of encoding again; ``compress_level``: zlib's, lower is faster."""
-    img = figure_to_image(fig, width_px, pad)
+    img = figure_to_image(fig, width_px)
     buf = io.BytesIO()
     img.save(buf, format="PNG", compress_level=compress_level)
     img.info["png"] = buf.getvalue()
     return img
 
 
-def figure_to_image(fig: Figure, width_px: int = 1600, pad: float = 0.12) -> Image.Image:
+def figure_to_image(fig: Figure, width_px: int = 1600) -> Image.Image:
     """Render ``fig`` to an RGB PIL image ``width_px`` wide, margin trimmed (e.g. to show a
     figure in the app).
 
     One layout pass finds the content's box, then ONE draw at the dpi that makes the box
     ``width_px`` wide, cropped to the box (``savefig(bbox_inches=...)`` draws twice and encodes
     an alpha channel: 2-4x slower for a slide figure)."""
-    box = content_box(fig, pad)
+    box = content_box(fig)
     old_dpi = fig.dpi
     dpi = (int(width_px) + 0.25) / box.width
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)

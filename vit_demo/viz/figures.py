@@ -16,23 +16,14 @@ from typing import Any
 import numpy as np
 from matplotlib import colormaps, patheffects
 from matplotlib.cm import ScalarMappable
+from matplotlib.colorbar import Colorbar
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
-from .arrays import (
-    Picture,
-    as_array,
-    as_maps,
-    blend,
-    normalize,
-    patch_box,
-    picture_array,
-    resized_picture,
-    target_size,
-    upsample,
-)
+from .arrays import Picture, as_array, as_maps, patch_box, picture_array
 from .export import renderer
+from .previews import overlay_array
 from .sequence import SequenceSlot, sequence_slots
 from .style import (
     ACCENT,
@@ -44,7 +35,6 @@ from .style import (
     TICK_SIZE,
     TITLE_SIZE,
     check_cmap,
-    colorize,
     token_color,
 )
 
@@ -55,9 +45,10 @@ def _figure(width_in: float, height_in: float) -> Figure:
     return Figure(figsize=(width_in, height_in), layout="compressed", facecolor="white")
 
 
-def _fit_height(fig: Figure, pad: float = 0.12) -> Figure:
-    """Shrink the figure's height to its content: fixed-aspect pictures are sized by the
-    width, and any height left over would otherwise open gaps around the title / caption."""
+def _fit_height(fig: Figure) -> Figure:
+    """Shrink the figure's height to its content and a margin: fixed-aspect pictures are sized
+    by the width, and any height left over would otherwise open gaps around the title / caption."""
+    pad = 0.12  # inches above and below the content, and under a title or caption
     for _ in range(2):
         r = renderer(fig)
         fig.draw_without_rendering()
@@ -96,36 +87,34 @@ def _mark_patch(ax, index: int, grid: tuple[int, int], size: tuple[int, int]) ->
         ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
 
 
-def _heat_layer(ax, pic: np.ndarray, m: np.ndarray, cmap: str, alpha: float, smooth: bool, norm: Normalize):
-    """Draw the (unnormalised) map over the picture, upsampled to it: coloured and blended here
-    (numpy), so that matplotlib resamples ONE picture per panel rather than compositing two
-    (a figure of 12 maps at slide size drew in half the time)."""
-    h, w = pic.shape[:2]
-    up = upsample(m, (h, w), smooth)
-    lo, hi = float(norm.vmin), float(norm.vmax)
-    rgb = blend(pic, colorize((up - lo) / (hi - lo if hi > lo else 1.0), cmap), alpha)
+def _map_panel(ax, rgb: np.ndarray) -> None:
+    """Show a map's pixels (:func:`~vit_demo.viz.previews.overlay_array`, the app's renderer:
+    matplotlib resamples ONE picture per panel) on a bare axis in picture pixel coordinates."""
+    h, w = rgb.shape[:2]
     ax.imshow(rgb, interpolation="bilinear", extent=(-0.5, w - 0.5, h - 0.5, -0.5))
     ax.set_xlim(-0.5, w - 0.5)
     ax.set_ylim(h - 0.5, -0.5)
     _image_axis(ax)
 
 
-def _colorbar(fig: Figure, ax, cmap: str, norm: Normalize, label: str, relative: bool, **kw) -> None:
-    """An opaque colour bar (the overlay's transparency would wash it out)."""
-    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, **kw)
-    cb.set_label(label, fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
+def colour_bar(fig: Figure, ax, cmap: str, norm: Normalize, label: str, relative: bool = False,
+               label_size: float = LABEL_SIZE - 1, **options) -> Colorbar:
+    """An opaque colour bar of ``cmap`` over ``norm`` beside ``ax`` (the overlay's transparency
+    would wash it out), in the figures' style: ``label``, ticks in the text colour, no outline;
+    ``relative``: its two ends read "low" and "high". ``options``: :meth:`Figure.colorbar`'s."""
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, **options)
+    cb.set_label(label, fontsize=label_size, color=TEXT_COLOR)
     cb.ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
     cb.outline.set_visible(False)
     if relative:
         cb.set_ticks([norm.vmin, norm.vmax], labels=["low", "high"])
+    return cb
 
 
-def _norm_for(m: np.ndarray, vmin: float | None, vmax: float | None) -> Normalize:
-    lo = float(m.min()) if vmin is None else float(vmin)
-    hi = float(m.max()) if vmax is None else float(vmax)
-    if hi <= lo:
-        hi = lo + 1e-12
-    return Normalize(lo, hi, clip=True)
+def figure_title(fig: Figure, title: str | None) -> None:
+    """The figure's bold title, when there is one."""
+    if title:
+        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
 
 
 def heatmap_figure(
@@ -137,43 +126,42 @@ def heatmap_figure(
     colorbar: bool = True,
     title: str | None = None,
     label: str = "attention",
-    vmin: float | None = None,
-    vmax: float | None = None,
     show_input: bool = False,
     mark: int | None = None,
     caption: str | None = None,
 ) -> Figure:
     """A ``[gh, gw]`` map over the model-input picture (any grid shape, square or not).
 
-    The colours span the map's own min..max unless ``vmin`` / ``vmax``; the colour bar shows
-    the map's actual values. ``smooth``: bilinear upsampling, else one flat square per
-    patch. ``show_input``: the plain picture in a panel on the left. ``mark``: a patch to
-    outline (the query patch). ``caption``: a smaller line under the picture(s).
+    The map's pixels are the app's (:func:`~vit_demo.viz.previews.overlay_array`: the colours
+    span the map's own min..max); the colour bar shows the map's actual values. ``smooth``:
+    bilinear upsampling, else one flat square per patch. ``show_input``: the plain picture in a
+    panel on the left. ``mark``: a patch to outline (the query patch). ``caption``: a smaller
+    line under the picture(s).
     """
     check_cmap(cmap)
     m = as_maps(heat, (2,), "heat")
-    pic = picture_array(picture)
-    h, w = pic.shape[:2]
+    rgb = overlay_array(picture, m, cmap, alpha, smooth)
+    h, w = rgb.shape[:2]
     aspect = w / h
     panel = 5.0
     ncols = 2 if show_input else 1
     fig = _figure(panel * aspect * ncols + (1.1 if colorbar else 0.3), panel + (0.8 if title else 0.3) + (0.4 if caption else 0))
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     if show_input:
-        axes[0].imshow(pic, interpolation="bilinear")
+        axes[0].imshow(picture_array(picture), interpolation="bilinear")
         _image_axis(axes[0])
         _panel_title(axes[0], "model input", PANEL_TITLE_SIZE + 1)
     ax = axes[-1]
-    norm = _norm_for(m, vmin, vmax)
-    _heat_layer(ax, pic, m, cmap, alpha, smooth, norm)
+    _map_panel(ax, rgb)
     if mark is not None:
         _mark_patch(ax, mark, m.shape, (w, h))
     if show_input:
         _panel_title(ax, label, PANEL_TITLE_SIZE + 1)
     if colorbar:
-        _colorbar(fig, ax, cmap, norm, label, relative=False, shrink=0.85, pad=0.02, aspect=25)
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+        lo, hi = float(m.min()), float(m.max())
+        norm = Normalize(lo, hi if hi > lo else lo + 1e-12, clip=True)
+        colour_bar(fig, ax, cmap, norm, label, shrink=0.85, pad=0.02, aspect=25)
+    figure_title(fig, title)
     if caption:
         fig.supxlabel(caption, fontsize=LABEL_SIZE - 1, color=MUTED_COLOR)
     return _fit_height(fig)
@@ -200,21 +188,16 @@ def heads_figure(
     smooth: bool = True,
     title: str | None = None,
     layer: int | None = None,
-    colorbar: bool = True,
-    label: str = "attention",
-    vmin: float | None = None,
-    vmax: float | None = None,
-    layers_along: str = "auto",
     mark: int | None = None,
 ) -> Figure:
     """All heads of one layer (``[H, gh, gw]``), or layers x heads (``[L, H, gh, gw]``), as
     one image with every panel titled "L4 H6" (layer and head as people count them, from 1;
     ``layer`` is the index, from 0).
 
-    Each panel is scaled to its own min..max unless ``vmin`` / ``vmax`` (then the colour bar
-    shows values; otherwise it reads low..high). ``layers_along``: "rows", "columns" or
-    "auto" (the longer of layers / heads runs across, which suits a slide). ``picture``
-    None shows the maps alone.
+    Each panel is the app's picture of its map (:func:`~vit_demo.viz.previews.overlay_array`,
+    224 px on the longer side, 160 past 36 panels), scaled to its own min..max: the colour bar
+    reads low..high. The longer of layers / heads runs across, which suits a slide.
+    ``picture`` None shows the maps alone (16 px per patch).
     """
     check_cmap(cmap)
     a = as_maps(maps, (3, 4), "maps")
@@ -223,10 +206,10 @@ def heads_figure(
         a = a[None]
     L, H, gh, gw = a.shape
     layer_ids = list(range(L)) if whole else [layer]
-    rows, cols, order = _panel_grid(L, H, whole, layers_along)
-    pic, (tw, th) = _panel_picture(picture, (gh, gw), rows * cols)
+    rows, cols, order = _panel_grid(L, H, whole)
     flat = np.stack([a[li, hi] for li, hi in order])
-    rgb = blend(pic, colorize(upsample(normalize(flat, vmin, vmax), (th, tw), smooth), cmap), alpha)
+    rgb = overlay_array(picture, flat, cmap, alpha, smooth, None if picture is None else 224 if rows * cols <= 36 else 160)
+    th, tw = rgb.shape[1:3]
     panel_in = float(np.clip(11.0 / cols, 1.1, 3.4))  # a tile's width on the page, inches
     fsize = PANEL_TITLE_SIZE + 1 if panel_in >= 2.5 else PANEL_TITLE_SIZE if panel_in >= 1.5 else PANEL_TITLE_SIZE - 2
     px_per_in = tw / panel_in
@@ -235,7 +218,7 @@ def heads_figure(
     tiles[:, label_px:] = rgb
     mosaic, origins = _mosaic(tiles, rows, cols, max(2, round(0.08 * px_per_in)), 255)
     fig_w = mosaic.shape[1] / px_per_in + 0.1
-    fig = _figure(fig_w, mosaic.shape[0] / px_per_in + (0.55 if title else 0.1) + (0.95 if colorbar else 0.1))
+    fig = _figure(fig_w, mosaic.shape[0] / px_per_in + (0.55 if title else 0.1) + 0.95)
     ax = fig.add_subplot()
     ax.imshow(mosaic, interpolation="bilinear" if smooth else "nearest")
     _image_axis(ax)
@@ -244,23 +227,19 @@ def heads_figure(
         ax.text(x + tw / 2, y + label_px * 0.5, name, ha="center", va="center", fontsize=fsize, color=TEXT_COLOR)
         if mark is not None:
             _mark_panel(ax, mark, (gh, gw), (tw, th), (x, y + label_px))
-    if colorbar:
-        _heads_colorbar(fig, ax, a, cmap, label, vmin, vmax, fig_w)
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    colour_bar(fig, ax, cmap, Normalize(0, 1), "attention (each panel scaled to its own min–max)", True,
+               orientation="horizontal", shrink=min(0.5, 4.5 / fig_w + 0.15), aspect=30, pad=0.01)
+    figure_title(fig, title)
     return _fit_height(fig)
 
 
-def _panel_grid(L: int, H: int, whole: bool, layers_along: str) -> tuple[int, int, list[tuple[int, int]]]:
+def _panel_grid(L: int, H: int, whole: bool) -> tuple[int, int, list[tuple[int, int]]]:
     """Rows and columns of :func:`heads_figure`'s panels, and each panel's (layer, head), row
-    by row: layers x heads as ``layers_along`` says, or one layer's heads in rows of <= 6."""
-    if layers_along == "auto":
-        layers_along = "columns" if whole and L > H else "rows"
-    if layers_along not in ("rows", "columns"):
-        raise ValueError(f"layers_along must be 'rows', 'columns' or 'auto', not {layers_along!r}")
+    by row: layers x heads, the longer of the two across, or one layer's heads in rows of <= 6."""
     if whole:
-        rows, cols = (L, H) if layers_along == "rows" else (H, L)
-        order = [(r, c) if layers_along == "rows" else (c, r) for r in range(rows) for c in range(cols)]
+        across = L > H  # layers across (columns), heads down (rows)
+        rows, cols = (H, L) if across else (L, H)
+        order = [(c, r) if across else (r, c) for r in range(rows) for c in range(cols)]
     else:
         cols = H if H <= 6 else math.ceil(H / math.ceil(H / 6))
         rows = math.ceil(H / cols)
@@ -268,37 +247,11 @@ def _panel_grid(L: int, H: int, whole: bool, layers_along: str) -> tuple[int, in
     return rows, cols, order
 
 
-def _panel_picture(picture: Picture | None, grid: tuple[int, int], panels: int) -> tuple[np.ndarray | None, tuple[int, int]]:
-    """The picture resized for one panel of a mosaic of ``panels`` (224 px on the longer side,
-    160 for more than 36 panels), and the panel's (width, height); without a picture, 16 px
-    per patch of ``grid`` (gh, gw)."""
-    if picture is None:
-        return None, (grid[1] * 16, grid[0] * 16)
-    p = picture_array(picture)
-    tw, th = target_size(p.shape[1], p.shape[0], 224 if panels <= 36 else 160)
-    return resized_picture(p, (tw, th)), (tw, th)
-
-
 def _mark_panel(ax, index: int, grid: tuple[int, int], size: tuple[int, int], origin: tuple[float, float]) -> None:
     """Outline patch ``index`` in the panel of ``size`` (w, h) whose picture starts at ``origin``."""
     x0, y0, x1, y1 = patch_box(index, grid, size)
     for color, lw in (("black", 2.5), (HIGHLIGHT, 1.3)):
         ax.add_patch(Rectangle((origin[0] + x0, origin[1] + y0), x1 - x0, y1 - y0, fill=False, edgecolor=color, linewidth=lw))
-
-
-def _heads_colorbar(fig: Figure, ax, a: np.ndarray, cmap: str, label: str, vmin: float | None, vmax: float | None,
-                    fig_w: float) -> None:
-    """The colour bar under :func:`heads_figure`: low..high when each panel has its own scale,
-    else the values of ``vmin`` / ``vmax`` (the maps' min / max where one is missing)."""
-    relative = vmin is None and vmax is None
-    norm = (
-        Normalize(0, 1)
-        if relative
-        else Normalize(vmin if vmin is not None else float(a.min()), vmax if vmax is not None else float(a.max()))
-    )
-    cb_label = f"{label} (each panel scaled to its own min–max)" if relative else label
-    _colorbar(fig, ax, cmap, norm, cb_label, relative, orientation="horizontal", shrink=min(0.5, 4.5 / fig_w + 0.15),
-              aspect=30, pad=0.01)
 
 
 def compare_figure(
@@ -309,12 +262,12 @@ def compare_figure(
     smooth: bool = True,
     title: str | None = None,
     show_input: bool = True,
-    colorbar: bool = True,
     max_cols: int = 5,
-    mark: int | None = None,
 ) -> Figure:
     """Several methods side by side for one image: ``{"rollout": map, "chefer": map, ...}``,
-    each ``[gh, gw]`` and scaled to its own min..max, after the plain input (``show_input``).
+    each ``[gh, gw]`` and scaled to its own min..max (the app's pixels,
+    :func:`~vit_demo.viz.previews.overlay_array`), after the plain input (``show_input``), a
+    colour bar reading low..high under them.
     """
     check_cmap(cmap)
     if not maps:
@@ -326,9 +279,8 @@ def compare_figure(
     cols = min(len(panels), max_cols)
     rows = math.ceil(len(panels) / cols)
     panel_in = 3.0
-    fig = _figure(cols * panel_in * w / h + 0.3, rows * (panel_in + 0.45) + (0.8 if title else 0.2) + (0.7 if colorbar else 0))
+    fig = _figure(cols * panel_in * w / h + 0.3, rows * (panel_in + 0.45) + (0.8 if title else 0.2) + 0.7)
     axes = fig.subplots(rows, cols, squeeze=False)
-    norm = Normalize(0, 1)
     for i, ax in enumerate(axes.flat):
         if i >= len(panels):
             ax.set_visible(False)
@@ -338,25 +290,11 @@ def compare_figure(
             ax.imshow(pic, interpolation="bilinear")
             _image_axis(ax)
         else:
-            _heat_layer(ax, pic, normalize(m), cmap, alpha, smooth, norm)
-            if mark is not None:
-                _mark_patch(ax, mark, m.shape, (w, h))
+            _map_panel(ax, overlay_array(pic, m, cmap, alpha, smooth))
         _panel_title(ax, name, PANEL_TITLE_SIZE + 1)
-    if colorbar:
-        _colorbar(
-            fig,
-            axes,
-            cmap,
-            norm,
-            "each map scaled to its own min–max",
-            True,
-            orientation="horizontal",
-            shrink=min(0.45, 4.0 / (cols * panel_in)),
-            aspect=30,
-            pad=0.02,
-        )
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    colour_bar(fig, axes, cmap, Normalize(0, 1), "each map scaled to its own min–max", True, orientation="horizontal",
+               shrink=min(0.45, 4.0 / (cols * panel_in)), aspect=30, pad=0.02)
+    figure_title(fig, title)
     return _fit_height(fig)
 
 
@@ -374,13 +312,12 @@ def distance_figure(
     distances: Any,
     title: str | None = None,
     reference: float | None = None,
-    reference_label: str = "uniform attention",
 ) -> Figure:
     """Mean attention distance per head against depth (ViT paper, Fig. 7 right): x = layer,
     y = pixels, one dot per head (coloured by head), the layer mean as a grey line.
 
     ``distances``: ``[L, H]`` (a leading batch axis is averaged). ``reference``: a dashed
-    level, e.g. :func:`uniform_attention_distance` for the input's grid.
+    level labelled "uniform attention": :func:`uniform_attention_distance` for the input's grid.
     """
     a = as_array(distances)
     if a.ndim == 3:
@@ -397,12 +334,11 @@ def distance_figure(
             linestyle="--",
             linewidth=1.2,
             zorder=0,
-            label=f"{reference_label} ({reference:.0f} px)",
+            label=f"uniform attention ({reference:.0f} px)",
         )
     _distance_axes(ax, a.shape[0], max(float(a.max()), reference or 0.0))
     _side_legend(ax)
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    figure_title(fig, title)
     return fig
 
 
@@ -456,14 +392,14 @@ def _side_legend(ax) -> None:
         )
 
 
-def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None = None) -> Figure:
+def pos_embed_figure(similarity: Any, title: str | None = None) -> Figure:
     """Cosine similarity of each patch's position embedding with all the others (ViT paper,
-    Fig. 7 centre): a gh x gw grid of small gh x gw maps, one shared -1..1 colour scale.
+    Fig. 7 centre): a gh x gw grid of small gh x gw maps, one shared -1..1 colour scale (viridis).
 
     ``similarity``: ``[gh*gw, gh, gw]`` (row ``i`` = patch ``i``'s map) or ``[gh, gw, gh, gw]``.
     Rows and columns are labelled from 0, like the patch numbers elsewhere.
     """
-    check_cmap(cmap)
+    cmap = "viridis"
     a = as_array(similarity)
     if a.ndim == 3:
         gh, gw = a.shape[1:]
@@ -482,7 +418,7 @@ def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None =
     cm = colormaps[cmap].with_extremes(bad="white")
     fig = _figure(9.4 * max(1.0, gw / gh) ** 0.5, 8.6 * max(1.0, gh / gw) ** 0.5)
     ax = fig.add_subplot()
-    im = ax.imshow(np.ma.masked_invalid(mosaic), cmap=cm, vmin=-1, vmax=1, interpolation="nearest")
+    ax.imshow(np.ma.masked_invalid(mosaic), cmap=cm, vmin=-1, vmax=1, interpolation="nearest")
     th, tw = sh * k, sw * k
     ax.set_xticks([x + tw / 2 for x, _ in origins[:gw]], [str(c) for c in range(gw)])
     ax.set_yticks([y + th / 2 for _, y in origins[::gw]], [str(r) for r in range(gh)])
@@ -491,25 +427,21 @@ def pos_embed_figure(similarity: Any, cmap: str = "viridis", title: str | None =
         s.set_visible(False)
     ax.set_xlabel("Input patch column", fontsize=LABEL_SIZE, color=TEXT_COLOR)
     ax.set_ylabel("Input patch row", fontsize=LABEL_SIZE, color=TEXT_COLOR)
-    cb = fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02, aspect=30, ticks=[-1, -0.5, 0, 0.5, 1])
-    cb.set_label("Cosine similarity", fontsize=LABEL_SIZE, color=TEXT_COLOR)
-    cb.ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
-    cb.outline.set_visible(False)
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    colour_bar(fig, ax, cmap, Normalize(-1, 1), "Cosine similarity", label_size=LABEL_SIZE, shrink=0.8, pad=0.02,
+               aspect=30, ticks=[-1, -0.5, 0, 0.5, 1])
+    figure_title(fig, title)
     return fig
 
 
 def topk_figure(
     predictions: Sequence[Mapping[str, Any]] | Mapping[str, float],
     title: str | None = "Top predictions",
-    highlight: int | str | None = None,
 ) -> Figure:
-    """Horizontal bars of the top-k classes, most likely on top, with percentages.
+    """Horizontal bars of the top-k classes, most likely on top (in the accent colour), with
+    percentages.
 
     ``predictions``: ``[{"label", "prob", "index"?}, ...]`` (as :func:`vit_demo.labels.topk`
-    returns) or ``{label: prob}``. ``highlight``: a class index or label drawn in the accent
-    colour (default the first).
+    returns) or ``{label: prob}``.
     """
     items = (
         [{"label": k, "prob": float(v)} for k, v in predictions.items()]
@@ -523,8 +455,7 @@ def topk_figure(
     fig = _figure(8.5, 0.55 * k + 1.3 + (0.5 if title else 0))
     ax = fig.add_subplot()
     y = np.arange(k)[::-1]
-    hl = 0 if highlight is None else next((i for i, p in enumerate(items) if highlight in (p.get("index"), p["label"])), None)
-    colours = [ACCENT if i == hl else "#a9c6e0" for i in range(k)]
+    colours = [ACCENT] + ["#a9c6e0"] * (k - 1)
     probs = np.array([p["prob"] for p in items]) * 100
     ax.barh(y, probs, color=colours, height=0.68)
     for yi, v in zip(y, probs):
@@ -545,21 +476,21 @@ def topk_figure(
     return fig
 
 
+STRIP_PATCHES = 16  # a longer sequence's strip shows its first and last patches around "···"
+
+
 def patch_grid_figure(
     picture: Picture,
     patch_size: int,
     prefix_names: Sequence[str] = ("[class]",),
-    numbers: bool = True,
     highlight: int | None = None,
     title: str | None = None,
-    sequence: bool = True,
-    max_patches: int = 16,
 ) -> Figure:
     """How the picture becomes a sequence (ViT paper, Fig. 1): the picture cut into
     ``patch_size`` patches, numbered row-major, and below it the token sequence the
     transformer reads: the prefix tokens (``prefix_names``, e.g. ``TokenLayout.names()``),
     then the patches left-to-right, top-to-bottom, each with its position in the sequence.
-    Sequences of more than ``max_patches`` patches show the first and last few around "···".
+    Sequences of more than :data:`STRIP_PATCHES` patches show the first and last few around "···".
     """
     pic = picture_array(picture)
     p = int(patch_size)
@@ -571,12 +502,11 @@ def patch_grid_figure(
     prefix = list(prefix_names)
     if highlight is not None:
         patch_box(highlight, (gh, gw), (gw, gh))  # range check
-    tail = max(2, max_patches // 4)
-    slots = sequence_slots(prefix, n, max_patches - tail, tail) if sequence else []
-    fig, ax, ax_s, pic_w = _patch_grid_axes(pic.shape[:2], len(slots) if sequence else None)
+    tail = STRIP_PATCHES // 4
+    slots = sequence_slots(prefix, n, STRIP_PATCHES - tail, tail)
+    fig, ax, ax_s, pic_w = _patch_grid_axes(pic.shape[:2], len(slots))
     _draw_patch_grid(ax, pic, p, highlight)
-    if numbers:
-        _number_patches(ax, (gh, gw), p, pic_w * 72 / gw)
+    _number_patches(ax, (gh, gw), p, pic_w * 72 / gw)
     _image_axis(ax)
     fig.suptitle(
         title or f"{p}x{p}-pixel patches: a {gh}x{gw} grid = {n} patches",
@@ -586,27 +516,26 @@ def patch_grid_figure(
         color=TEXT_COLOR,
         fontweight="bold",
     )
-    if ax_s is not None:
-        _sequence_strip(ax_s, pic, p, slots, highlight)
-        _strip_caption(ax_s, prefix, n, len(slots))
+    _sequence_strip(ax_s, pic, p, slots, highlight)
+    _strip_caption(ax_s, prefix, n, len(slots))
     return fig
 
 
-def _patch_grid_axes(size: tuple[int, int], slots: int | None) -> tuple[Figure, Any, Any, float]:
-    """A fixed layout (inches) for a picture of ``size`` (h, w): title, picture, gap and, when
-    ``slots`` is a number, a strip of that many tokens. Returns the figure, the picture's
-    axes, the strip's axes (or None) and the picture's width in inches."""
+def _patch_grid_axes(size: tuple[int, int], slots: int) -> tuple[Figure, Any, Any, float]:
+    """A fixed layout (inches) for a picture of ``size`` (h, w): title, picture, gap and a strip
+    of ``slots`` tokens. Returns the figure, the picture's axes, the strip's axes and the
+    picture's width in inches."""
     h, w = size
     fig_w = 12.0
     pic_w = min(6.4 * w / h, fig_w - 1.0)
     pic_h = pic_w * h / w
     top, gap = 0.6, 0.3
     strip_w = fig_w - 1.0
-    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3) if slots is not None else 0.0
-    fig_h = top + pic_h + (gap + strip_h if slots is not None else 0) + 0.15
+    strip_h = strip_w * 2.9 / (slots * 1.22 + 0.3)
+    fig_h = top + pic_h + gap + strip_h + 0.15
     fig = Figure(figsize=(fig_w, fig_h), facecolor="white")
     ax = fig.add_axes(((fig_w - pic_w) / 2 / fig_w, (fig_h - top - pic_h) / fig_h, pic_w / fig_w, pic_h / fig_h))
-    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h)) if slots is not None else None
+    ax_s = fig.add_axes((0.75 / fig_w, 0.15 / fig_h, strip_w / fig_w, strip_h / fig_h))
     return fig, ax, ax_s, pic_w
 
 

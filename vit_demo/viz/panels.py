@@ -11,16 +11,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
+from .figures import colour_bar, figure_title
 from .previews import overlay_image
-from .style import LABEL_SIZE, PANEL_TITLE_SIZE, TEXT_COLOR, TICK_SIZE, TITLE_SIZE, check_cmap
+from .style import LABEL_SIZE, PANEL_TITLE_SIZE, TEXT_COLOR, check_cmap
 
 MAX_PANELS = 4
+TILE = 448  # px a side of each panel's pictures
 
 
 @dataclass
@@ -48,10 +49,10 @@ def _scale(panels: Sequence[Panel], shared: bool) -> list[tuple[float, float]]:
 
 def _grid_figure(
     panels: Sequence[Panel], heads: Sequence[str], captions: Sequence[str], title: str | None, label: str,
-    cmap: str, alpha: float, shared_scale: bool, show_inputs: bool = True, tile: int = 448,
+    cmap: str, alpha: float, shared_scale: bool, show_inputs: bool = True,
 ) -> Figure:
     """Plain pictures on the top row (``show_inputs``), maps below, one column per panel,
-    captions under them."""
+    captions under them; every picture at :data:`TILE` px."""
     check_cmap(cmap)
     n = len(panels)
     scales = _scale(panels, shared_scale)
@@ -63,30 +64,22 @@ def _grid_figure(
     for i, (p, (lo, hi)) in enumerate(zip(panels, scales)):
         top, bottom = axes[0, i], axes[-1, i]
         if show_inputs:
-            top.imshow(p.picture.convert("RGB").resize((tile, tile), Image.Resampling.BICUBIC))
+            top.imshow(p.picture.convert("RGB").resize((TILE, TILE), Image.Resampling.BICUBIC))
         top.set_title(textwrap.fill(heads[i], 30), fontsize=PANEL_TITLE_SIZE + 1, color=TEXT_COLOR, fontweight="bold")
-        bottom.imshow(overlay_image(p.picture, p.map, cmap, alpha, size=(tile, tile), vmin=lo, vmax=hi))
+        bottom.imshow(overlay_image(p.picture, p.map, cmap, alpha, size=(TILE, TILE), vmin=lo, vmax=hi))
         bottom.set_xlabel(captions[i], fontsize=LABEL_SIZE, color=TEXT_COLOR, labelpad=6)
         for ax in (top, bottom):
             ax.set_xticks([])
             ax.set_yticks([])
             for s in ax.spines.values():
                 s.set_visible(False)
+    norm, scale = ((Normalize(*scales[0]), "one scale for every panel") if shared_scale else
+                   (Normalize(0, 1), "each panel scaled to its own min–max"))
+    cb = colour_bar(fig, axes[-1, :].tolist(), cmap, norm, f"{label} ({scale})", not shared_scale,
+                    orientation="horizontal", shrink=min(0.6, 0.25 * n + 0.2), aspect=30, pad=0.04)
     if shared_scale:
-        lo, hi = scales[0]
-        cb = fig.colorbar(ScalarMappable(Normalize(lo, hi), cmap), ax=axes[-1, :].tolist(), orientation="horizontal",
-                          shrink=min(0.6, 0.25 * n + 0.2), aspect=30, pad=0.04)
-        cb.set_label(f"{label} (one scale for every panel)", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
         cb.ax.xaxis.set_major_locator(MaxNLocator(nbins=4 if n <= 2 else 7))
-    else:
-        cb = fig.colorbar(ScalarMappable(Normalize(0, 1), cmap), ax=axes[-1, :].tolist(), orientation="horizontal",
-                          shrink=min(0.6, 0.25 * n + 0.2), aspect=30, pad=0.04)
-        cb.set_ticks([0, 1], labels=["low", "high"])
-        cb.set_label(f"{label} (each panel scaled to its own min–max)", fontsize=LABEL_SIZE - 1, color=TEXT_COLOR)
-    cb.ax.tick_params(labelsize=TICK_SIZE, colors=TEXT_COLOR)
-    cb.outline.set_visible(False)
-    if title:
-        fig.suptitle(title, fontsize=TITLE_SIZE, color=TEXT_COLOR, fontweight="bold")
+    figure_title(fig, title)
     return fig
 
 

@@ -24,6 +24,45 @@ def _outline(draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], 
     draw.rectangle((x0 + 1, y0 + 1, x1 - 2, y1 - 2), outline=HIGHLIGHT_RGB, width=width)
 
 
+def overlay_array(
+    picture: Picture | None,
+    maps: Any,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    smooth: bool = True,
+    size: int | tuple[int, int] | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+) -> np.ndarray:
+    """The one renderer of a map's picture: uint8 RGB ``[..., h, w, 3]`` of ``maps`` (one map
+    ``[gh, gw]`` or a stack ``[..., gh, gw]``), each over the picture (fast: numpy + PIL).
+
+    Each map is scaled to its own min..max (unless ``vmin`` / ``vmax``), coloured with the
+    matplotlib colormap ``cmap``, upsampled bilinearly (``smooth``) or as flat squares, and
+    alpha-blended: ``(1 - alpha) * picture + alpha * colour``. ``size``: output (width,
+    height), or an int for the longer side; default the picture's size (16 px per patch when
+    ``picture`` is None, which shows the maps alone). The app's pictures (:func:`overlay_image`,
+    :func:`heads_image`) and the exported figures (:mod:`~vit_demo.viz.figures`) all draw a map
+    with it, so the same map is the same pixels on the page and in a slide.
+    """
+    m = as_maps(maps, (2, 3, 4), "maps")
+    pic, (w, h) = _sized_picture(picture, m.shape[-2:], size)
+    return blend(pic, colorize(upsample(normalize(m, vmin, vmax), (h, w), smooth), cmap), alpha)
+
+
+def _sized_picture(picture: Picture | None, grid: tuple[int, int], size: int | tuple[int, int] | None
+                   ) -> tuple[np.ndarray | None, tuple[int, int]]:
+    """The picture at ``size`` (see :func:`~vit_demo.viz.arrays.target_size`) as uint8 RGB, and
+    that (width, height); without a picture, None and the size of a ``grid`` (gh, gw) map at 16
+    px per patch, scaled the same way."""
+    if picture is None:
+        return None, target_size(grid[1] * 16, grid[0] * 16, size)
+    pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
+    w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
+    w, h = target_size(w0, h0, size)
+    return resized_picture(pic0, (w, h)), (w, h)
+
+
 def overlay_image(
     picture: Picture | None,
     heat: Any,
@@ -35,29 +74,13 @@ def overlay_image(
     vmax: float | None = None,
     mark: int | None = None,
 ) -> Image.Image:
-    """A ``[gh, gw]`` map over the picture, as one RGB PIL image (fast: numpy + PIL).
-
-    The map is scaled to its own min..max (unless ``vmin`` / ``vmax``), coloured with the
-    matplotlib colormap ``cmap``, upsampled bilinearly (``smooth``) or as flat squares, and
-    alpha-blended: ``(1 - alpha) * picture + alpha * colour``. ``size``: output (width,
-    height), or an int for the longer side; default the picture's size (16 px per patch when
-    ``picture`` is None, which shows the map alone). ``mark``: a patch index to outline
-    (e.g. the query patch).
-    """
+    """A ``[gh, gw]`` map over the picture, as one RGB PIL image (:func:`overlay_array`: the
+    arguments are its own). ``mark``: a patch index to outline (e.g. the query patch)."""
     m = as_maps(heat, (2,), "heat")
-    gh, gw = m.shape
-    if picture is None:
-        w, h = target_size(gw * 16, gh * 16, size)
-        pic = None
-    else:
-        pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
-        w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-        w, h = target_size(w0, h0, size)
-        pic = resized_picture(pic0, (w, h))
-    colours = colorize(upsample(normalize(m, vmin, vmax), (h, w), smooth), cmap)
-    img = Image.fromarray(blend(pic, colours, alpha))
+    img = Image.fromarray(overlay_array(picture, m, cmap, alpha, smooth, size, vmin, vmax))
     if mark is not None:
-        _outline(ImageDraw.Draw(img), patch_box(mark, (gh, gw), (w, h)), max(2, round(min(w, h) / 150)))
+        w, h = img.size
+        _outline(ImageDraw.Draw(img), patch_box(mark, m.shape, (w, h)), max(2, round(min(w, h) / 150)))
     return img
 
 
@@ -69,8 +92,6 @@ def heads_image(
     smooth: bool = True,
     titles: bool = True,
     tile: int | None = None,
-    vmin: float | None = None,
-    vmax: float | None = None,
     layer: int | None = None,
     mark: int | None = None,
 ) -> Image.Image:
@@ -80,17 +101,17 @@ def heads_image(
     "head 3", or "L12 H3" when ``layer`` is given) or ``[L, H, gh, gw]`` (the whole model:
     layers labelled "L1".. and heads "H1"..; the longer of the two runs across, so that 12
     layers x 3 heads fill a wide page rather than a narrow column). People count layers and
-    heads from 1 (``layer`` is still the index, from 0). Each tile is scaled
-    to its own min..max unless ``vmin`` / ``vmax``. ``tile``: longer side of a tile in pixels
-    (default 160 for one layer, 96 for the whole model). ``mark``: a patch to outline.
+    heads from 1 (``layer`` is still the index, from 0). Each tile is
+    :func:`overlay_array` of its map, scaled to its own min..max. ``tile``: longer side of a
+    tile in pixels (default 160 for one layer, 96 for the whole model). ``mark``: a patch to outline.
     """
     a = as_maps(maps, (3, 4), "maps")
     whole = a.ndim == 4
     L, H = (a.shape[0], a.shape[1]) if whole else (1, a.shape[0])
     gh, gw = a.shape[-2:]
     tile = int(tile or (96 if whole else 160))
-    pic, (tw, th) = _tile_picture(picture, (gh, gw), tile)
-    tiles = blend(pic, colorize(upsample(normalize(a, vmin, vmax), (th, tw), smooth), cmap), alpha)
+    tiles = overlay_array(picture, a, cmap, alpha, smooth, tile)
+    th, tw = tiles.shape[-3:-1]
     across = whole and L > H  # layers across the page (columns), heads down (rows)
     tiles = tiles.reshape(L, H, th, tw, 3).transpose(1, 0, 2, 3, 4).reshape(L * H, th, tw, 3) if across else \
         tiles.reshape(L * H, th, tw, 3)
@@ -124,17 +145,6 @@ def heads_image(
 
 
 _TILE_INK = (40, 40, 40)  # the tiles' labels
-
-
-def _tile_picture(picture: Picture | None, grid: tuple[int, int], tile: int) -> tuple[np.ndarray | None, tuple[int, int]]:
-    """The picture resized so its longer side is ``tile`` px, and that (width, height);
-    without a picture, the size of a ``grid`` (gh, gw) map scaled the same way."""
-    if picture is None:
-        return None, target_size(grid[1], grid[0], tile)
-    pic0 = picture if isinstance(picture, Image.Image) else picture_array(picture)
-    w0, h0 = pic0.size if isinstance(pic0, Image.Image) else (pic0.shape[1], pic0.shape[0])
-    tw, th = target_size(w0, h0, tile)
-    return resized_picture(pic0, (tw, th)), (tw, th)
 
 
 def _tile_canvas(tiles: np.ndarray, rows: int, cols: int, first: tuple[int, int], step: tuple[int, int]
@@ -317,16 +327,15 @@ def with_colorbar(img: Image.Image, cmap: str = "inferno", note: str = "each map
     return out
 
 
-def stem_image(picture: Picture, stages: Sequence[tuple[str, str, Any]], tile: int = 150, cmap: str = "inferno"
-               ) -> Image.Image:
+def stem_image(picture: Picture, stages: Sequence[tuple[str, str, Any]], tile: int = 150) -> Image.Image:
     """A convolutional stem at work (fast: PIL): the picture, then each stage's map at its own
-    resolution (flat squares, each scaled to its own range), arrows between them. ``stages``:
+    resolution (flat squares in inferno, each scaled to its own range), arrows between them. ``stages``:
     (title, second line, map ``[h, w]``) each, e.g. ("stage 1 · 16×16", "mean of 32 channels", map)."""
     pic = picture_array(picture)
     h0, w0 = pic.shape[:2]
     size = target_size(w0, h0, tile)
     panels = [(f"input · {w0}×{h0}", "3 channels (RGB)", Image.fromarray(pic).resize(size, Image.Resampling.NEAREST))]
-    panels += [(t, sub, overlay_image(None, m, cmap, smooth=False, size=size)) for t, sub, m in stages]
+    panels += [(t, sub, overlay_image(None, m, smooth=False, size=size)) for t, sub, m in stages]
     arrow = text_font(22, bold=True)
     gap, label_h = 34, 44
 

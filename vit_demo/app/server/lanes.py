@@ -19,7 +19,10 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
 explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
 side-by-side figures, slide exports: seconds to minutes, :data:`SLOW_EVENTS`), each with its own
-number of jobs at a time, so that predictions never wait behind a deck. Every job of the slow
+number of jobs at a time, so that predictions never wait behind a deck. A training (the Train tab,
+``/train``: minutes, in a process of its own) has a group of its own, :data:`TRAIN`, so that decks do
+not wait ten minutes behind it: one training runs on the whole server at a time (its lock refuses a
+second one at once), under its own time limit (:mod:`vit_demo.app.trainer`). Every job of the slow
 lane runs under a time limit (:func:`limit_slow_jobs`, :func:`vit_demo.progress.time_limit`).
 No Gradio import: the queue is reached through ``demo._queue``.
 """
@@ -40,6 +43,7 @@ from .guard import JoinGuard
 from .middleware import UploadBudget, from_own_client
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
+TRAIN = "train"  # the Train tab's and /train's events: one training on the server at a time (vit_demo.app.trainer)
 SLOW_PER_HOST = 2  # slow jobs one address may have in flight, when exposed
 NEW_SESSIONS = 60  # new sessions one address may open per 10 minutes, when exposed (a tab is one)
 TOO_MANY_SESSIONS = "Too many new sessions from this address: wait a few minutes, or keep using the page you have open."

@@ -18,6 +18,7 @@ CHECKPOINT_MAX_MB = 1024  # when checkpoint uploads are allowed: a ViT-L is 1.2 
 DEFAULT_MAX_MEGAPIXELS = 40  # decoded pixels of an image (a 64-MP picture takes 192 MB to decode)
 WORK_SIDE = 1536  # px: pictures are reduced to this longer side when they are opened (the model sees 224)
 LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
+TRAIN_MINUTES_LOCAL = 10.0  # the Train tab's longest run on this computer (exposed: off unless --train-minutes-max)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Limits:
     allowed_hosts: tuple[str, ...] = ()  # names a local app answers to, besides 127.0.0.1 / localhost
     trusted_proxies: tuple[str, ...] = ()  # addresses whose X-Forwarded-For is believed
     bind: str = "127.0.0.1"  # the address the server listens on (a local app answers to it too)
+    train_minutes_max: float | None = None  # the Train tab's longest run; None: 10 local, off (0) when exposed
 
     @classmethod
     def for_exposure(cls, exposed: bool, allow_checkpoint_upload: bool = False, **kw: Any) -> Limits:
@@ -65,6 +67,14 @@ class Limits:
         if self.allow_checkpoint_upload:
             return max(self.max_upload_bytes, CHECKPOINT_MAX_MB * MB)
         return self.max_upload_bytes
+
+    @property
+    def train_minutes(self) -> float:
+        """The longest training the Train tab and ``/train`` may run, in minutes (0: training is off):
+        ``--train-minutes-max``, or :data:`TRAIN_MINUTES_LOCAL` on this computer and off when exposed."""
+        if self.train_minutes_max is not None:
+            return float(self.train_minutes_max)
+        return 0.0 if self.exposed else TRAIN_MINUTES_LOCAL
 
     @property
     def max_pixels(self) -> int:

@@ -80,7 +80,7 @@ class PresentTab(Section):
     def layout(self, ctx: Context) -> None:
         gr.Markdown("A **slide deck** for this image: 16:9, one idea a slide (prediction, patches, heads, attention "
                     "across layers, rollout, relevance, how faithful it is, the check against timm, the model), "
-                    "speaker notes on every slide. PowerPoint (editable) and PDF, from one click (about 15 s).",
+                    "speaker notes on every slide. PowerPoint (editable) and PDF, from one click (15-20 s on 2 CPU cores).",
                     elem_classes="caption")
         self.deck = LongAction("⬇ Slide deck for this image (PowerPoint + PDF)", "make-deck", variant="primary",
                                 min_width=340)
