@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..images import find_images
 from ..model import VisionTransformer, ViTConfig, diff_lambda, window_map
-from ..preprocess import load_inputs
+from ..preprocess import DataConfig, load_inputs
 from ..progress import batches
 from .files import check_state_dict, is_timm_layout, read_checkpoint
 from .load import LoadedModel, default_checkpoint, load_model, resolve_device
@@ -158,6 +158,20 @@ def compare(
     }
 
 
+def verify_inputs(images: Sequence[str | os.PathLike], dc: DataConfig) -> tuple[list[Tensor], str]:
+    """The inputs ``verify`` compares on, preprocessed by ``dc``, and how its report names them: the
+    pictures of ``images`` (ValueError naming one that cannot be read), else 8 random-noise inputs."""
+    paths = find_images(list(images))
+    if not paths:
+        g = torch.Generator().manual_seed(0)
+        return list(torch.randn(8, 3, *dc.input_size, generator=g)), "8 random-noise inputs"
+    tensors, errors = load_inputs(paths, dc)
+    bad = [e for e in errors if e]
+    if bad:
+        raise ValueError(f"{len(bad)} image(s) could not be read, e.g. {bad[0]}")
+    return tensors, f"{len(paths)} images"
+
+
 def verify(
     model: str | None,
     weights: str | os.PathLike | None = None,
@@ -195,17 +209,7 @@ def verify(
     else:
         tm = timm_twin(lm, weights, **({"dynamic_img_size": True} if resized and not takes_any_size(lm.model.cfg) else {}))
         ref_name = "timm"
-    paths = find_images(list(images))
-    if paths:
-        tensors, errors = load_inputs(paths, dc)
-        bad = [e for e in errors if e]
-        if bad:
-            raise ValueError(f"{len(bad)} image(s) could not be read, e.g. {bad[0]}")
-        inputs, what = tensors, f"{len(paths)} images"
-    else:
-        g = torch.Generator().manual_seed(0)
-        inputs = list(torch.randn(8, 3, *dc.input_size, generator=g))
-        what = "8 random-noise inputs"
+    inputs, what = verify_inputs(images, dc)
     report = compare(lm.model, tm, inputs, batch_size, progress)
     if reference is None:
         report["timm_ms_per_image"] = report["reference_ms_per_image"]  # the name scripts already use
