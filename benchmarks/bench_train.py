@@ -13,9 +13,14 @@
 (c) step     - training step time (forward + backward + AdamW) of the scratch model over timm's
                VisionTransformer with the same config and batch, interleaved in one process: at
                the shapes size and at 224 px DeiT-Tiny. Images per second for both.
-(e) speed    - the training step (forward + backward + AdamW) of the no-flag scratch model with and
-               without ``--amp`` (bf16 autocast) and ``--compile`` (torch.compile), interleaved in one
-               process: images per second of each and the ratios to the plain step.
+(e) speed    - the training step (forward + backward + clipping + AdamW) of the no-flag scratch model
+               in fp32 as before, in bf16 as ``train`` makes it now (``--precision``; math attention
+               and channels-last on a CPU), and alternatives (batch, width, depth, fewer tokens;
+               ``--compiled``: torch.compile), interleaved step by step in one process, at each of
+               ``--threads`` (e.g. 1,2) and ``--sizes`` (32 and 8 px): medians of wall and process CPU
+               milliseconds a step and their ratios per picture to the first.
+(g) profile  - where one training step's time goes (indexing, augmentation, forward, loss, backward,
+               clipping, AdamW), wall and CPU, at 32 and 8 px, fp32 before and bf16 now.
 (f) suite    - the no-flag recipe on six unlike data sets made offline (benchmarks/suite/suite_data.py: the
                project's shapes, a second shape generator, outlines among clutter, scikit-learn's real
                handwritten digits, glyphs from fonts, procedural textures), each beside logistic
@@ -25,7 +30,7 @@
 (d) ddp      - the same no-flag shapes run under ``torchrun --standalone --nproc_per_node=2`` (gloo, one
                thread per process) next to the one-process run: validation accuracy and time.
 
-    python benchmarks/bench_train.py [scratch finetune step ddp speed suite] [--size 64] [--held-out] [--device auto]
+    python benchmarks/bench_train.py [scratch finetune step ddp speed profile suite] [--size 64] [--held-out] [--device auto]
                                      [--json FILE] [--sets digits,blobs] [--scale 1.0] [--minutes M] [--table FILE]
 
 On a shared machine the wall times are disturbed by whatever else runs; the CPU time and the
@@ -203,98 +208,270 @@ def bench_step() -> dict:
     return out
 
 
-def bench_speed(device: str = "auto") -> dict:
-    """Step time of the no-flag scratch model (batch 64, 32 px) as it is, under bf16 autocast,
-    and compiled, interleaved step by step in one process; medians and ratios to the plain step."""
+def process_cpu() -> float:
+    """CPU seconds of this process, every thread (a proxy for the work that other jobs on a shared
+    machine disturb less than the wall clock: at one thread, not at two, see docs/training.md)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# name -> (overrides of the model's config, batch, precision, channels-last, compiled). "bf16" is the
+# step that train makes under --precision bf16 (math attention on a CPU, channels-last there);
+# "bf16 flash" is plain bf16 autocast with PyTorch's default attention kernel, in the default layout.
+SPEED_VARIANTS: dict[str, tuple[dict, int, str, bool, bool]] = {
+    "fp32 (before)": ({}, 64, "fp32", False, False),
+    "fp32 channels-last": ({}, 64, "fp32", True, False),
+    "bf16 flash": ({}, 64, "bf16 flash", False, False),
+    "bf16": ({}, 64, "bf16", True, False),
+    "bf16 batch 128": ({}, 128, "bf16", True, False),
+    "bf16 batch 256": ({}, 256, "bf16", True, False),
+    "bf16 width 64": ({"embed_dim": 64, "num_heads": 2}, 64, "bf16", True, False),
+    "bf16 depth 3": ({"depth": 3}, 64, "bf16", True, False),
+    "bf16 depth 2": ({"depth": 2}, 64, "bf16", True, False),
+    "bf16 width 128": ({"embed_dim": 128}, 64, "bf16", True, False),
+    "bf16 patch x2 (4x fewer tokens)": ({"patch": 2}, 64, "bf16", True, False),
+}
+COMPILED = {"fp32 compiled": ({}, 64, "fp32", True, True), "bf16 compiled": ({}, 64, "bf16", True, True)}
+
+
+def speed_variant(size: int, classes: int, dev, over: dict, batch: int, precision: str, cl: bool, compiled: bool):
+    """A training step (augmented batch excluded: forward, backward, clipping, AdamW) of the default
+    from-scratch model at ``size`` px with ``over`` changed, as ``train`` runs it."""
+    from dataclasses import replace
+
     import torch
     import torch.nn.functional as F
 
-    from vit_demo.checkpoints.load import resolve_device
     from vit_demo.model import VisionTransformer
-    from vit_demo.train.recipe import scratch_config
+    from vit_demo.train.fast import step_context
+    from vit_demo.train.recipe import make_optimizer, scratch_config, scratch_recipe
+
+    torch.manual_seed(0)
+    cfg = scratch_config(size, classes, stem="conv")
+    over = dict(over)
+    if "patch" in over:
+        over["patch_size"] = cfg.patch_size * over.pop("patch")
+    model = VisionTransformer(replace(cfg, **over)).init_weights().to(dev).train()
+    fmt = torch.channels_last if cl else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    fwd = torch.compile(model) if compiled else model
+    opt = make_optimizer(model, scratch_recipe(), False)
+    x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=fmt)
+    y = torch.randint(0, classes, (batch,), device=dev)
+    flash = precision == "bf16 flash"
+
+    def step() -> None:
+        with torch.autocast(dev.type, dtype=torch.bfloat16) if flash else step_context(dev, precision == "bf16"):
+            logits = fwd(x).logits
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=0.1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    return step, batch, sum(p.numel() for p in model.parameters())
+
+
+def bench_speed(device: str = "auto", sizes: tuple[int, ...] = (32, 8), threads: tuple[int, ...] = (1,),
+                compiled: bool = False, reps: int = 12) -> dict:
+    """Training steps of the default from-scratch model and of alternatives (:data:`SPEED_VARIANTS`;
+    ``compiled``: also torch.compile'd), interleaved step by step in one process at each thread
+    count of ``threads``: medians of wall and process CPU seconds a step, and their ratios to the
+    first variant at the first thread count. 32 px: 4 classes (the shapes); 8 px: 10 (the digits)."""
+    import torch
+
+    from vit_demo.checkpoints.load import resolve_device
 
     dev = resolve_device(device)
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
-    torch.manual_seed(0)
-    batch = 64
-    x, y = torch.randn(batch, 3, 32, 32, device=dev), torch.randint(0, 4, (batch,), device=dev)
-
-    def variant(amp: bool, compiled: bool):
-        model = VisionTransformer(scratch_config(32, 4)).init_weights().to(dev).train()
-        fwd = torch.compile(model) if compiled else model
-        opt = torch.optim.AdamW(model.parameters(), 1e-3)
-
-        def step() -> float:
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-                logits = fwd(x).logits
-            loss = F.cross_entropy(logits.float(), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            return time.perf_counter() - t
-        return step
-
-    names = {"plain": (False, False), "amp": (True, False), "compile": (False, True), "amp + compile": (True, True)}
-    steps, warm = {}, {}
-    for name, (amp, compiled) in names.items():
-        steps[name] = variant(amp, compiled)
-        t0 = time.perf_counter()
-        for _ in range(3):  # compilation (and first-call overheads) out of the timing
-            steps[name]()
-        warm[name] = round(time.perf_counter() - t0, 1)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for i in range(30):
-        for name in (list(names) if i % 2 == 0 else list(names)[::-1]):
-            times[name].append(steps[name]())
-    med = {n: statistics.median(t) for n, t in times.items()}
-    out = {"device": str(dev), "batch": batch, "threads": torch.get_num_threads(), "first_3_steps_s": warm}
-    for n in names:
-        out[n] = {"ms_per_step": round(med[n] * 1e3, 2), "img_per_s": round(batch / med[n], 1),
-                  "time_ratio_to_plain": round(med[n] / med["plain"], 3)}
-    print(out, file=sys.stderr, flush=True)
+    variants = SPEED_VARIANTS | (COMPILED if compiled else {})
+    out: dict = {"device": str(dev), "threads": list(threads), "reps": reps}
+    for size in sizes:
+        steps, warm = {}, {}
+        for name, (over, batch, precision, cl, comp) in variants.items():
+            if dev.type != "cpu" and precision == "bf16 flash":
+                continue
+            steps[name] = speed_variant(size, 4 if size >= 16 else 10, dev, over, batch, precision, cl, comp)
+            t0 = time.perf_counter()
+            for _ in range(3):  # compilation and first-call overheads out of the timing
+                steps[name][0]()
+            warm[name] = round(time.perf_counter() - t0, 1)
+        wall = {(n, t): [] for n in steps for t in threads}
+        cpu = {(n, t): [] for n in steps for t in threads}
+        keys = list(wall)
+        for i in range(reps):
+            for name, t in (keys if i % 2 == 0 else keys[::-1]):
+                torch.set_num_threads(t)
+                w0, c0 = time.perf_counter(), process_cpu()
+                steps[name][0]()
+                wall[(name, t)].append(time.perf_counter() - w0)
+                cpu[(name, t)].append(process_cpu() - c0)
+        base = keys[0]
+        mw = {k: statistics.median(v) for k, v in wall.items()}
+        mc = {k: statistics.median(v) for k, v in cpu.items()}
+        rows = {}
+        for name, t in keys:
+            batch = steps[name][1]
+            rows[f"{name}, {t} thread{'s' if t > 1 else ''}"] = {
+                "batch": batch, "params": steps[name][2], "wall_ms": round(mw[(name, t)] * 1e3, 1),
+                "cpu_ms": round(mc[(name, t)] * 1e3, 1), "img_per_s": round(batch / mw[(name, t)], 1),
+                "wall_ratio_per_img": round(mw[(name, t)] / batch / (mw[base] / steps[base[0]][1]), 3),
+                "cpu_ratio_per_img": round(mc[(name, t)] / batch / (mc[base] / steps[base[0]][1]), 3),
+                "first_3_steps_s": warm[name]}
+        out[f"{size} px"] = rows
+        print(json.dumps({f"{size} px": rows}), file=sys.stderr, flush=True)
+    out["load_avg_1min"] = round(os.getloadavg()[0], 1)
     return out
+
+
+PROFILE_PARTS = ("index", "augment", "forward", "loss", "backward", "clip", "optimizer")
+
+
+def bench_profile(device: str = "auto", steps: int = 20) -> dict:
+    """Where a training step's time goes, as ``train`` makes it (:data:`PROFILE_PARTS`), at 32 px
+    (4 classes, 3,200 pictures) and 8 px (10 classes), in fp32 as before and in bf16 as train makes it
+    now (:mod:`vit_demo.train.fast`): wall and process CPU milliseconds of each part, the mean of
+    ``steps`` steps after 3 untimed."""
+    import torch
+
+    from vit_demo.checkpoints.load import resolve_device
+
+    dev = resolve_device(device)
+    out: dict = {"device": str(dev), "threads": torch.get_num_threads()}
+    for size, classes in ((32, 4), (8, 10)):
+        for bf16 in (False, True):
+            row = profile_steps(size, classes, bf16, dev, steps)
+            out[f"{size} px, {'bf16 (train now)' if bf16 else 'fp32 (before)'}"] = row
+            print(json.dumps({f"{size} px bf16={bf16}": row}), file=sys.stderr, flush=True)
+    out["load_avg_1min"] = round(os.getloadavg()[0], 1)
+    return out
+
+
+def profile_steps(size: int, classes: int, bf16: bool, dev, steps: int) -> dict:
+    """:func:`bench_profile`'s figures for one size and precision."""
+    import torch
+    import torch.nn.functional as F
+
+    from vit_demo.model import VisionTransformer
+    from vit_demo.train.augment import train_batch
+    from vit_demo.train.fast import fast_input, fast_layout, step_context
+    from vit_demo.train.recipe import make_optimizer, scratch_config, scratch_data_config, scratch_recipe
+
+    torch.manual_seed(0)
+    model = VisionTransformer(scratch_config(size, classes, stem="conv")).init_weights().to(dev).train()
+    model = fast_layout(model, dev) if bf16 else model
+    r = scratch_recipe()
+    opt = make_optimizer(model, r, False)
+    dc = scratch_data_config(size)
+    x_all, y_all = torch.randint(0, 256, (3200, 3, size, size), dtype=torch.uint8), torch.randint(0, classes, (3200,))
+    g = torch.Generator().manual_seed(0)
+    tot = {p: [0.0, 0.0] for p in PROFILE_PARTS}
+
+    def mark(marks: list) -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        marks.append((time.perf_counter(), process_cpu()))
+    for i in range(steps + 3):
+        marks: list[tuple[float, float]] = []
+        mark(marks)
+        idx = torch.randperm(len(x_all), generator=g)[:64]
+        xb, yb = x_all[idx].to(dev), y_all[idx].to(dev)
+        mark(marks)
+        x = train_batch(xb, dc, r.augment, g)
+        x = fast_input(x, dev) if bf16 else x
+        mark(marks)
+        with step_context(dev, bf16):
+            logits = model(x).logits
+        mark(marks)
+        loss = F.cross_entropy(logits.float(), yb, label_smoothing=r.label_smoothing)
+        mark(marks)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        mark(marks)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), r.grad_clip)
+        mark(marks)
+        opt.step()
+        mark(marks)
+        for p, (a, b) in zip(PROFILE_PARTS, zip(marks, marks[1:])) if i >= 3 else ():
+            tot[p][0] += b[0] - a[0]
+            tot[p][1] += b[1] - a[1]
+    row = {p: {"wall_ms": round(w / steps * 1e3, 2), "cpu_ms": round(c / steps * 1e3, 2)} for p, (w, c) in tot.items()}
+    row["step"] = {"wall_ms": round(sum(v[0] for v in tot.values()) / steps * 1e3, 1),
+                   "cpu_ms": round(sum(v[1] for v in tot.values()) / steps * 1e3, 1)}
+    return row
 
 
 SUITE_COLUMNS = ("set", "pictures", "classes", "ViT best", "ViT last", "epochs", "wall s", "CPU s", "load",
                  "logreg", "RBF-SVM", "CNN best", "CNN s", "train-val loss")
+SHORT_COLUMNS = ("best", "epochs", "grid", "wall s", "CPU s", "load")  # the short budget's, after "ViT best" ... "load"
 
 
-def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None, cnn_epochs: int) -> dict:
-    """Each set made, trained with no flag but --data and --out (and --minutes when asked), and
-    measured beside the pixel baselines and the same-size CNN on the very same split."""
+def suite_makers() -> dict:
+    """Every set the suite can make: the six of ``suite_data`` and the issue-43 ones of ``heldout_data``."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
+    import heldout_data
+    import suite_data
+
+    return suite_data.MAKERS | heldout_data.MAKERS
+
+
+def bench_suite(tmp: Path, sets: list[str], scale: float, minutes: float | None, cnn_epochs: int,
+                short: float = 2.0) -> dict:
+    """Each set made, trained with no flag but --data and --out (and ``--minutes`` when asked; 0: not
+    at all), then again with ``--minutes short`` (0: not), and measured beside the pixel baselines and
+    the same-size CNN (``cnn_epochs`` 0: not) on the very same split."""
+    makers = suite_makers()  # benchmarks/suite on the path
     import torch
-    from safetensors import safe_open
-    from suite_baselines import loss_gap, split_of, svm_baseline, train_cnn
-    from suite_data import MAKERS
+    from suite_baselines import split_of, svm_baseline, train_cnn
 
     torch.set_num_threads(os.cpu_count() or 1)
     rows = {}
     for name in sets:
-        data = MAKERS[name](tmp / name, scale=scale)
-        out = tmp / f"{name}.safetensors"
-        r = run_train(["--data", str(data), "--out", str(out), *(["--minutes", str(minutes)] if minutes else [])])
-        with safe_open(str(out), "pt") as f:
-            history = json.loads(f.metadata()["training"])["history"]
+        data = makers[name](tmp / name, scale=scale)
+        row: dict = {"set": name}
+        if minutes != 0:
+            row |= default_run(data, tmp / f"{name}.safetensors", minutes)
+        if short:
+            row |= short_run(data, tmp / f"{name}-short.safetensors", short)
+        out = tmp / f"{name}{'-short' if minutes == 0 else ''}.safetensors"
         params = vit_params(out)
         d, dc = split_of(data)
-        row = {"set": name, "pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
-               "ViT best": r["best_val_accuracy"], "ViT last": r["val_accuracy"], "epochs": r["epochs"], "wall s": r["wall_s"],
-               "CPU s": r["cpu_s"], "load": "-".join(str(v) for v in r["load_avg_1min"]),
-               "fit": r["fit"], "train-val loss": loss_gap(history)}
-        sk = svm_baseline(d)
-        cnn = train_cnn(d, dc, params, epochs=cnn_epochs)
-        row.update({"logreg": round(r["baseline_accuracy"], 4), "RBF-SVM": sk["svm"], "CNN best": cnn["cnn_best"],
-                    "CNN s": cnn["cnn_s"],
-                    "cnn_params": cnn["cnn_params"], "vit_params": params})
-        rows[name] = row
-        print(json.dumps(row), flush=True)
+        row["RBF-SVM"] = svm_baseline(d)["svm"]
+        if cnn_epochs:
+            cnn = train_cnn(d, dc, params, epochs=cnn_epochs)
+            row |= {"CNN best": cnn["cnn_best"], "CNN s": cnn["cnn_s"], "cnn_params": cnn["cnn_params"]}
+        rows[name] = row | {"vit_params": params}
+        print(json.dumps(rows[name]), flush=True)
     return rows
+
+
+def default_run(data: Path, out: Path, minutes: float | None) -> dict:
+    """``train --data DATA --out OUT`` (``--minutes M`` when given): the suite's main columns."""
+    from safetensors import safe_open
+    from suite_baselines import loss_gap
+
+    r = run_train(["--data", str(data), "--out", str(out), *(["--minutes", str(minutes)] if minutes else [])])
+    with safe_open(str(out), "pt") as f:
+        history = json.loads(f.metadata()["training"])["history"]
+    return {"pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
+            "ViT best": r["best_val_accuracy"], "ViT last": r["val_accuracy"], "epochs": r["epochs"], "wall s": r["wall_s"],
+            "CPU s": r["cpu_s"], "load": "-".join(str(v) for v in r["load_avg_1min"]),
+            "fit": r["fit"], "train-val loss": loss_gap(history), "logreg": round(r["baseline_accuracy"], 4)}
+
+
+def short_run(data: Path, out: Path, minutes: float) -> dict:
+    """``train --data DATA --out OUT --minutes M``: the columns :data:`SHORT_COLUMNS`, named ``M-min ...``."""
+    from safetensors import safe_open
+
+    r = run_train(["--data", str(data), "--out", str(out), "--minutes", str(minutes)])
+    with safe_open(str(out), "pt") as f:
+        grid = json.loads(f.metadata()["config"])
+    side = grid["img_size"][0] // grid["patch_size"]
+    values = (r["best_val_accuracy"], r["epochs"], f"{side}x{side}", r["wall_s"], r["cpu_s"],
+              "-".join(str(v) for v in r["load_avg_1min"]))
+    return {f"{minutes:g}-min {c}": v for c, v in zip(SHORT_COLUMNS, values)} | {
+        "pictures": r["train_images"] + r["val_images"], "classes": len(r["classes"]),
+        "logreg": round(r["baseline_accuracy"], 4)}
 
 
 def vit_params(ckpt: Path) -> int:
@@ -306,10 +483,13 @@ def vit_params(ckpt: Path) -> int:
 
 
 def suite_table(rows: dict) -> str:
-    """The suite's rows as a markdown table."""
-    lines = ["| " + " | ".join(SUITE_COLUMNS) + " |", "|" + "---|" * len(SUITE_COLUMNS)]
+    """The suite's rows as a markdown table (the short budget's columns after the default's load)."""
+    short = [k for k in next(iter(rows.values()), {}) if k.split(" ", 1)[-1] in SHORT_COLUMNS and "-min " in k]
+    at = SUITE_COLUMNS.index("load") + 1
+    columns = [c for c in (*SUITE_COLUMNS[:at], *short, *SUITE_COLUMNS[at:]) if any(c in row for row in rows.values())]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows.values():
-        lines.append("| " + " | ".join(str(row.get(c, "")) for c in SUITE_COLUMNS) + " |")
+        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -320,11 +500,18 @@ def main() -> None:
     ap.add_argument("--held-out", action="store_true", help="scratch: also a set like the issue's held-out one")
     ap.add_argument("--device", default="auto", help="scratch / speed: where to train (default: auto)")
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--sets", default="shapes,blobs,outlines,digits,glyphs,textures", help="suite: which data sets")
+    ap.add_argument("--sets", default="shapes,blobs,outlines,digits,glyphs,textures",
+                    help="suite: which data sets (also sdfshapes, heldshapes, heldicons: benchmarks/suite/heldout_data.py)")
     ap.add_argument("--scale", type=float, default=1.0, help="suite: pictures per class, as a share of each set's full size")
-    ap.add_argument("--minutes", type=float, help="suite: pass --minutes to train (default: train's own default)")
-    ap.add_argument("--cnn-epochs", type=int, default=40, help="suite: epochs of the same-size CNN (default 40)")
+    ap.add_argument("--minutes", type=float, help="suite: pass --minutes to train (default: train's own default; 0: only the "
+                                                 "--short column)")
+    ap.add_argument("--cnn-epochs", type=int, default=40, help="suite: epochs of the same-size CNN (default 40; 0: none)")
+    ap.add_argument("--short", type=float, default=2.0, help="suite: also train with --minutes SHORT, a column of its own "
+                                                             "(default 2; 0: not)")
     ap.add_argument("--table", help="suite: write the markdown table here")
+    ap.add_argument("--sizes", default="32,8", help="speed: picture sizes (default 32,8)")
+    ap.add_argument("--threads", default="1", help="speed: torch thread counts, interleaved (default 1; e.g. 1,2)")
+    ap.add_argument("--compiled", action="store_true", help="speed: also torch.compile'd steps (compilation not timed)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = {}
@@ -332,8 +519,11 @@ def main() -> None:
         for which in args.which:
             fn = {"scratch": lambda: bench_scratch(Path(d), args.size, args.held_out, args.device),
                   "finetune": lambda: bench_finetune(Path(d)), "step": bench_step, "ddp": lambda: bench_ddp(Path(d)),
-                  "speed": lambda: bench_speed(args.device),
-                  "suite": lambda: bench_suite(Path(d), args.sets.split(","), args.scale, args.minutes, args.cnn_epochs)}[which]
+                  "speed": lambda: bench_speed(args.device, tuple(map(int, args.sizes.split(","))),
+                                               tuple(map(int, args.threads.split(","))), args.compiled),
+                  "profile": lambda: bench_profile(args.device),
+                  "suite": lambda: bench_suite(Path(d), args.sets.split(","), args.scale, args.minutes, args.cnn_epochs,
+                                               args.short)}[which]
             results[which] = fn()
             print(json.dumps({which: results[which]}), flush=True)
     if args.json:

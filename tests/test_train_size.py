@@ -17,8 +17,15 @@ from PIL import Image
 from safetensors import safe_open
 
 from vit_demo.train.data import DataError, size_share
-from vit_demo.train.recipe import SIZE_CANDIDATES, patch_for, scratch_config, size_advice
-from vit_demo.train.sizing import ENOUGH_EPOCHS, choose_size, size_candidates, small_size, wanted_epochs
+from vit_demo.train.recipe import SIZE_CANDIDATES, coarse_patch, patch_for, scratch_config, size_advice
+from vit_demo.train.sizing import (
+    ENOUGH_EPOCHS,
+    choose_size,
+    fine_grid_epochs,
+    size_candidates,
+    small_size,
+    wanted_epochs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -109,10 +116,36 @@ def test_the_size_choice() -> None:
     assert choose_size((60, 90), 1.0, "conv", None, probe, 2, 0.5, 600).size == 60  # their own side: 4-px patches, 15 a side
     assert choose_size((100, 150), 1.0, "conv", None, probe, 2, 0.5, 600).size == 96  # not 100 (25 a side), not above it
     probed.clear()
-    for side, size in ((32, 32), (8, 8), (4, 8), (28, 28), (27, 28)):  # small pictures: their own size, no probe
+    for side, size in ((8, 8), (4, 8), (28, 28), (27, 28)):  # small pictures: their own size, no probe
         c = choose_size((side, side), 1.0, "conv", None, probe, 2, 0.5, 1)
-        assert c.size == size and c.step_s is None and f"training at {size} px" in c.note
+        assert c.size == size and c.step_s is None and c.patch is None and f"training at {size} px" in c.note
+    for side, patch in ((32, 4), (16, 2)):  # with --epochs or --patch-size, neither probed: the default grid
+        assert choose_size((side, side), 1.0, "conv", None, probe, 2, 0.5, 1, epochs=5).patch is None
+        assert choose_size((side, side), 1.0, "conv", patch, probe, 2, 0.5, 1).patch is None
     assert probed == []
+
+
+def test_a_short_budget_takes_the_coarser_grid() -> None:
+    """Small pictures under a budget: the default grid (8x8 at 32 px) when the budget holds 100 of its
+    epochs (or 5,000 steps), else 8-px patches (4x4); the 32-px step timed once, at 10 ms."""
+    assert [coarse_patch(n, "conv") for n in (8, 16, 24, 28, 32, 64)] == [None, 4, None, None, 8, 16]
+    assert coarse_patch(32, "patch") is None  # the plain ViT keeps its patch
+    assert [fine_grid_epochs(n) for n in (1, 50, 100, 5000)] == [100, 100, 50, 1]
+    probed: list[int] = []
+
+    def probe(size: int) -> float:
+        probed.append(size)
+        return 0.01
+
+    # 50 steps an epoch and a validation pass of 12.5 steps at a third of the cost: 0.54 s an epoch
+    c = choose_size((32, 32), 1.0, "conv", None, probe, 50, 12.5, 120)  # 2 minutes: 210 epochs
+    assert (c.patch, c.flags, c.step_s, probed) == (None, "", 0.01, [32])
+    c = choose_size((32, 32), 1.0, "conv", None, probe, 50, 12.5, 30)  # half a minute: 52 epochs
+    assert (c.patch, c.flags, c.step_s) == (8, "--patch-size 8", None)
+    assert c.note == ("pictures are 32x32: training at 32 px, their own size, in 8-px patches, a 4x4 grid: at 4-px "
+                      "patches only 52 of the 100 epochs wanted fit the 0.5-minute budget, and the coarser grid trains "
+                      "about 3 times as many (--patch-size to choose)")
+    assert scratch_config(32, 4, c.patch, "conv").grid_size == (4, 4)
     # the epochs a size must hold: 100, fewer on a large folder (2,000 steps), or the --epochs asked for
     assert [wanted_epochs(n) for n in (1, 2, 20, 62, 5000)] == [ENOUGH_EPOCHS, 100, 100, 33, 1]
     assert wanted_epochs(62, epochs=7) == 7

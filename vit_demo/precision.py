@@ -1,5 +1,8 @@
-"""Reduced precision where the hardware has it (issue 44): bfloat16 on a CPU with AVX512-BF16 or AMX
-and on a GPU that computes it, float32 elsewhere.
+"""Reduced precision where the hardware has it (issues 43 and 44): bfloat16 on a CPU with AVX512-BF16
+or AMX and on a GPU that computes it (CUDA's bf16 without emulation: Ampere on), float32 elsewhere
+(without them PyTorch emulates bf16 and autocast is slower than fp32). One detection for training
+(``train --precision auto``, vit_demo.train.fast) and inference (``--precision auto`` on predict,
+explain, survey, atlas and the app).
 
 - :func:`bf16_is_fast`: whether a device computes bfloat16 natively (detected once per device);
   ``VIT_DEMO_NO_BF16=1`` says no everywhere (the tests, a machine that should behave as one without it);
@@ -49,29 +52,36 @@ def as_device(device: torch.device | str) -> torch.device:
 
 
 @functools.cache
+def _cpu_native() -> tuple[bool, str]:
+    """The CPU's answer, read once: (native bfloat16, which feature says so)."""
+    for feature, test in (("AMX", torch.cpu._is_amx_tile_supported),
+                          ("AVX512-BF16", torch.cpu._is_avx512_bf16_supported)):
+        if test():
+            return True, f"this CPU has {feature}"
+    return False, "this CPU has neither AVX512-BF16 nor AMX"
+
+
 def _native(kind: str, index: int | None) -> tuple[bool, str]:
-    """Detected once per device: (native bfloat16, which feature says so)."""
+    """(native bfloat16 on this device, which feature says so); CUDA asked each time (cheap)."""
     if kind == "cuda":
         ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
         return ok, "this GPU computes bfloat16" if ok else "this GPU does not compute bfloat16 natively"
     if kind == "cpu":
-        for feature, test in (("AMX", torch.cpu._is_amx_tile_supported),
-                              ("AVX512-BF16", torch.cpu._is_avx512_bf16_supported)):
-            if test():
-                return True, f"this CPU has {feature}"
-        return False, "this CPU has neither AVX512-BF16 nor AMX"
+        return _cpu_native()
     return False, f"bfloat16 is not used on {kind}"
 
 
 def bf16_is_fast(device: torch.device | str) -> bool:
-    """Whether ``device`` computes bfloat16 natively: a CPU with AVX512-BF16 or AMX, a GPU with bf16
-    (detected once per device; False everywhere when $VIT_DEMO_NO_BF16 is set)."""
+    """Whether ``device`` computes bfloat16 natively: a CPU with AVX512-BF16 or AMX (read once), a GPU
+    with bf16 (False everywhere when $VIT_DEMO_NO_BF16 is set; training's ``auto`` asks this too)."""
     d = as_device(device)
     return not detection_off() and _native(d.type, d.index)[0]
 
 
 def autocast(device: torch.device | str, enabled: bool = True) -> torch.autocast:
-    """torch's autocast to bfloat16 on ``device`` (a no-op block when not ``enabled``)."""
+    """torch's autocast to bfloat16 on ``device``: matrix products and convolutions in bf16, the rest
+    in fp32 (when not ``enabled``: autocast off inside the block; a training step and a model set to
+    bf16 both run under it)."""
     return torch.autocast(as_device(device).type, dtype=torch.bfloat16, enabled=enabled)
 
 

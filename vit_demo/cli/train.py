@@ -10,6 +10,7 @@ from typing import Any
 
 from ..checkpoints.load import DEFAULT_CHECKPOINT
 from ..present.animate import write_slideshow
+from ..train.fast import PRECISIONS
 from ..train.loop import TrainOptions, curves_path, state_path
 from ..train.loop import run as train
 from ..train.snapshots import Recorder
@@ -42,7 +43,10 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="fixes the split, the init and every augmentation")
     p.add_argument("--resume", action="store_true", help="continue from OUT.train-state (last finished epoch)")
     p.add_argument("--device", default="auto", choices=DEVICES)
-    p.add_argument("--amp", action="store_true", help="bf16 autocast for the training forward pass (CPU and CUDA)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="the training forward pass's arithmetic: 'auto' (default) trains from scratch under bf16 autocast "
+                        "where the CPU or GPU multiplies bf16 in hardware, else in fp32; 'fp32'; 'bf16'")
+    p.add_argument("--amp", action="store_true", help="the same as --precision bf16")
     p.add_argument("--compile", action="store_true", help="torch.compile the training step's model (needs a C++ compiler "
                                                           "on the CPU; the first epoch includes the compilation)")
     p.add_argument("--snapshots", metavar="DIR", help="write what the model sees every few epochs into DIR: a frame per "
@@ -79,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                         flip=args.flip, batch_size=args.batch_size, lr=args.lr,
                         freeze_backbone=args.freeze_backbone, val_split=args.val_split, seed=args.seed,
                         resume=args.resume, device=args.device, progress=not args.no_progress, amp=args.amp,
+                        precision=args.precision,
                         compile=args.compile)
     if args.snapshot_every is not None and args.snapshot_every < 1:
         print("error: --snapshot-every must be 1 or more", file=sys.stderr)

@@ -42,6 +42,7 @@ def pixel_baseline(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Te
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+    from threadpoolctl import threadpool_limits
 
     t0 = time.perf_counter()
     if len(train_x) > BASELINE_PICTURES:
@@ -49,10 +50,12 @@ def pixel_baseline(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Te
         train_x, train_y = train_x[keep], train_y[keep]
     side = min(BASELINE_SIDE, val_x.shape[-1], val_x.shape[-2])
     clf = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=300, random_state=seed))
-    with warnings.catch_warnings():  # lbfgs may stop at max_iter on thousands of pixels: a baseline, not a fit to polish
+    # one BLAS thread: on 2 cores that other jobs share, two OpenBLAS threads took 132 s for the 3,200
+    # pictures of a 32-px set where one took 5.6 s (load 7; docs/training.md)
+    with warnings.catch_warnings(), threadpool_limits(1):  # lbfgs may stop at max_iter: a baseline, not a fit to polish
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf.fit(pixel_features(train_x, side), train_y.numpy())
-    acc = float((clf.predict(pixel_features(val_x, side)) == val_y.numpy()).mean())
+        acc = float((clf.predict(pixel_features(val_x, side)) == val_y.numpy()).mean())
     return acc, time.perf_counter() - t0
 
 

@@ -35,9 +35,18 @@ from ..viz.charts import training_figure
 from ..viz.export import save_figure
 from .augment import eval_batch, train_batch
 from .baseline import fit_verdict, pixel_baseline
-from .budget import PROBE_STEPS, default_minutes, epochs_for, eval_estimate, format_eta, seconds_per_step
+from .budget import (
+    PROBE_STEPS,
+    default_minutes,
+    epochs_for,
+    eval_estimate,
+    fastest_threads,
+    format_eta,
+    seconds_per_step,
+)
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
 from .data import DataError, FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
+from .fast import fast_input, fast_layout, plain_layout, step_context, use_bf16
 from .recipe import (
     STEMS,
     Recipe,
@@ -49,7 +58,7 @@ from .recipe import (
     warmup_cosine,
     with_new_head,
 )
-from .sizing import SizeChoice, choose_size, probe_step
+from .sizing import SizeChoice, choose_size, default_step, probe_step
 
 STATE_SUFFIX = ".train-state"  # beside OUT; not a checkpoint suffix, so the app never lists it
 
@@ -83,11 +92,40 @@ class TrainOptions:
     resume: bool = False
     device: str = "auto"
     progress: bool = True
-    amp: bool = False  # bf16 autocast for the training forward pass (CPU and CUDA)
+    precision: str = "auto"  # "auto": bf16 autocast from scratch where the device has bf16 arithmetic; "fp32"; "bf16"
+    amp: bool = False  # --amp, the old name of --precision bf16
     compile: bool = False  # torch.compile the training forward pass
     # called as on_epoch(setup, row, model) before the first epoch (row: {"epoch": 0}: the untrained model) and
     # after every epoch (row: its history row), on every process; an exception raised there stops the run
     on_epoch: Callable[[Setup, dict[str, Any], VisionTransformer], None] = no_hook
+
+
+def budgeted(opts: TrainOptions) -> bool:
+    """The run trains for a time budget (from scratch without ``--epochs``, or with ``--minutes``)."""
+    return opts.epochs is None and (opts.from_ is None or opts.minutes is not None)
+
+
+def bf16_of(opts: TrainOptions, device: torch.device) -> bool:
+    """Whether the run trains in bf16 autocast: ``--precision`` (``--amp`` is ``bf16``), ``auto`` by
+    the device (:func:`~.fast.use_bf16`)."""
+    if opts.amp and opts.precision == "fp32":
+        raise DataError("--amp is --precision bf16: give one of them, not --amp with --precision fp32")
+    if device.type not in ("cpu", "cuda") and (opts.amp or opts.precision == "bf16"):
+        raise DataError(f"--precision bf16 (--amp): bf16 autocast is for the CPU and CUDA, not {device.type}")
+    try:
+        return use_bf16("bf16" if opts.amp else opts.precision, device, scratch=opts.from_ is None)
+    except ValueError as e:
+        raise DataError(str(e)) from e
+
+
+def step_settings(opts: TrainOptions, device: torch.device, dist: Dist, say: Callable[[str], None]) -> bool:
+    """Whether the run trains in bf16 (:func:`bf16_of`); a budgeted run on a CPU, one process, first
+    keeps the torch threads its steps are fastest on (:func:`~.budget.fastest_threads`), so that
+    every probe after it times the steps the run will make."""
+    bf16 = bf16_of(opts, device)
+    if device.type == "cpu" and dist.world == 1 and budgeted(opts):
+        fastest_threads(default_step(device, bf16), say)
+    return bf16
 
 
 # ----------------------------------------------------------------------------- distributed
@@ -144,7 +182,7 @@ def build(opts: TrainOptions, log: Callable[[str], None], dist: Dist | None = No
         if chosen.note:
             log(chosen.note)
         try:
-            cfg = scratch_config(chosen.size, num_classes, opts.patch_size, stem)
+            cfg = scratch_config(chosen.size, num_classes, opts.patch_size or chosen.patch, stem)
         except DataError as e:
             raise DataError(f"{e} ({chosen.note})" if chosen.note else str(e)) from e
         size = chosen.size
@@ -176,8 +214,9 @@ def scratch_input_size(opts: TrainOptions, index: FolderIndex | None, num_classe
         return SizeChoice(32, "")
     saved = state_path(opts.out)
     if opts.resume and saved.is_file():
-        size = int(torch.load(saved, map_location="cpu", weights_only=True)["fingerprint"]["config"]["img_size"][0])
-        return SizeChoice(size, f"training at {size} px, the size of the run being resumed")
+        cfg = torch.load(saved, map_location="cpu", weights_only=True)["fingerprint"]["config"]
+        size, patch = int(cfg["img_size"][0]), int(cfg["patch_size"])
+        return SizeChoice(size, f"training at {size} px, patch {patch}, the size of the run being resumed", patch=patch)
     choice = None
     if dist.main:
         picture, share = size_share(index.files)
@@ -187,7 +226,8 @@ def scratch_input_size(opts: TrainOptions, index: FolderIndex | None, num_classe
         minutes = opts.minutes if opts.minutes is not None else default_minutes(device)
         batch = min(per_rank, max(1, len(train_idx)))  # a folder smaller than a batch trains on all of it a step
         choice = choose_size(picture, share, stem, opts.patch_size,
-                             lambda n: probe_step(n, num_classes, stem, opts.patch_size, recipe, batch, device, opts.amp),
+                             lambda n: probe_step(n, num_classes, stem, opts.patch_size, recipe, batch, device,
+                                                  bf16_of(opts, device)),
                              steps_per_epoch=max(1, len(train_idx) // per_rank // dist.world),
                              val_steps=len(val_idx) / batch / dist.world, seconds=60 * minutes, epochs=opts.epochs,
                              budget_words=f"{minutes:g} minutes (the default budget)" if opts.epochs else "")
@@ -217,8 +257,8 @@ def find_cifar(data: str) -> CifarLayout | None:
 
 
 def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: int, dist: Dist,
-                    device: torch.device, progress: bool, amp: bool = False, eta: str = "") -> tuple[float, float]:
-    """One pass over this rank's shard (``amp``: the forward pass under bf16 autocast).
+                    device: torch.device, progress: bool, bf16: bool = False, eta: str = "") -> tuple[float, float]:
+    """One pass over this rank's shard (``bf16``: the forward pass under bf16 autocast, :mod:`.fast`).
     Returns (mean train loss, images/s over all ranks)."""
     from tqdm import tqdm
 
@@ -233,9 +273,9 @@ def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: in
                disable=not (progress and dist.main), file=sys.stderr)
     for i in bar:
         idx = torch.tensor(order[i * per_rank : (i + 1) * per_rank] or order[:per_rank])
-        x = train_batch(x_all[idx].to(device), s.dc, r.augment, g)
+        x = fast_input(train_batch(x_all[idx].to(device), s.dc, r.augment, g), device)
         y = y_all[idx].to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        with step_context(device, bf16):
             logits = model(x).logits
         loss = F.cross_entropy(logits.float(), y, label_smoothing=r.label_smoothing)
         opt.zero_grad(set_to_none=True)
@@ -299,11 +339,32 @@ def load_state(path: Path, fp: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def resume_state(path: Path, fp: dict[str, Any], model: nn.Module, opt: torch.optim.Optimizer,
+                 sched: torch.optim.lr_scheduler.LRScheduler) -> tuple[list[dict[str, float]], dict[str, Any], int]:
+    """The saved state at ``path`` (checked against ``fp``) loaded into the model, the optimiser and the
+    schedule; returns (history, best, epochs done)."""
+    st = load_state(path, fp)
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["optimizer"])
+    sched.load_state_dict(st["scheduler"])
+    return st["history"], st["best"], st["epoch"]
+
+
 # ----------------------------------------------------------------------------- the run
 
 
 def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train as ``opts`` says; return the summary (the ``--json`` object)."""
+    """Train as ``opts`` says; return the summary (the ``--json`` object). A budgeted run on a CPU may
+    train on fewer torch threads (:func:`~.budget.fastest_threads`); the count is restored at the end."""
+    threads = torch.get_num_threads()
+    try:
+        return train_run(opts, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """:func:`run` itself."""
     t_start = time.perf_counter()
     device = resolve_device(opts.device)
     dist = init_distributed(device)
@@ -311,32 +372,29 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
         device = torch.device("cuda", dist.local_rank)
     say = log if dist.main else (lambda msg: None)
     torch.manual_seed(opts.seed)
+    bf16 = step_settings(opts, device, dist, say)
     s = build(opts, say, dist, device)
-    model = s.model.to(device)
-    s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start)
+    model = fast_layout(s.model.to(device), device)
+    s, budget = plan_epochs(opts, s, dist, device, time.perf_counter() - t_start, bf16)
     r = s.recipe
     opt = make_optimizer(model, r, opts.freeze_backbone)
     steps = max(1, len(s.data.train_x) // max(1, r.batch_size // dist.world) // dist.world)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(r.epochs * steps, round(r.warmup_epochs * steps)))
-    fp = fingerprint(opts, s, dist)
+    fp = fingerprint(opts, s, dist) | ({"bf16": True} if bf16 else {})  # a bf16 run resumes in bf16 (fp32 states predate the key)
     spath = state_path(opts.out)
     history: list[dict[str, float]] = []
     best: dict[str, Any] = {"acc": -1.0, "epoch": 0, "state": None}
     start = 0
     if opts.resume:
-        st = load_state(spath, fp)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["optimizer"])
-        sched.load_state_dict(st["scheduler"])
-        history, best, start = st["history"], st["best"], st["epoch"]
+        history, best, start = resume_state(spath, fp, model, opt, sched)
         say(f"resuming after epoch {start}/{r.epochs} from {spath}")
-    say(header(s, model, opts, dist, device))
+    say(header(s, model, opts, dist, device, bf16))
     ddp = training_module(model, opts, dist, device)
     opts.on_epoch(s, {"epoch": start}, model)
     t_epochs, eta, ends = time.perf_counter(), "", [time.perf_counter()]
     epoch = start - 1
     while (epoch := epoch + 1) < r.epochs:
-        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, opts.amp, eta)
+        train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, bf16, eta)
         val_loss, val_acc = evaluate(model, s, device)
         ends.append(time.perf_counter())
         if budget is not None:  # the epochs' own clock keeps the run to its budget
@@ -355,7 +413,7 @@ def run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[str, Any
             save_state(spath, {"fingerprint": fp, "epoch": epoch + 1, "history": history, "best": best,
                                "model": model.state_dict(), "optimizer": opt.state_dict(),
                                "scheduler": sched.state_dict()})
-    summary = finish(opts, s, model, history, best, dist, t_start, budget)
+    summary = finish(opts, s, plain_layout(model), history, best, dist, t_start, budget)
     if dist.world > 1:
         import torch.distributed as tdist
 
@@ -419,7 +477,8 @@ def replan(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: d
     return replace(s, recipe=r), r
 
 
-def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, spent: float) -> tuple[Setup, float | None]:
+def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, spent: float,
+                bf16: bool = False) -> tuple[Setup, float | None]:
     """The epochs of the run and its time budget in seconds (None when ``--epochs`` or a fine-tune's
     default fixes them): from scratch without ``--epochs``, the budget is ``--minutes`` or
     :func:`~.budget.default_minutes`; a resumed run keeps the epochs it started with; under torchrun
@@ -440,7 +499,7 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
             eval_s = eval_estimate(step_s, len(s.data.val_x) / min(per_rank, len(s.data.train_x)) / dist.world)
         else:
             step_s = seconds_per_step(s.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), s.data.train_x,
-                                      s.data.train_y, per_rank, s.dc, r.augment, device, opts.amp)
+                                      s.data.train_y, per_rank, s.dc, r.augment, device, bf16)
             probe_s = step_s * sum(PROBE_STEPS)
             t0 = time.perf_counter()
             evaluate(s.model, s, device)
@@ -451,20 +510,28 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
     return replace(s, recipe=replace(s.recipe, epochs=epochs, warmup_epochs=warmup)), budget
 
 
-def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> str:
+def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device,
+           bf16: bool = False) -> str:
     """The run's first line: the data, the model and the recipe."""
     r = s.recipe
-    budgeted = opts.epochs is None and (s.mode == "scratch" or opts.minutes is not None)
-    timed_size = s.size is not None and s.size.step_s is not None  # the size, too, came from the clock
-    repeat = f"--img-size {s.dc.input_size[0]} " if timed_size else ""
+    repeat = f"{s.size.flags} " if s.size is not None and s.size.flags else ""  # the size or grid came from the clock
     return (f"{s.mode} on {s.data.source}: {len(s.data.train_x)} training and {len(s.data.val_x)} validation pictures, "
             f"{len(s.data.classes)} classes ({', '.join(s.data.classes[:8])}{', ...' if len(s.data.classes) > 8 else ''}), "
             f"{s.data.skipped} skipped; {model.num_params:,} parameters, {s.dc.input_size[0]} px, "
             f"patch {model.cfg.patch_size}{', conv stem' if model.cfg.conv_stem else ''}; {r.epochs} epochs"
-            f"{f' (what fits the time budget; {repeat}--epochs N repeats a run exactly)' if budgeted else ''}, "
+            f"{f' (what fits the time budget; {repeat}--epochs N repeats a run exactly)' if budgeted(opts) else ''}, "
             f"batch {r.batch_size}, lr {r.lr:g}; on {device}"
             + (f", {dist.world} processes ({dist.backend})" if dist.world > 1 else "")
-            + "".join(f", {flag}" for flag, on in (("bf16 autocast", opts.amp), ("compiled", opts.compile)) if on))
+            + f", {precision_words(opts, bf16)}" + (", compiled" if opts.compile else ""))
+
+
+def precision_words(opts: TrainOptions, bf16: bool) -> str:
+    """How the header names the run's precision, and why when ``auto`` chose it."""
+    if opts.amp or opts.precision != "auto":
+        return "bf16 autocast" if bf16 else "fp32"
+    if bf16:
+        return "bf16 autocast (this device multiplies bf16 in hardware; --precision fp32 turns it off)"
+    return "fp32" + ("" if opts.from_ else " (no bf16 arithmetic in hardware here)")
 
 
 def kept_note(best: dict[str, Any], epoch: int, validated: bool) -> str:
@@ -476,8 +543,6 @@ def kept_note(best: dict[str, Any], epoch: int, validated: bool) -> str:
 def training_module(model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device) -> nn.Module:
     """What the steps call: the model, wrapped for DDP under torchrun, compiled with ``--compile``
     (validation always runs the plain model)."""
-    if opts.amp and device.type not in ("cpu", "cuda"):
-        raise DataError(f"--amp: bf16 autocast is for the CPU and CUDA, not {device.type}")
     m: nn.Module = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel

@@ -99,6 +99,17 @@ def patch_for(img_size: int, stem: str = "patch", patch_size: int | None = None)
     return min(divisors, key=lambda d: log_distance(img_size / 8, d)) if divisors else None
 
 
+def coarse_patch(img_size: int, stem: str) -> int | None:
+    """The conv stem's default patch at ``img_size`` doubled (half as many patches a side, a quarter of
+    the tokens) when that still leaves 4 or more a side, the shorter budgets' grid
+    (:func:`~vit_demo.train.sizing.choose_size`): 32 px, 4-px patches -> 8 (a 4x4 grid). None when
+    there is none (8 px: 2-px patches would become a 2x2 grid) and for the plain ViT."""
+    p = patch_for(img_size, stem)
+    if stem != "conv" or p is None or 2 * p > MAX_CONV_PATCH or img_size % (2 * p):
+        return None
+    return 2 * p if img_size // (2 * p) >= GRID_SIDES[0] else None
+
+
 def fits_grid(img_size: int, stem: str, patch_size: int | None = None) -> bool:
     """``img_size`` works for ``stem`` (with ``patch_size``), and, with the default patch, with 4 to
     16 patches a side (a size a default can pick, or advice can give)."""

@@ -10,6 +10,14 @@ epochs, or fewer when they add up to :data:`ENOUGH_STEPS` steps (a large folder'
 long), or the ``--epochs`` asked for. Smallest first, a tight budget costs one probe, not five.
 None fitting, the smallest. The probes' models come from a forked random state, so the run itself
 is the one that ``--img-size`` with the chosen size gives.
+
+Small pictures keep their size, but under a short budget not always their grid (issue 43): when
+the budget holds fewer than :data:`FINE_GRID_EPOCHS` epochs of the default grid (about 8 patches a
+side), the conv stem cuts them into patches twice as large (:func:`~.recipe.coarse_patch`: 32-px
+shapes in a 4x4 grid of 8-px patches), a step about 3 times cheaper. On five unlike 32-px sets, in
+the time of 34 epochs of the 8x8 grid, 85 of the 4x4 one were as good or better on every set
+(shapes 0.983 against 0.971; docs/training.md). ``--epochs`` and ``--patch-size`` keep the grid
+fixed.
 """
 
 from __future__ import annotations
@@ -22,23 +30,27 @@ from dataclasses import dataclass
 import torch
 
 from ..model import VisionTransformer
-from .budget import epochs_for, eval_estimate, seconds_per_step
+from .budget import epochs_for, eval_estimate, seconds_per_step, step_runner
 from .recipe import (
     SIZE_CANDIDATES,
     SMALL_SIDE,
     Recipe,
+    coarse_patch,
     fits_grid,
     make_optimizer,
     nearest_sizes,
     patch_for,
     scratch_config,
     scratch_data_config,
+    scratch_recipe,
     scratch_size,
 )
 
 ENOUGH_EPOCHS = 100  # a small folder: the budget must hold this many epochs at the chosen size ...
 ENOUGH_STEPS = 2000  # ... or, for a large one, epochs that add up to this many steps (blobs: 0.985 after 2,170)
 SIZE_PROBE_STEPS = (1, 4)  # untimed and timed steps per candidate (the first epoch re-plans anyway)
+FINE_GRID_EPOCHS = 100  # small pictures keep the default grid when the budget holds this many epochs of it ...
+FINE_GRID_STEPS = 5000  # ... or, on a large folder, epochs that make this many steps; else a coarser grid
 
 
 @dataclass(frozen=True)
@@ -48,12 +60,20 @@ class SizeChoice:
     size: int
     note: str
     step_s: float | None = None  # seconds a training step at ``size`` took in the probe (None: not timed)
+    patch: int | None = None  # a patch other than the default one (a coarser grid for a short budget)
+    flags: str = ""  # the flags that repeat the choice without the clock (``--img-size 128``)
 
 
 def wanted_epochs(steps_per_epoch: int, epochs: int | None = None) -> int:
     """The epochs a size must fit: ``epochs`` when asked for, else :data:`ENOUGH_EPOCHS`, or fewer
     when they make :data:`ENOUGH_STEPS` steps."""
     return epochs or max(1, min(ENOUGH_EPOCHS, math.ceil(ENOUGH_STEPS / max(1, steps_per_epoch))))
+
+
+def fine_grid_epochs(steps_per_epoch: int) -> int:
+    """The epochs of the default grid a budget must hold for small pictures to keep it:
+    :data:`FINE_GRID_EPOCHS`, or fewer when they make :data:`FINE_GRID_STEPS` steps."""
+    return max(1, min(FINE_GRID_EPOCHS, math.ceil(FINE_GRID_STEPS / max(1, steps_per_epoch))))
 
 
 def size_candidates(side: int, stem: str, patch_size: int | None = None) -> list[int]:
@@ -75,7 +95,7 @@ def small_size(side: int, stem: str, patch_size: int | None = None) -> int:
 
 
 def probe_step(size: int, num_classes: int, stem: str, patch_size: int | None, recipe: Recipe, batch: int,
-               device: torch.device, amp: bool = False) -> float:
+               device: torch.device, bf16: bool = False) -> float:
     """Seconds of one training step of the from-scratch model at ``size`` on ``batch`` pictures of
     random pixels (its own random state: the run's draws are untouched)."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -84,7 +104,20 @@ def probe_step(size: int, num_classes: int, stem: str, patch_size: int | None, r
         x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
         y = torch.randint(0, num_classes, (batch,))
         return seconds_per_step(model, lambda m: make_optimizer(m, recipe, False), x, y, batch,
-                                scratch_data_config(size), recipe.augment, device, amp, steps=SIZE_PROBE_STEPS)
+                                scratch_data_config(size), recipe.augment, device, bf16, steps=SIZE_PROBE_STEPS)
+
+
+def default_step(device: torch.device, bf16: bool, size: int = 32, batch: int = 64) -> Callable[[], None]:
+    """One training step a call of the default from-scratch model at ``size`` px (4 classes) on random
+    pixels, built in a random state of its own: what :func:`~.budget.fastest_threads` times."""
+    recipe = scratch_recipe()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(size)
+        model = VisionTransformer(scratch_config(size, 4, stem="conv")).init_weights()
+        x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8)
+        y = torch.randint(0, 4, (batch,))
+    return step_runner(model, lambda m: make_optimizer(m, recipe, False), x, y, batch, scratch_data_config(size),
+                       recipe.augment, device, bf16)
 
 
 def describe(picture: tuple[int, int], share: float) -> str:
@@ -105,15 +138,19 @@ def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: i
     N-minute budget``)."""
     side = min(picture)
     what = describe(picture, share)
+    budget_words = budget_words or f"the {seconds / 60:g}-minute budget"
     if side <= SMALL_SIDE:
         size = small_size(side, stem, patch_size)
         why = "their own size" if size == side else f"the nearest to their {side} px that the model can use"
-        return SizeChoice(size, f"{what}: training at {size} px, {why} (--img-size to choose)")
+        coarse = coarse_patch(size, stem) if patch_size is None and epochs is None else None
+        if coarse is None:
+            return SizeChoice(size, f"{what}: training at {size} px, {why} (--img-size to choose)")
+        return choose_grid(size, f"{what}: training at {size} px, {why}", stem, coarse, probe(size), steps_per_epoch,
+                           val_steps, seconds, budget_words)
     cands = size_candidates(side, stem, patch_size)[::-1]  # the smallest first
     if not cands:  # a --patch-size that suits none: the smallest, whose error gives flags that work
         return SizeChoice(SIZE_CANDIDATES[0], f"{what}: training at {SIZE_CANDIDATES[0]} px")
     want, t0 = wanted_epochs(steps_per_epoch, epochs), time.perf_counter()
-    budget_words = budget_words or f"the {seconds / 60:g}-minute budget"
     listed = ", ".join(map(str, cands))
     fit: tuple[int, float] | None = None
     for size in cands:  # up while the budget holds enough (a larger size's step costs more: stop at the first miss)
@@ -125,8 +162,26 @@ def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: i
     if fit is None:
         more = "--minutes to give it more" if epochs is None else "fewer --epochs"
         return SizeChoice(size, f"{what}: training at {size} px (the smallest of {listed} px; even there only {n} of the "
-                                f"{want} epochs wanted fit {budget_words}: {more}; --img-size to choose)", step_s)
+                                f"{want} epochs wanted fit {budget_words}: {more}; --img-size to choose)", step_s,
+                          flags=f"--img-size {size}")
     which = f"the largest of {listed} px at which" if len(cands) > 1 else "the size at which"
     fits = f"{want} epochs fit" if want != 1 else "1 epoch fits"
     return SizeChoice(fit[0], f"{what}: training at {fit[0]} px ({which} {fits} {budget_words}; "
-                              f"--img-size to choose)", fit[1])
+                              f"--img-size to choose)", fit[1], flags=f"--img-size {fit[0]}")
+
+
+def choose_grid(size: int, said: str, stem: str, coarse: int, step_s: float, steps_per_epoch: int, val_steps: float,
+                seconds: float, budget_words: str) -> SizeChoice:
+    """Small pictures at ``size``: the default grid (its step timed at ``step_s``) when ``seconds``
+    hold :func:`fine_grid_epochs` of it, else ``coarse`` patches (module docstring). ``said``: the
+    note so far (``pictures are 32x32: training at 32 px, their own size``)."""
+    want = fine_grid_epochs(steps_per_epoch)
+    n = epochs_for(seconds, step_s, steps_per_epoch, eval_estimate(step_s, val_steps))
+    fine = patch_for(size, stem)
+    if n >= want:
+        return SizeChoice(size, f"{said}, {fine}-px patches ({want} epochs of them fit {budget_words}; "
+                                f"--img-size to choose)", step_s)
+    g = size // coarse
+    return SizeChoice(size, f"{said}, in {coarse}-px patches, a {g}x{g} grid: at {fine}-px patches only {n} of the {want} "
+                            f"epochs wanted fit {budget_words}, and the coarser grid trains about 3 times as many "
+                            f"(--patch-size to choose)", None, patch=coarse, flags=f"--patch-size {coarse}")
