@@ -19,9 +19,9 @@ chefer (--methods) with their maps made in float32 and in bfloat16, all scored b
                                        [--threads N]
     python benchmarks/bench_precision.py --srg-saco [--images DIR] [--limit N] [--methods a,b] [--json OUT]
 
-Cost on the 2-core machine (quiet, estimated from runs under load): forwards only (--methods none) over
-the 1000 photos about 2 minutes; every class-specific single-pass method, about 1.5 s a photo (40
-minutes for 1000); --srg-saco about 10 s a photo (20 minutes for the 100).
+Cost on the 2-core machine at 1 thread, measured under load 5-10 (2026-11-27): forwards only (--methods
+none) over the 1000 photos 275 s; every class-specific single-pass method in both precisions 16 s a
+photo (506 s for --limit 32); --srg-saco 71 s a photo (2122 s for --limit 30).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ..model import VisionTransformer
-from ..precision import full_precision, widened
+from ..precision import full_precision, runs_bf16, widened
 
 Target = int | Tensor | None
 MapFn = Callable[[VisionTransformer, Tensor, Target], Tensor]
@@ -156,13 +156,19 @@ def target_key(target: Target, batch: int) -> tuple[int, ...] | None:
     return tuple(int(v) for v in (t * batch if len(t) == 1 else t))
 
 
+def memo_key(name: str, model: VisionTransformer, target: Target, batch: int) -> tuple[str, tuple[int, ...] | None, bool]:
+    """What a result is shared under: the pass's name, the target, and whether the model runs in bfloat16
+    here and now (a method kept in float32 on a bf16 model does not reuse a pass made in bfloat16)."""
+    return name, target_key(target, batch), runs_bf16(model)
+
+
 @contextmanager
 def reuse(model: VisionTransformer, x: Tensor, known: Mapping[tuple[str, Target], Any] | None = None) -> Iterator[None]:
     """Within the block, a registered method or :func:`shared` pass called on exactly ``model``
     and ``x`` (the same objects) runs once per target; later calls return its first result.
     ``known``: results computed earlier, ``{(name, target): result}``. One scope per thread;
     scopes nest (the inner one wins)."""
-    memo = {(name, target_key(t, x.shape[0])): v for (name, t), v in (known or {}).items()}
+    memo = {memo_key(name, model, t, x.shape[0]): v for (name, t), v in (known or {}).items()}
     outer = getattr(_local, "scope", None)
     _local.scope = _Scope(model, x, memo)
     try:
@@ -189,7 +195,7 @@ def computed(name: str, model: VisionTransformer, x: Tensor, target: Target = No
     scope: _Scope | None = getattr(_local, "scope", None)
     if scope is None or scope.model is not model or scope.x is not x:
         return None
-    return scope.memo.get((name, target_key(target, x.shape[0])))
+    return scope.memo.get(memo_key(name, model, target, x.shape[0]))
 
 
 def shared(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -203,7 +209,7 @@ def shared(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
             scope: _Scope | None = getattr(_local, "scope", None)
             if args or kwargs or scope is None or scope.model is not model or scope.x is not x:
                 return fn(model, x, target, *args, **kwargs)
-            key = (name, target_key(target, x.shape[0]))
+            key = memo_key(name, model, target, x.shape[0])
             if key not in scope.memo:
                 scope.memo[key] = fn(model, x, target)
             return scope.memo[key]
