@@ -5,6 +5,7 @@
                   [--allowed-host NAME] [--trusted-proxy ADDR] [--max-megapixels 40] [--upload-budget-mb 100]
                   [--session-minutes 30] [--job-seconds 180] [--exports-mb 512] [--header-seconds 10]
                   [--train-minutes-max 10] [--allow-downloads] [--downloads-mb 2048] [--openapi] [--mcp]
+                  [--precision auto|fp32|bf16]
 
 Binds to 127.0.0.1 (this computer only) unless told otherwise, and then answers only requests
 addressed to 127.0.0.1 or localhost; no analytics; start-up makes no network connection (the hub
@@ -59,6 +60,9 @@ def add_app_flags(ap: argparse.ArgumentParser) -> None:
                     help="a folder of your own example photos (repeatable; also $VIT_DEMO_EXAMPLES)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
                     help="where the model runs (auto: a GPU when there is one)")
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                    help="what the models run in (auto: bfloat16 where the device computes it natively, a CPU with "
+                         "AVX512-BF16 or AMX or a GPU with bf16, else fp32; the Compare tab always checks in fp32)")
     ap.add_argument("--share", action="store_true", help="a public gradio.live link (exposes the app to the internet)")
     ap.add_argument("--max-queue", type=int, default=32,
                     help="requests waiting at most; more get a 'queue is full' message")
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     from vit_demo.app.build import AppConfig, build, launch_kwargs
 
     cfg = AppConfig(weights=args.weights, model=args.model, examples=args.examples, device=args.device, limits=lim,
-                    mcp=args.mcp)
+                    mcp=args.mcp, precision=args.precision)
     app = build(cfg)
     if not args.no_warm_up:  # the first image should not wait for the model to load
         threading.Thread(target=_warm_up, args=(app.reg, app.server.warm_up), daemon=True, name="warm-up").start()

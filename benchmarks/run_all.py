@@ -89,7 +89,9 @@ def families_part(args: argparse.Namespace) -> list[str]:
 
 def explain_part(args: argparse.Namespace) -> list[str]:
     return ["## Prediction + every attention map + rollout vs timm's plain forward (one image)", "",
-            table_part(run([str(HERE / "bench_explain.py")], "explain"))]
+            table_part(run([str(HERE / "bench_explain.py")], "explain")), "",
+            "The same with `--precision auto` (ours in bf16 where the CPU computes it natively; timm in fp32):", "",
+            table_part(run([str(HERE / "bench_explain.py"), "--precision", "auto"], "explain, auto precision"))]
 
 
 def app_part(args: argparse.Namespace) -> list[str]:

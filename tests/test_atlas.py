@@ -193,7 +193,8 @@ def test_atlas_command_json_and_torchrun(folder: tuple[Path, object], tmp_path: 
     page = Path(res["report"]).read_text()
     assert "http://" not in page and "https://" not in page
     assert main(["atlas", "--images", str(shapes), "--weights", str(ckpt), "--layer", "9", "--out", str(tmp_path / "bad")]) == 2
-    assert capsys.readouterr().err.strip() == "error: --layer must be in 0..3 for small, not 9"
+    header, error = capsys.readouterr().err.strip().splitlines()  # the model's header line, then the error
+    assert header.startswith("small on cpu in fp32") and error == "error: --layer must be in 0..3 for small, not 9"
 
     torchrun = Path(sys.executable).with_name("torchrun")
     r = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "vit_demo", *args, "--out",

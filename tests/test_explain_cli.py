@@ -221,6 +221,7 @@ def test_distance_patch_grid_and_pos_embed(deit_tiny, deit_tiny_path, package_ph
 def test_bad_settings_stop_early(deit_tiny_path, package_photos, tmp_path, capsys, extra, message):
     rc = main(["explain", str(package_photos["coffee"]), "--weights", str(deit_tiny_path), *extra, "--out", str(tmp_path / "o")])
     assert rc == 2
-    err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
+    *header, error = capsys.readouterr().err.strip().splitlines()  # the model's header line (--precision), then one
+    assert message in error and header == ["deit_tiny_patch16_224 on cpu in fp32 (auto: bf16 detection switched off "
+                                           "by VIT_DEMO_NO_BF16)"]
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

@@ -24,6 +24,7 @@ from . import methods
 from .budget import DEFAULT_CACHE_MB, MB, ByteLRU, image_nbytes, tensor_nbytes
 from .checkpoints.load import LoadedModel
 from .labels import topk as topk_of
+from .methods.attention import in_float32
 from .model import TokenLayout, ViTConfig
 from .preprocess import preprocess
 from .progress import reporting
@@ -89,8 +90,9 @@ def analyze(lm: LoadedModel, img: Image.Image) -> Analysis:
     x, picture = preprocess(img, lm.input_config(img.size))
     x = x[None].to(lm.device)
     t0 = time.perf_counter()
-    out = lm.model(x, capture=True)
+    out = lm.model(x, capture=True)  # in the model's precision (lm.precision)
     dt = time.perf_counter() - t0
+    out = in_float32(out)  # the attention kept in float32 whatever the model ran in
     logits = out.logits[0].float().cpu()
     if lm.model.cfg.num_classes == 0:  # headless: no classes, only features
         logits = torch.zeros(0)

@@ -57,7 +57,7 @@ def build(cfg: AppConfig) -> App:
     lim = cfg.limits
     reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
-                        cache_bytes=lim.cache_bytes, hub=lim.downloads,
+                        cache_bytes=lim.cache_bytes, hub=lim.downloads, precision=cfg.precision,
                         downloads=Downloads(lim.downloads_bytes) if lim.downloads_bytes is not None else None)
     examples = all_examples(cfg.examples)
     lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.server.lean)

@@ -34,6 +34,7 @@ class AppConfig:
     device: str = "cpu"
     limits: Limits = field(default_factory=Limits)  # memory budgets, uploads, queue (exposed or not)
     mcp: bool = False  # the MCP tools (vit_demo.app.tools) and Gradio's MCP server
+    precision: str = "auto"  # what the models run in: auto (bf16 where the device computes it natively), fp32, bf16
 
     @property
     def exposed(self) -> bool:

@@ -147,7 +147,8 @@ class ModelRegistry:
     architectures offered with random weights (teaching, tests). ``hub_names``: the hub models on
     the menu (with ``model_name`` when no file has it), ``hub``: whether any is (not on an exposed
     app without ``--allow-downloads``); ``downloads``: an exposed app's rules for downloading them
-    (:class:`Downloads`; None: downloaded when picked).
+    (:class:`Downloads`; None: downloaded when picked). ``precision``: what the models run
+    in (auto, fp32, bf16; the app's ``--precision``).
     """
 
     def __init__(
@@ -163,9 +164,11 @@ class ModelRegistry:
         random_names: Sequence[str] = (RANDOM_MODEL,),
         downloads: Downloads | None = None,
         hub: bool = True,
+        precision: str = "fp32",
     ) -> None:
         self.device = device
         self.downloads = downloads  # None: a local app downloads whatever is picked
+        self.precision = precision  # auto, fp32 or bf16: what every model loaded here runs in (vit_demo.precision)
         self.allow_paths = allow_paths
         self.allow_uploads = allow_uploads
         self.model_name = model_name
@@ -385,16 +388,16 @@ class ModelRegistry:
         try:
             if spec.kind == "file":
                 mtime = spec.path.stat().st_mtime_ns if spec.path and spec.path.is_file() else None
-                lm = load_model(spec.name, spec.path, device=self.device)
+                lm = load_model(spec.name, spec.path, device=self.device, precision=self.precision)
                 if mtime is not None:
                     self._mtimes[spec.key] = mtime
             elif spec.kind == "random":
-                lm = load_model(spec.name, random_init=True, device=self.device)
+                lm = load_model(spec.name, random_init=True, device=self.device, precision=self.precision)
             else:
                 if self.downloads is not None and not self.downloads.allowed and self.needs_download(spec.key):
                     raise ModelError(f"{spec.name} is not on this app yet: pick it in the model menu, which downloads "
                                      "it (once)")
-                lm = load_model(spec.name, device=self.device)
+                lm = load_model(spec.name, device=self.device, precision=self.precision)
         except HubUnavailableError as e:  # the CLI's advice (--weights FILE) is no use on the page
             raise ModelError(f"cannot download {spec.name}: the model hub is not reachable from this computer. Pick a "
                              "model already in the menu's file list, or load a checkpoint file under "

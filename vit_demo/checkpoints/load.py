@@ -16,6 +16,7 @@ import torch
 
 from ..labels import labels_for
 from ..model import VisionTransformer
+from ..precision import describe, resolve, set_precision
 from ..preprocess import DataConfig, fit_to_sequence
 from .files import FORMAT_TAG, CheckpointError, from_saved, read_checkpoint, save
 from .hf import META_ARCHITECTURE, from_hf_folder, is_hf_folder
@@ -138,6 +139,8 @@ class LoadedModel:
     timm_name: str | None  # timm architecture name, for comparisons (None if unknown)
     random_weights: bool = False
     class_names: tuple[str, ...] | None = None  # from the checkpoint's metadata (ported / trained)
+    precision: str = "fp32"  # what the model runs in: "fp32", or "bf16" (vit_demo.precision.set_precision)
+    precision_note: str = "fp32"  # that choice and why, in words: "bf16 (auto: this CPU has AVX512-BF16)"
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -172,6 +175,7 @@ def load_model(
     random_init: bool = False,
     device: str = "auto",
     progress: bool = True,
+    precision: str = "fp32",
 ) -> LoadedModel:
     """Resolve a model the way the CLI and the app do.
 
@@ -181,6 +185,9 @@ def load_model(
     - ``random_init``: timm's random initialisation of ``name`` (no download), seeded with 0;
     - ``name`` alone: ``weights/NAME.*`` if present, else timm's pretrained weights from the
       hub, ported once to ``weights/NAME.safetensors`` (fails fast offline).
+
+    ``precision``: "fp32" (the default here; the commands and the app default to "auto"), "bf16",
+    or "auto": bf16 where the device computes it natively (:mod:`vit_demo.precision`).
     """
     dev = resolve_device(device)
     if weights is not None:
@@ -204,10 +211,18 @@ def load_model(
         local = local_checkpoint(name)
         if local is None:
             local = download_to_weights(name, progress=progress)
-        return load_model(name, local, device=device)
+        return load_model(name, local, device=device, precision=precision)
     else:
-        return load_model(DEFAULT_MODEL, default_checkpoint(), device=device)
+        return load_model(DEFAULT_MODEL, default_checkpoint(), device=device, precision=precision)
     lm.model.to(dev).eval()
+    return with_precision(lm, precision)
+
+
+def with_precision(lm: LoadedModel, setting: str) -> LoadedModel:
+    """``lm`` set to run in ``setting`` (auto, fp32 or bf16) on its device: its model instance and its
+    ``precision`` / ``precision_note``."""
+    lm.precision, lm.precision_note = resolve(setting, lm.device), describe(setting, lm.device)
+    set_precision(lm.model, lm.precision)
     return lm
 
 

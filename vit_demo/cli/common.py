@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from ..checkpoints.load import LoadedModel, load_model
 from ..evaluate.faithfulness import spread
 from ..evaluate.survey import LABEL_MODES
 from ..images import find_images
+from ..precision import PRECISIONS
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]
 
@@ -24,8 +26,9 @@ class UserError(Exception):
     """Reported as one line on stderr with exit code 2 (no traceback)."""
 
 
-def add_model_args(parser: argparse.ArgumentParser, random_init: bool = False) -> None:
-    """--model / --weights / --device, shared by every command that loads a model."""
+def add_model_args(parser: argparse.ArgumentParser, random_init: bool = False, precision: str | None = None) -> None:
+    """--model / --weights / --device, shared by every command that loads a model; --precision with
+    ``precision`` as its default where given (the commands without it run in float32)."""
     parser.add_argument("--model", help="timm model name: weights/NAME.safetensors, else downloaded from the hub once "
                    "(default: the embedded deit_tiny_patch16_224)")
     parser.add_argument("--weights", help="checkpoint file (.safetensors, .pth/.bin or .npz in timm layout) or a "
@@ -33,11 +36,24 @@ def add_model_args(parser: argparse.ArgumentParser, random_init: bool = False) -
     if random_init:
         parser.add_argument("--random-init", action="store_true", help="timm's random initialisation (no download)")
     parser.add_argument("--device", default="auto", choices=DEVICES)
+    if precision is not None:
+        parser.add_argument("--precision", default=precision, choices=PRECISIONS,
+                            help=f"auto: bfloat16 where the device computes it natively (a CPU with AVX512-BF16 or "
+                                 f"AMX, a GPU with bf16), float32 elsewhere; fp32; bf16 (default {precision}; "
+                                 f"docs/performance.md says what bf16 costs in fidelity)")
 
 
 def load_from_args(args: argparse.Namespace) -> LoadedModel:
-    """The model the model flags name."""
-    return load_model(args.model, args.weights, random_init=getattr(args, "random_init", False), device=args.device)
+    """The model the model flags name, in the precision --precision asks for (float32 without the flag)."""
+    return load_model(args.model, args.weights, random_init=getattr(args, "random_init", False), device=args.device,
+                      precision=getattr(args, "precision", "fp32"))
+
+
+def say_precision(lm: LoadedModel) -> None:
+    """The header line on stderr: the model, where it runs and in what precision, and why
+    ("deit_tiny_patch16_224 on cpu in bf16 (auto: this CPU has AVX512-BF16)"). Under torchrun, process 0 only."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"{lm.name} on {lm.device.type} in {lm.precision_note}", file=sys.stderr, flush=True)
 
 
 def parse_class(text: str, labels: tuple[str, ...]) -> int:
@@ -102,7 +118,7 @@ def add_folder_job_args(parser: argparse.ArgumentParser, out_help: str) -> None:
     """The flags of a job over a folder of pictures (atlas, survey): --images, the model flags,
     --labels, --limit, --batch-size, --out (``out_help``), --no-progress and --json."""
     parser.add_argument("--images", required=True, help="a folder: an ImageFolder (DIR/<class>/<image>) or ImageNet-named files")
-    add_model_args(parser)
+    add_model_args(parser, precision="auto")
     parser.add_argument("--labels", default="auto", choices=LABEL_MODES,
                    help="where the true classes come from: the sub-folders, the ImageNet file names, or auto (default)")
     parser.add_argument("--limit", type=int, help="use N pictures spread evenly through the sorted folder")
@@ -114,10 +130,12 @@ def add_folder_job_args(parser: argparse.ArgumentParser, out_help: str) -> None:
 
 def start_folder_job(args: argparse.Namespace) -> tuple[LoadedModel, bool]:
     """A folder job's prologue: --limit checked, the model the flags name (on this process's GPU
-    under torchrun), and whether to show a progress bar (not with --no-progress or --json)."""
+    under torchrun) in the precision --precision asks for, its header line on stderr, and whether
+    to show a progress bar (not with --no-progress or --json)."""
     if args.limit is not None and args.limit < 1:
         raise UserError("--limit must be at least 1")
-    lm = load_model(args.model, args.weights, device=device_for_rank(args.device))
+    lm = load_model(args.model, args.weights, device=device_for_rank(args.device), precision=args.precision)
+    say_precision(lm)
     return lm, not (args.no_progress or args.json)
 
 

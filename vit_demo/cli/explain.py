@@ -41,7 +41,7 @@ from ..methods.attention import (
 from ..methods.rollout import rollout
 from ..preprocess import preprocess
 from ..present.animate import animate_image
-from .common import UserError, add_model_args, load_from_args, parse_class
+from .common import UserError, add_model_args, load_from_args, parse_class, say_precision
 
 FIGURES = ("patch-grid", "heads", "distance", "pos-embed", "animation")  # figures that are not one map
 ANIMATION_FORMATS = ("gif", "mp4")  # --method animation (vit_demo.present.animate); the others write figures
@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
         description="Write one figure and one JSON of the numbers behind it per image into --out.",
     )
     p.add_argument("images", nargs="*", help="image files or folders (not needed for --method pos-embed)")
-    add_model_args(p)
+    add_model_args(p, precision="auto")
     p.add_argument("--method", required=True, choices=choices())
     p.add_argument(
         "--layer",
@@ -236,7 +236,7 @@ def _record(lm, path: Path, s: dict[str, Any], out, logits: torch.Tensor | None,
         if isinstance(settings.get(key), int):
             settings[f"{key}_number"] = settings[key] + 1
     record: dict[str, Any] = {
-        "image": str(path), "model": lm.name, "method": method,
+        "image": str(path), "model": lm.name, "method": method, "precision": lm.precision,
         "settings": settings,
         "input_size": list(lm.data_config.input_size), "patch_size": s["patch_size"], "grid": [gh, gw],
         "tokens": out.layout.names(),
@@ -436,6 +436,7 @@ def run(args: argparse.Namespace) -> int:
         if not paths:
             raise UserError("no images found in " + ", ".join(args.images))
     lm = load_from_args(args)
+    say_precision(lm)
     s = resolve_settings(args, lm)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

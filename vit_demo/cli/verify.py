@@ -12,7 +12,7 @@ from .common import UserError, add_model_args
 
 def register(sub: Any) -> None:
     p = sub.add_parser("verify", help="compare the scratch model with timm's (or transformers') on the same weights")
-    add_model_args(p, random_init=True)
+    add_model_args(p, random_init=True, precision="fp32")
     p.add_argument("--reference", metavar="DIR",
                    help="a transformers model folder: compare with transformers' own model (needs transformers)")
     p.add_argument("--images", help="folder or image file (default: 8 random-noise inputs)")
@@ -34,6 +34,6 @@ def run(args: argparse.Namespace) -> int:
     if args.reference and args.random_init:
         raise UserError("--reference and --random-init exclude each other")
     r = verify(args.model, args.weights, args.random_init, images, args.device, args.tol, size, args.batch_size,
-               reference=args.reference)
+               reference=args.reference, precision=args.precision)
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0 if r["passed"] else 1

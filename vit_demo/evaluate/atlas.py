@@ -66,8 +66,9 @@ import torch
 from torch import Tensor
 
 from ..distributed.torchrun import Dist, gather_objects, share_objects
-from ..methods.attention import head_maps, mean_attention_distance
+from ..methods.attention import head_maps, in_float32, mean_attention_distance
 from ..model import TokenLayout, VisionTransformer
+from ..precision import autocast, runs_bf16
 from ..progress import TimeUp, batches, check, report, time_left
 from .child import in_child
 from .concepts import FIT_ROWS, PRESENCE_PCT, Concepts, fit_concepts
@@ -114,13 +115,15 @@ def block_inputs(model: VisionTransformer, x: Tensor) -> tuple[list[Tensor], Tok
 
 def run_from(model: VisionTransformer, tokens: Tensor, start: int, grid: tuple[int, int]) -> Tensor:
     """The logits of ``tokens`` fed to block ``start`` (0-based; ``len(blocks)``: only the final
-    norm and the head), the rest of the model as its forward pass runs it."""
+    norm and the head), the rest of the model as its forward pass runs it (in its precision:
+    vit_demo.precision, so that the falls it measures compare like with like)."""
     rope, bias = model.positions(grid, tokens.device)
     x = tokens
-    for i in range(start, len(model.blocks)):
-        r = rope[i] if rope is not None and model.cfg.rope == "mixed" else rope
-        x, _ = model.blocks[i](x, False, r, bias, grid)
-    return model.forward_head(model.norm(x))[0]
+    with autocast(tokens.device, runs_bf16(model)):
+        for i in range(start, len(model.blocks)):
+            r = rope[i] if rope is not None and model.cfg.rope == "mixed" else rope
+            x, _ = model.blocks[i](x, False, r, bias, grid)
+        return model.forward_head(model.norm(x))[0]
 
 
 @contextmanager
@@ -248,7 +251,7 @@ def captured_pass(model: VisionTransformer, x: Tensor, layer: int) -> tuple[Any,
     finally:
         for h in hooks:
             h.remove()
-    return out, torch.stack(outs), tok[-1], tok[0]
+    return in_float32(out), torch.stack(outs), tok[-1], tok[0]
 
 
 def atlas_cost(model: VisionTransformer, concepts: int) -> float:

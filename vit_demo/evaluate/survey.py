@@ -469,6 +469,7 @@ def summarise(lm: LoadedModel, records: list[dict[str, Any]], maps: np.ndarray, 
         "grid": [s // lm.model.cfg.patch_size for s in lm.data_config.input_size], "map_grid": list(maps.shape[1:]),
         "embedding": how, "notes": plain_notes(records, how), "images": records, "clusters": clusters, "errors": errors,
         "seconds": round(seconds, 2), "processes": dist.world, "device": str(lm.device),
+        "precision": lm.precision,
         "findings": survey_findings(records, clusters, tuple(maps.shape[1:])),
     }
     if folder.watermark_box is not None:

@@ -23,10 +23,11 @@ filled with a blur. The weights are :data:`WEIGHTS` (a few thousand numbers). Th
 scaled per photo, so the network runs on any grid and any model, but it learnt the effects of
 DeiT-Tiny on ImageNet photos: on another model it is a prior that the probes then correct.
 
-Cost: the gated map (shared with ``lrp-gated``), Chefer's map (the same gradient pass), GradCAM
-(one more gradient pass), one forward pass that captures the attention (raw attention, rollout and
-the class), the network (negligible) and 8 masked forward passes. Measured in docs/faithfulness.md,
-with its scores on held-out photos.
+Cost: the gated map (shared with ``lrp-gated``: a CP-LRP pass and the attention-gradient pass), whose
+attention-gradient pass also gives Chefer's map, GradCAM's, the raw attention, the rollout and the
+class's probability, the network (negligible) and 8 masked forward passes, batched (plus one forward
+pass when no class is given). Measured in docs/faithfulness.md, with its scores on held-out photos,
+and in bfloat16 in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from ..model import VisionTransformer
-from .attention import captured, cls_attention
+from .attention import cls_attention
+from .gradients import attention_gradients
 from .passes import targets
 from .perturb import unit_range
 from .probe import probe_seed
@@ -118,16 +120,20 @@ def amortised_seed(maps: dict[str, Tensor]) -> Tensor:
 
 
 @register("lrp-amortised", title="Amortised LRP",
-          cite="this project: gated CP-LRP x an effect predictor trained on causal LRP's tests, 8 forward passes more")
+          cite="this project: gated CP-LRP x an effect predictor trained on causal LRP's tests, 8 forward passes more",
+          bf16_ok=True)
 def amortised_lrp(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """Amortised LRP [B, gh, gw] (see the module docstring). Inside
     :func:`~vit_demo.methods.registry.reuse`, the input maps already computed are reused."""
-    out = captured(model, x)  # one pass: the class, and the registered raw-attention and rollout maps' values
-    logits = out.logits.float()
-    t = targets(target, logits)
-    clean = logits.softmax(dim=-1).gather(1, t[:, None])[:, 0]
-    maps = {"attention": cls_attention(out.attentions, out.layout, layer=-1), "rollout": rollout(out.attentions, out.layout)}
-    del out  # every layer's attention: not kept through the gradient passes
-    with sharing(model, x):  # the classes as a tensor, as the gated map passes them on to CP-LRP: computed once
+    with sharing(model, x):  # the passes the input maps share run once
+        if target is None:  # the classes as a tensor, as the gated map passes them on to CP-LRP
+            with torch.no_grad():
+                target = targets(None, model(x).logits)
+        # the attention-gradient pass: the class's probability, the raw-attention and rollout maps (the
+        # registered maps' values: its attention is the capture's), the gated map's gate, Chefer, GradCAM
+        ag = attention_gradients(model, x, target)
+        t = ag.target
+        clean = ag.logits.softmax(dim=-1).gather(1, t[:, None])[:, 0]
+        maps = {"attention": cls_attention(ag.attentions, ag.layout, layer=-1), "rollout": rollout(ag.attentions, ag.layout)}
         maps |= {name: get(name)(model, x, t).detach() for name in INPUTS if name not in maps}
     return probe_seed(model, x, t, clean, amortised_seed(maps))

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model import TokenLayout, VisionTransformer, ViTOutput
+from ..precision import widened
 from .registry import Target, register
 
 # ----------------------------------------------------------------------------- reading a map off a matrix
@@ -149,12 +150,24 @@ def head_maps(
 
 
 def captured(model: VisionTransformer, x: Tensor) -> ViTOutput:
-    """One forward pass without gradients that captures every layer's attention."""
+    """One forward pass without gradients that captures every layer's attention (in float32: see
+    :func:`in_float32`)."""
     with torch.no_grad():
-        return model(x, capture=True)
+        return in_float32(model(x, capture=True))
 
 
-@register("attention", title="Raw attention", cite="last layer, [class] query, mean of heads", class_specific=False)
+def in_float32(out: ViTOutput) -> ViTOutput:
+    """``out`` with its attention in float32 (a model in bfloat16 captures bfloat16), still one block
+    when it was one (:func:`stacked`: converted at once, read as slices)."""
+    if not out.attentions or widened(out.attentions[0]) is out.attentions[0]:
+        return out
+    every = stacked(out.attentions)
+    attentions = list(widened(every).unbind(0)) if every is not None else [widened(a) for a in out.attentions]
+    return out._replace(attentions=attentions)
+
+
+@register("attention", title="Raw attention", cite="last layer, [class] query, mean of heads", class_specific=False,
+          bf16_ok=True)
 def attention_map(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """Last layer's [class] attention, heads averaged (class-agnostic: ``target`` unused).
     With an attention-pool head (no [class] query in the blocks): the pool's attention carried

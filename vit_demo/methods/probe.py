@@ -136,7 +136,9 @@ def probe_seed(model: VisionTransformer, x: Tensor, targets: Tensor, clean: Tens
           cite="this project: gated CP-LRP x occlusion of its 8 rank groups, 8 forward passes more")
 def probed_lrp(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """Probed LRP [B, gh, gw]: the gated LRP map weighted by the measured effect of its rank
-    groups (:func:`probed_map`, default :class:`ProbeSettings`). Inside
+    groups (:func:`probed_map`, default :class:`ProbeSettings`). It runs in float32 on a bf16 model
+    (not ``bf16_ok``: its rank correlation with its fp32 map was 0.89 at the 5th percentile of 32 photos,
+    docs/performance.md). Inside
     :func:`~vit_demo.methods.registry.reuse`, a gated map already computed is reused."""
     return probed_map(model, x, target)
 

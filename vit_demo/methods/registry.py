@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..model import VisionTransformer
+from ..precision import full_precision, runs_bf16, widened
 
 Target = int | Tensor | None
 MapFn = Callable[[VisionTransformer, Tensor, Target], Tensor]
@@ -48,6 +49,7 @@ class Method:
     cite: str  # the paper ("Ali et al., ICML 2022"), or "this project"
     slow: bool = False  # hundreds of forward passes: run only when asked for by name (or "all")
     class_specific: bool = True  # explains one class (False: the map is the same for every class)
+    bf16_ok: bool = False  # measured as faithful in bfloat16: it runs in the model's precision (else in float32)
 
     def __call__(self, model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
         return self.fn(model, x, target)
@@ -61,19 +63,50 @@ class Method:
 _METHODS: dict[str, Method] = {}
 
 
-def register(name: str, *, title: str, cite: str, slow: bool = False, class_specific: bool = True
-             ) -> Callable[[MapFn], MapFn]:
+def register(name: str, *, title: str, cite: str, slow: bool = False, class_specific: bool = True,
+             bf16_ok: bool = False) -> Callable[[MapFn], MapFn]:
     """Decorator: add ``fn`` to the registry under ``name`` (a name may be registered once).
-    The function is returned wrapped so that :func:`reuse` can share its result."""
+    The function is returned wrapped so that :func:`reuse` can share its result, and so that it
+    runs in the model's precision only when ``bf16_ok`` (its maps measured as faithful in bfloat16,
+    docs/performance.md); otherwise a model set to bfloat16 runs in float32 for it. Maps come out
+    in float32 either way."""
 
     def add(fn: MapFn) -> MapFn:
         if name in _METHODS:
             raise ValueError(f"method {name!r} is registered twice ({_METHODS[name].fn.__module__} and {fn.__module__})")
-        wrapped = shared(name)(fn)
-        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific)
+        wrapped = shared(name)(in_precision(fn, bf16_ok))
+        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific, bf16_ok)
         return wrapped
 
     return add
+
+
+_measuring = threading.local()
+
+
+@contextmanager
+def every_method_in_bf16() -> Iterator[None]:
+    """Within the block, on this thread, every method runs in the model's precision, ``bf16_ok`` or
+    not: to measure what bfloat16 does to a method's maps (benchmarks/bench_precision.py)."""
+    before = getattr(_measuring, "on", False)
+    _measuring.on = True
+    try:
+        yield
+    finally:
+        _measuring.on = before
+
+
+def in_precision(fn: Callable[..., Tensor], bf16_ok: bool) -> Callable[..., Tensor]:
+    """``fn`` whose model runs in float32 unless ``bf16_ok`` (vit_demo.precision.full_precision),
+    and whose map is float32 (or float64) whatever the model ran in."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Tensor:
+        with full_precision() if not (bf16_ok or getattr(_measuring, "on", False)) else nullcontext():
+            out = fn(*args, **kwargs)
+        return widened(out) if isinstance(out, Tensor) else out
+
+    return call
 
 
 def names(*, slow: bool | None = None, class_specific: bool | None = None) -> list[str]:
@@ -123,13 +156,19 @@ def target_key(target: Target, batch: int) -> tuple[int, ...] | None:
     return tuple(int(v) for v in (t * batch if len(t) == 1 else t))
 
 
+def memo_key(name: str, model: VisionTransformer, target: Target, batch: int) -> tuple[str, tuple[int, ...] | None, bool]:
+    """What a result is shared under: the pass's name, the target, and whether the model runs in bfloat16
+    here and now (a method kept in float32 on a bf16 model does not reuse a pass made in bfloat16)."""
+    return name, target_key(target, batch), runs_bf16(model)
+
+
 @contextmanager
 def reuse(model: VisionTransformer, x: Tensor, known: Mapping[tuple[str, Target], Any] | None = None) -> Iterator[None]:
     """Within the block, a registered method or :func:`shared` pass called on exactly ``model``
     and ``x`` (the same objects) runs once per target; later calls return its first result.
     ``known``: results computed earlier, ``{(name, target): result}``. One scope per thread;
     scopes nest (the inner one wins)."""
-    memo = {(name, target_key(t, x.shape[0])): v for (name, t), v in (known or {}).items()}
+    memo = {memo_key(name, model, t, x.shape[0]): v for (name, t), v in (known or {}).items()}
     outer = getattr(_local, "scope", None)
     _local.scope = _Scope(model, x, memo)
     try:
@@ -150,6 +189,15 @@ def sharing(model: VisionTransformer, x: Tensor) -> Iterator[None]:
         yield
 
 
+def computed(name: str, model: VisionTransformer, x: Tensor, target: Target = None) -> Any | None:
+    """What :func:`shared` pass ``name`` returned for exactly ``model``, ``x`` and ``target`` in the open
+    :func:`reuse` scope, if it ran there; None otherwise (nothing is computed)."""
+    scope: _Scope | None = getattr(_local, "scope", None)
+    if scope is None or scope.model is not model or scope.x is not x:
+        return None
+    return scope.memo.get(memo_key(name, model, target, x.shape[0]))
+
+
 def shared(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for ``fn(model, x, target=None, ...)``: inside :func:`reuse` for this model
     and input, the result is computed once per target (calls with more arguments, e.g.
@@ -161,7 +209,7 @@ def shared(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
             scope: _Scope | None = getattr(_local, "scope", None)
             if args or kwargs or scope is None or scope.model is not model or scope.x is not x:
                 return fn(model, x, target, *args, **kwargs)
-            key = (name, target_key(target, x.shape[0]))
+            key = memo_key(name, model, target, x.shape[0])
             if key not in scope.memo:
                 scope.memo[key] = fn(model, x, target)
             return scope.memo[key]

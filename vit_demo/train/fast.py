@@ -18,9 +18,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..precision import autocast, bf16_is_fast
-
-PRECISIONS = ("auto", "fp32", "bf16")  # --precision, the default first
+from ..precision import PRECISIONS, autocast, bf16_is_fast  # PRECISIONS: --precision, the default first
 
 
 def use_bf16(precision: str, device: torch.device, scratch: bool = True) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from ...checkpoints.load import DEFAULT_CHECKPOINT, LoadedModel, weights_dir
+from ...precision import BF16_COST
 from ..common import friendly, note, payload_path
 from ..context import Context, Section
 from ..registry import ModelError, ModelSpec
@@ -37,7 +38,14 @@ def model_summary(lm: LoadedModel) -> str:
     stem = " (a convolutional stem makes them: timm, which has none, is compared from the tokens on)" if cfg.conv_stem else ""
     return (f"**{lm.name}**: {cfg.depth} layers × {cfg.num_heads} heads, width {cfg.embed_dim}, "
             f"{lm.model.num_params / 1e6:.1f} M parameters, {cfg.patch_size}-px patches{stem}, tokens: {prefix}; "
-            f"{head}.{variants} Weights: {source}.{warn}")
+            f"{head}.{variants} Weights: {source}. {precision_line(lm)}{warn}")
+
+
+def precision_line(lm: LoadedModel) -> str:
+    """What the model runs in, why, and what that costs in fidelity, in one sentence."""
+    if lm.precision == "bf16":
+        return f"Runs in **{lm.precision_note}**: {BF16_COST}"
+    return f"Runs in {lm.precision_note}."
 
 
 def no_checkpoint_message() -> str:

@@ -13,6 +13,7 @@ import gradio as gr
 from ...analysis import Analysis
 from ...checkpoints.load import LoadedModel
 from ...checkpoints.stem_twin import STEM_SCOPE
+from ...precision import full_precision
 from ...viz.charts import layer_diff_figure
 from ..common import display_label, friendly
 from ..context import Context, Section
@@ -25,10 +26,13 @@ RUN_TIMM = "Run timm on this image"
 
 
 def compare_with_timm(a: Analysis, lm: LoadedModel, tm: Any, k: int = 5) -> dict[str, Any]:
-    """Both models on this image (the cached input tensor), with a verdict sentence."""
+    """Both models on this image (the cached input tensor), with a verdict sentence: both in float32,
+    whatever precision the app runs the model in elsewhere (vit_demo.precision), so that "identical"
+    means identical to float precision."""
     from ...checkpoints.verify import compare_one, verdict
 
-    c = compare_one(lm.model, tm, a.x, k=int(k), repeats=3)
+    with full_precision():
+        c = compare_one(lm.model, tm, a.x, k=int(k), repeats=3)
     c["verdict"] = verdict(c)
     c["identical"] = c["verdict"].startswith("Identical")
     return c
@@ -87,6 +91,8 @@ def verdict_html(c: dict) -> str:
 def press_note(lm: LoadedModel) -> str:
     """What the tab says before the button is pressed (and, for a convolutional stem, what it will compare)."""
     note = "*Press the button to run timm's model on this image.*"
+    if lm.precision != "fp32":  # the check keeps float precision's meaning
+        note += f" *Both run in fp32 here (the app runs this model in {lm.precision} elsewhere).*"
     return f"{note} {STEM_SCOPE}" if lm.model.cfg.conv_stem else note
 
 
