@@ -37,8 +37,9 @@ ENV_NO_BF16 = "VIT_DEMO_NO_BF16"  # set (not "0"): no device counts as computing
 FP32_PARTS = ("embed", "forward_head")  # methods of the model kept in float32 under bfloat16
 _ATTR = "vit_demo_precision"  # where set_precision records the model's precision on the instance
 # what bfloat16 costs, in one sentence (the app's model summary; measured: docs/performance.md)
-BF16_COST = ("two to three times faster on this project's CPU; on the 1000 sample photos (DeiT-Tiny) top-1 equals fp32's "
-             "on 99.8 % of them (the 2 others are near-ties) and the maps run in bf16 rank the patches as in fp32 "
+BF16_COST = ("1.7 (DeiT-Tiny) to 3.3 (ViT-B) times as fast on this project's CPU; on the 1000 sample photos "
+             "(DeiT-Tiny) top-1 equals fp32's on 99.8 % of them (the 2 others are near-ties) and the maps run in bf16 "
+             "rank the patches as in fp32 "
              "(median rank correlation 0.996 or more; the others run in fp32); the Compare tab checks in fp32.")
 
 
