@@ -264,6 +264,21 @@ def load_photos(lm, paths, size=None) -> torch.Tensor:
     return torch.stack([preprocess(load_image(p), dc)[0] for p in paths])
 
 
+def noise_photos(folder: Path, n: int, seed: int) -> list[Path]:
+    """``n`` 64 x 48 PNGs of uniform noise in ``folder`` (a different picture each: no cache answers for
+    another), named by ``seed`` so that calls with other seeds never overwrite each other."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        p = folder / f"p{seed}_{i}.png"
+        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(p)
+        out.append(p)
+    return out
+
+
 SHAPE_CLASSES = ["circle", "square", "star", "triangle"]
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from app_server import running_app
 from attacks import Raw, file_payload
+from conftest import noise_photos
 from PIL import Image
 
 pytest.importorskip("httpx")
@@ -36,15 +37,6 @@ def app(deit_tiny_path: Path):
     with running_app(args) as a:
         yield a
 
-
-def _photos(folder: Path, n: int, seed: int) -> list[Path]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        p = folder / f"p{seed}_{i}.png"
-        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(p)
-        out.append(p)
-    return out
 
 
 def _defaults(raw: Raw, name: str) -> list:
@@ -65,7 +57,7 @@ def test_a_flood_of_slow_jobs_does_not_starve_predictions(app, tmp_path: Path) -
     victim = Raw(app.url, headers={"X-Forwarded-For": "10.0.0.7"})
     sessions = [f"flood{i}" for i in range(3)]
     for s in sessions:
-        _ready_session(attacker, _photos(tmp_path, 1, 100 + len(s))[0], s)
+        _ready_session(attacker, noise_photos(tmp_path, 1, 100 + len(s))[0], s)
     slow = [n for n in attacker.events() if n in SLOW_EVENTS or n.startswith("on_export")]
     stop, joined, busy, other = threading.Event(), [], [], []
 
@@ -91,12 +83,12 @@ def test_a_flood_of_slow_jobs_does_not_starve_predictions(app, tmp_path: Path) -
             times.append(out.seconds)
         return times
 
-    quiet = predictions(_photos(tmp_path, 10, 8))  # the same machine, the same moment, no flood
+    quiet = predictions(noise_photos(tmp_path, 10, 8))  # the same machine, the same moment, no flood
     thread = threading.Thread(target=flood)
     thread.start()
     try:
         time.sleep(2)  # the flood is on
-        times = predictions(_photos(tmp_path, 20, 7))
+        times = predictions(noise_photos(tmp_path, 20, 7))
     finally:
         stop.set()
         thread.join()
@@ -114,7 +106,7 @@ def test_a_flood_of_slow_jobs_does_not_starve_predictions(app, tmp_path: Path) -
 def test_slow_jobs_stop_at_their_time_limit(app, tmp_path: Path) -> None:
     """RISE (thousands of forward passes) against --job-seconds 6: stopped, and told so."""
     raw = Raw(app.url, headers={"X-Forwarded-For": "10.0.0.8"})
-    _ready_session(raw, _photos(tmp_path, 1, 3)[0], raw.session)
+    _ready_session(raw, noise_photos(tmp_path, 1, 3)[0], raw.session)
     t0 = time.perf_counter()
     out = raw.call("run", _defaults(raw, "run"))
     took = time.perf_counter() - t0
@@ -146,7 +138,7 @@ def test_clients_take_turns_in_a_lane(app, tmp_path: Path) -> None:
     before: the queue was first come, first served, and it ran after the four waiting ones.)"""
     attacker = Raw(app.url, headers={"X-Forwarded-For": "10.0.3.66"})
     victim = Raw(app.url, headers={"X-Forwarded-For": "10.0.3.7"})
-    photos = _photos(tmp_path, 7, seed=33)
+    photos = noise_photos(tmp_path, 7, seed=33)
     stored, mine = [attacker.upload(p) for p in photos[:6]], victim.upload(photos[6])
     ended: dict[str, float] = {}
 

@@ -27,6 +27,7 @@ import numpy as np
 import psutil
 import pytest
 from app_server import running_app
+from conftest import noise_photos
 from PIL import Image
 from safetensors import safe_open
 
@@ -223,15 +224,6 @@ def digits_zip(tmp_path_factory) -> Path:
     return out
 
 
-def photos(folder: Path, n: int, seed: int) -> list[Path]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        p = folder / f"p{seed}_{i}.png"
-        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(p)
-        out.append(p)
-    return out
-
 
 def predict_times(c: Client, pics: list[Path]) -> list[float]:
     out = []
@@ -244,7 +236,7 @@ def predict_times(c: Client, pics: list[Path]) -> list[float]:
 
 def test_train_api_one_at_a_time_and_predictions_stay_fast(app, digits_zip: Path, tmp_path: Path) -> None:
     other = client(app, "10.0.9.3")
-    quiet = predict_times(other, photos(tmp_path, 8, 1))  # the same machine, no training
+    quiet = predict_times(other, noise_photos(tmp_path, 8, 1))  # the same machine, no training
     first = client(app, "10.0.9.1").submit(dataset="zip", minutes=0.1, zip=handle_file(str(digits_zip)), api_name="/train")
     deadline = time.monotonic() + 120
     while first.status().code.name not in ("PROCESSING", "FINISHED") and time.monotonic() < deadline:
@@ -255,7 +247,7 @@ def test_train_api_one_at_a_time_and_predictions_stay_fast(app, digits_zip: Path
     assert str(refused.value).strip() == TRAIN_BUSY
     busy: list[float] = []
     while not first.done():
-        busy += predict_times(other, photos(tmp_path, 2, 10 + len(busy)))
+        busy += predict_times(other, noise_photos(tmp_path, 2, 10 + len(busy)))
     summary, files = first.result()
     p95, p95_quiet = statistics.quantiles(busy, n=20)[18], statistics.quantiles(quiet, n=20)[18]
     print(f"/predict while training: {len(busy)} calls, p50 {statistics.median(busy):.2f} s, p95 {p95:.2f} s "
