@@ -81,6 +81,22 @@ def _open(src: ImageSource, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
     return img
 
 
+def open_checked(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
+    """``src`` opened lazily (its header read, nothing decoded) and checked as :func:`load_image`
+    checks it: at most ``max_bytes``, a readable header, at least one pixel, at most ``max_pixels``.
+    Raises :class:`ImageError` saying which."""
+    img = _open(src, max_bytes)
+    name = Path(getattr(img, "filename", "") or "image").name
+    w, h = img.size
+    if w < 1 or h < 1:
+        raise ImageError(f"{name}: image has no pixels ({w}x{h})")
+    if w * h > max_pixels:
+        raise ImageError(
+            f"{name}: image is {w}x{h} px ({w * h / 1e6:.0f} MP); the limit is {max_pixels / 1e6:.0f} MP"
+        )
+    return img
+
+
 def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES,
                reduce_to: int | None = None) -> Image.Image:
     """Return ``src`` as an 8-bit RGB PIL image, EXIF-rotated upright (files over ``max_bytes``
@@ -93,15 +109,9 @@ def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS, max_bytes: int = 
     never becomes a 40-MP float64 array); ``img.info["original_size"]`` keeps the upright size
     of the file's picture. Raises :class:`ImageError`.
     """
-    img = _open(src, max_bytes)
+    img = open_checked(src, max_pixels, max_bytes)
     name = Path(getattr(img, "filename", "") or "image").name
     w, h = img.size
-    if w < 1 or h < 1:
-        raise ImageError(f"{name}: image has no pixels ({w}x{h})")
-    if w * h > max_pixels:
-        raise ImageError(
-            f"{name}: image is {w}x{h} px ({w * h / 1e6:.0f} MP); the limit is {max_pixels / 1e6:.0f} MP"
-        )
     try:
         if getattr(img, "is_animated", False):  # (not n_frames: it walks every frame)
             img.seek(0)  # animated: first frame

@@ -199,7 +199,7 @@ def run_folder(ctx: Context, dataset: str, files: Any) -> Iterator[tuple[Path, P
     """``(the run's new export folder, the pictures, notes)``; the folder goes if the run fails."""
     if dataset == "zip":
         with received(ctx, files if isinstance(files, list) else [files]) as (out, pics, notes):
-            yield out, pics, notes + drop_oversized(pics, ctx.cfg.limits.max_pixels)  # the child reads them whole
+            yield out, pics, notes + drop_oversized(pics, ctx.cfg.limits)  # the child reads them whole
         return
     out = export_dir()
     try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from PIL import Image
 
-from ..images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, load_image, safe_parts
+from ..images import IMAGE_SUFFIXES, Allowance, ImageError, extract_pictures, load_image, open_checked, safe_parts
 from ..progress import check
 from .context import Context
 from .exports import export_dir
@@ -95,22 +95,18 @@ def picture_loader(limits: Limits) -> Callable[[str], Image.Image]:
                              reduce_to=WORK_PIXELS)
 
 
-def drop_oversized(pics: Path, max_pixels: int) -> list[str]:
-    """Delete the pictures under ``pics`` whose header says more than ``max_pixels`` (or that no
-    header can be read from), before anything decodes them whole: a job that reads its pictures
-    itself (training, in a child process) gets the upload's megapixel limit this way. Returns a note
-    per picture dropped, named relative to ``pics``."""
+def drop_oversized(pics: Path, limits: Limits) -> list[str]:
+    """Delete the pictures under ``pics`` that an upload would refuse by its header
+    (:func:`vit_demo.images.open_checked`: over ``--max-megapixels`` or the upload cap, or no readable
+    header), before anything decodes them whole: a job that reads its pictures itself (training, in a
+    child process) gets the upload's limits this way. Returns a note per picture dropped."""
     notes = []
     for path in sorted(p for p in pics.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES):
         try:
-            with Image.open(path) as im:  # reads the header only
-                w, h = im.size
-        except Exception:  # noqa: BLE001 - any unreadable header: the picture goes, with a note
-            w = h = -1
-        if w < 0 or w * h > max_pixels:
+            open_checked(path, limits.max_pixels, limits.max_upload_bytes).close()
+        except ImageError as e:
             path.unlink()
-            why = "no readable header" if w < 0 else f"{w} x {h} is over the {max_pixels / 1e6:g}-megapixel limit"
-            notes.append(f"skipped {path.relative_to(pics)}: {why}")
+            notes.append(f"skipped {path.relative_to(pics)}: {str(e).removeprefix(path.name + ': ')}")
     return notes
 
 
