@@ -136,7 +136,7 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
     exception (a framework's, which may hold server paths or repeat a request) stays in the server's log."""
     server = server or ServerSettings()
     limits = server.limits
-    kwargs = app_kwargs(limits, server.mcp_calls)
+    kwargs = app_kwargs(limits, server.mcp_calls, server.streams)
     if server.mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
         kwargs["lifespan"] = server.mcp_lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
@@ -148,11 +148,11 @@ OPENAPI_ROUTE = "/gradio_api/openapi.json"  # Gradio's own schema of the API: cl
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
-def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
-    """Gradio's FastAPI app: the gate as its middleware (exposed, with the path mask inside it),
-    request errors that repeat nothing, and no FastAPI schema (Gradio already leaves out /docs
-    and /redoc; its own /gradio_api/info stays), nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`,
-    unless ``--openapi``)."""
+def app_kwargs(limits: Limits, mcp_calls: Any = None, streams: Any = None) -> dict[str, Any]:
+    """Gradio's FastAPI app: the gate as its middleware (inside it the door of the Live tab's
+    frames, when ``streams``, and, exposed, the path mask), request errors that repeat nothing, and
+    no FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays),
+    nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`, unless ``--openapi``)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from gradio.utils import get_upload_folder
@@ -160,6 +160,7 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
 
     from .server.masking import PathMask
     from .server.middleware import CLOSED_ROUTES, Gate, UploadBudget
+    from .server.streams import STREAM_ROUTE, StreamDoor
 
     budget = None
     if limits.upload_budget_bytes is not None:  # every client keeps one file of the largest size, whatever the total
@@ -172,8 +173,12 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
                             status_code=422)
 
     mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
+    if streams is not None:  # the live frames' route: opened by the gate, kept for live streams by their door
+        closed = tuple(c for c in closed if c != STREAM_ROUTE)
     middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
                              calls=mcp_calls, closed=closed)]
+    if streams is not None:
+        middleware.append(Middleware(StreamDoor, live=streams))
     if limits.exposed:  # inside the gate: no server path, nor Gradio's exact release, in what the app sends
         middleware.append(Middleware(PathMask, folder=get_upload_folder(), release=gr.__version__))
     return {"middleware": middleware,

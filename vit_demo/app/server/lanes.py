@@ -48,6 +48,7 @@ from ...progress import time_limit
 from .clients import client_group
 from .guard import JoinGuard
 from .middleware import CALLS_BUSY, CallerCap, UploadBudget, from_own_client
+from .streams import LIVE, LIVE_BUSY
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
 TRAIN = "train"  # the Train tab's and /train's events: one training on the server at a time (vit_demo.app.trainer)
@@ -88,6 +89,12 @@ def _slow_in_flight(queue: Any) -> list[Any]:
     lane = queue.event_queue_per_concurrency_id.get(SLOW)
     waiting = list(lane.queue) if lane is not None else []
     return waiting + _running(queue, SLOW)
+
+
+def _live_in_flight(queue: Any) -> list[Any]:
+    """The live streams, waiting or running."""
+    lane = queue.event_queue_per_concurrency_id.get(LIVE)
+    return (list(lane.queue) if lane is not None else []) + _running(queue, LIVE)
 
 
 class Door:
@@ -170,7 +177,12 @@ class Door:
                 return SLOW_BUSY, "queue_full"
             if self.exposed and host and sum(_host(e) == host for e in slow) >= SLOW_PER_HOST:
                 return SLOW_BUSY, "queue_full"
-        waiting = _waiting(self.queue)
+        live = _live_in_flight(self.queue)
+        if getattr(fn, "concurrency_id", None) == LIVE and (
+                (session and any(e.session_hash == session for e in live))
+                or (self.exposed and host and any(_host(e) == host for e in live))):
+            return LIVE_BUSY, "queue_full"
+        waiting = _waiting(self.queue) + _running(self.queue, LIVE)  # a running stream holds its client's place
         if session and sum(e.session_hash == session for e in waiting) >= self.per_client:
             return (f"Queue is full for this client: it already has {self.per_client} requests waiting. "
                     "Wait for them to finish."), "queue_full"
