@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from vit_demo.analysis import analyze
-from vit_demo.app.live import ATTENTION, CLASS_MAP, ROLLOUT, LiveView, frame_bytes, look, open_frame, picture_url
+from vit_demo.app.live import ATTENTION, CLASS_MAP, ROLLOUT, TAIL, LiveView, frame_bytes, look, open_frame, picture_url
 from vit_demo.app.server.guard import REFUSED, FileGuard, JoinGuard
 from vit_demo.app.server.streams import EXPOSED, LiveStreams, StreamDoor, is_frame
 from vit_demo.images import ImageError
@@ -71,14 +71,14 @@ def test_the_picture_sent_back(deit_tiny, package_photos) -> None:
     """A JPEG data URL: the map over what the model sees, enlarged to 448 px, a caption band under it."""
     img = Image.open(package_photos["coffee"]).convert("RGB").resize((256, 256))
     seen = look(deit_tiny, img)
-    url = picture_url(seen, "inferno", 0.6, 12.3, "rollout")
+    url = picture_url(seen, "inferno", 0.6, 12.3)
     assert url.startswith("data:image/jpeg;base64,")
     pic = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert pic.size == (448, 492)
     band = np.asarray(pic.convert("L"))[448:]
     assert band.mean() < 80 and band.max() > 200  # dark, with light text on it
     camera_only = np.asarray(Image.open(io.BytesIO(base64.b64decode(
-        picture_url(seen, "inferno", 0.0, 1, "rollout").split(",", 1)[1]))).convert("RGB"), dtype=float)[:448]
+        picture_url(seen, "inferno", 0.0, 1).split(",", 1)[1]))).convert("RGB"), dtype=float)[:448]
     picture = np.asarray(seen.picture.resize((448, 448), Image.Resampling.BILINEAR), dtype=float)
     assert np.abs(camera_only - picture).mean() < 4  # blend 0: the camera's picture, (JPEG aside)
     mixed = np.asarray(pic.convert("RGB"), dtype=float)[:448]
@@ -92,7 +92,8 @@ def test_frames_are_checked_as_uploads_are() -> None:
     assert open_frame({"url": good}, 1 << 20, 40_000_000).size == (256, 256)
     for bad in (None, 3, "hello", {"path": "/etc/passwd"}, {"path": "/etc/passwd", "url": None},
                 {"url": "data:text/plain;base64,aGVsbG8="}, {"url": "data:image/jpeg,notbase64"},
-                {"url": "data:image/jpeg;base64,@@@@"}, {"url": "data:image/jpeg;base64," + base64.b64encode(b"no picture").decode()}):
+                {"url": "data:image/jpeg;base64,@@@@"},
+                {"url": "data:image/jpeg;base64," + base64.b64encode(b"no picture").decode()}):
         with pytest.raises(ImageError):
             open_frame(bad, 1 << 20, 40_000_000)
     with pytest.raises(ImageError, match="limit"):
@@ -104,13 +105,16 @@ def test_frames_are_checked_as_uploads_are() -> None:
     assert open_frame({"url": big}, 1 << 20, 40_000_000).size[0] <= 1200  # decoded reduced (a browser that ignored the size)
 
 
-def test_the_rate_on_the_picture() -> None:
+def test_the_rate_on_the_picture_and_the_frame_frozen() -> None:
     view = LiveView()
-    assert view.fps(0.0) == 0
-    for i in range(21):
-        view.sent("u", Image.new("RGB", (4, 4)), 10 + i * 0.1)
+    assert view.fps(0.0) == 0 and view.frame() is None
+    urls = [f"data:image/jpeg;base64,{'A' * 100}{i:03d}" for i in range(21)]
+    for i, url in enumerate(urls):
+        view.sent(url, f"frame {i}".encode(), 10 + i * 0.1)
     assert view.fps(12.0) == pytest.approx(10.0)
     assert view.fps(30.0) == 0  # nothing lately
+    assert view.frame(urls[18][-TAIL:]) == b"frame 18"  # the page says which picture it shows
+    assert view.frame() == view.frame("no such") == b"frame 20"  # else: the newest
 
 
 def call(door: StreamDoor, path: str, method: str = "POST") -> int:

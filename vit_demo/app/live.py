@@ -33,14 +33,15 @@ from ..methods.rollout import rollout
 from ..preprocess import preprocess
 
 ROLLOUT, ATTENTION, CLASS_MAP = "rollout", "attention", "lrp-amortised"
-MAPS = {ROLLOUT: "Rollout (every layer)", ATTENTION: "Raw attention (a layer and a head)",
-        CLASS_MAP: "Amortised LRP (the top class; slower)"}
+MAPS = {ROLLOUT: "Rollout", ATTENTION: "Raw attention (layer, head)", CLASS_MAP: "Amortised LRP (top class, slower)"}
 FRAME_SIDE = 256  # px: the square frames asked of the camera (a 224-px model resizes to 256, then crops 224)
 FRAME_PIXELS = 1024 * 1024  # a larger frame (a browser that ignores the size asked) is decoded reduced to this
 VIEW_SIDE = 448  # px: the picture sent back (the model's 224 px, doubled for a projector)
 BAND = 44  # px: the caption band under the picture
 JPEG_QUALITY = 85
 FPS_WINDOW_S = 2.0  # the frames a second shown: those sent in the last this many seconds
+RECENT = 4  # frames a stream keeps (their camera JPEGs, about 20 KB each): Freeze takes the one shown
+TAIL = 64  # characters that tell one picture's data URL from another's (its end)
 DATA_URL = "data:image/"
 
 
@@ -56,12 +57,12 @@ class Look:
 
 @dataclass
 class LiveView:
-    """One stream's state (a session's gr.State): the frames shown lately (the rate on the picture),
-    the last frame computed (what Freeze sends to the other tabs) and the picture sent for it."""
+    """One stream's state (a session's gr.State): when the last pictures were sent (the rate on the
+    picture) and the camera's own bytes of the last few frames, by the end of the picture sent for
+    each (Freeze hands the upload the frame whose picture the page shows: not always the newest)."""
 
     shown: deque = field(default_factory=lambda: deque(maxlen=64))
-    frame: Image.Image | None = None
-    url: str | None = None
+    frames: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (the picture's tail, the frame's JPEG)
     at: float = 0.0  # when the last frame was computed (time.monotonic)
     dropped: int = 0  # frames dropped: late, too fast, or not pictures
     note: str = ""
@@ -73,9 +74,17 @@ class LiveView:
             return 0.0
         return (len(recent) - 1) / max(recent[-1] - recent[0], 1e-3)
 
-    def sent(self, url: str, frame: Image.Image, now: float) -> None:
+    def sent(self, url: str, frame: bytes, now: float) -> None:
         self.shown.append(now)
-        self.url, self.frame, self.at = url, frame, now
+        self.frames.append((url[-TAIL:], frame))
+        self.at = now
+
+    def frame(self, tail: Any = None) -> bytes | None:
+        """The camera's bytes of the frame whose picture ends with ``tail`` (the newest when none does)."""
+        for t, raw in reversed(self.frames):
+            if t == tail:
+                return raw
+        return self.frames[-1][1] if self.frames else None
 
 
 def frame_bytes(value: Any, max_bytes: int) -> bytes:
@@ -99,8 +108,15 @@ def frame_bytes(value: Any, max_bytes: int) -> bytes:
 def open_frame(value: Any, max_bytes: int, max_pixels: int) -> Image.Image:
     """A streamed frame as an RGB picture, with an upload's checks (bytes, a readable header, pixels),
     a larger frame reduced as it is decoded (:data:`FRAME_PIXELS`). Raises ImageError."""
-    img = load_image(frame_bytes(value, max_bytes), max_pixels=max_pixels, max_bytes=max_bytes,
-                     reduce_to=FRAME_PIXELS)
+    return frame_picture(frame_bytes(value, max_bytes), max_bytes, max_pixels)
+
+
+def frame_picture(raw: bytes, max_bytes: int, max_pixels: int) -> Image.Image:
+    """:func:`open_frame` for the frame's bytes."""
+    try:
+        img = load_image(raw, max_pixels=max_pixels, max_bytes=max_bytes, reduce_to=FRAME_PIXELS)
+    except ImageError as e:  # load_image names the picture "upload": say "this frame" instead
+        raise ImageError(str(e).replace("upload: ", "this frame: ", 1)) from None
     if min(img.size) < 16:
         raise ImageError(f"this frame is only {img.width}x{img.height} px")
     return img
@@ -126,26 +142,27 @@ def look(lm: LoadedModel, img: Image.Image, kind: str = ROLLOUT, layer: int = -1
                 float(probs[top]))
 
 
-def caption(seen: Look | None, fps: float, kind: str) -> tuple[str, str]:
-    """The band's two texts: the top-1 class and its probability; the map and the frames a second."""
-    left = f"{seen.label}  {seen.prob:.0%}" if seen is not None else ""
-    return left, f"{kind} · {fps:4.1f} fps"
+def caption(seen: Look, fps: float) -> tuple[str, str, str]:
+    """The band's texts: the top-1 class, its probability, the frames a second shown."""
+    return seen.label, f"{seen.prob:.0%}", f"{fps:.1f} fps"
 
 
-def picture_url(seen: Look, cmap: str, alpha: float, fps: float, kind: str) -> str:
+def picture_url(seen: Look, cmap: str, alpha: float, fps: float) -> str:
     """The picture sent back, as a JPEG data URL."""
-    img = viz.live_picture(seen.picture, seen.heat, cmap, alpha, caption(seen, fps, kind), VIEW_SIDE, BAND)
+    img = viz.live_picture(seen.picture, seen.heat, cmap, alpha, caption(seen, fps), VIEW_SIDE, BAND)
     buf = BytesIO()
     img.save(buf, "JPEG", quality=JPEG_QUALITY)
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def frame_file(view: LiveView, folder: Any) -> str | None:
-    """The last frame computed saved as a PNG in ``folder`` (what Freeze hands the upload), or None."""
-    if view.frame is None:
+def frame_file(view: LiveView, folder: Any, tail: Any = None) -> str | None:
+    """The frame whose picture ends with ``tail`` (the newest when none does), as the camera sent it
+    (a JPEG), saved in ``folder``: what Freeze hands the upload. None before the first frame."""
+    raw = view.frame(tail)
+    if raw is None:
         return None
     import secrets
 
-    path = folder / f"live-{time.strftime('%H%M%S')}-{secrets.token_hex(4)}.png"
-    view.frame.save(path, "PNG", compress_level=1)
+    path = folder / f"live-{time.strftime('%H%M%S')}-{secrets.token_hex(3)}.jpg"
+    path.write_bytes(raw)
     return str(path)

@@ -75,6 +75,13 @@ body.present-mode #display .block {padding: 4px 8px !important;}
 body.present-mode #tabs img {max-height: calc(100vh - 250px); object-fit: contain;}
 body.present-mode #tabs .block:has(> .image-container), body.present-mode #tabs .image-container {height: auto !important;}
 body.present-mode #tabs .caption {font-size: 0.85em;}
+/* the Live tab: a small camera and its controls beside the live picture, all on one screen */
+#live-camera video, #live-camera img {max-height: 240px; object-fit: contain;}
+#live-camera-note-box:has(#live-camera-note[hidden]) {display: none !important;}
+body.present-mode #live-intro {display: none !important;}
+body.present-mode #live-camera video, body.present-mode #live-camera img {max-height: 170px;}
+body.present-mode #live-camera, body.present-mode #live-camera .image-container {height: auto !important;}
+body.present-mode #live-controls .block {padding-top: 4px !important; padding-bottom: 4px !important;}
 """
 
 # Rules for small screens go into the page's <head> as they are: Gradio rewrites the rules of ``css``

@@ -29,7 +29,19 @@ from ...checkpoints.load import LoadedModel
 from ...images import ImageError
 from ..common import note
 from ..context import Context, Section
-from ..live import ATTENTION, CLASS_MAP, FRAME_SIDE, MAPS, ROLLOUT, LiveView, frame_file, look, open_frame, picture_url
+from ..live import (
+    CLASS_MAP,
+    FRAME_SIDE,
+    MAPS,
+    ROLLOUT,
+    TAIL,
+    LiveView,
+    frame_bytes,
+    frame_file,
+    frame_picture,
+    look,
+    picture_url,
+)
 from ..registry import ModelError
 from ..server.streams import LIVE, LiveStreams
 from ..server.workspace import workspace
@@ -61,14 +73,18 @@ CAMERA_JS = ("""() => {
     const name = ev.reason && ev.reason.name;
     if (why[name]) { say(why[name]); ev.preventDefault(); }
   });
+  document.addEventListener('playing', (ev) => {  // the camera works (after all): the sentence goes
+    const e = document.querySelector('#live-camera-note');
+    if (e && ev.target.closest && ev.target.closest('#live-camera')) e.hidden = true;
+  }, true);
 }""")
 # the stream's own Stop button (Gradio's), clicked when the tab is left or a frame frozen: no camera left running unseen
-STOP_JS = """(...args) => {
-  const cam = document.querySelector('#live-camera');
+FREEZE_JS = """(shown, view) => {
+  const cam = document.querySelector('#live-camera'), im = document.querySelector('#live-view img');
   const stop = cam && [...cam.querySelectorAll('button')].find((b) => b.textContent.trim().startsWith('Stop'));
   if (stop) stop.click();
-  return args;
-}"""
+  return [im && im.src ? im.src.slice(-TAIL) : '', view];
+}""".replace("TAIL", str(TAIL))
 LEAVE_JS = """() => { setTimeout(() => {
   const cam = document.querySelector('#live-camera');
   if (!cam || cam.offsetParent !== null) return;
@@ -76,6 +92,7 @@ LEAVE_JS = """() => { setTimeout(() => {
   if (stop) stop.click();
 }, 100); }"""
 DEFAULT_BLEND = 0.6
+STATE_S = 900  # a stream's state (its last frames) is kept this long after its last frame
 
 
 def number(value: Any, lo: float, hi: float, default: float) -> float:
@@ -105,13 +122,6 @@ def map_settings(lm: LoadedModel, kind: Any, layer: Any, head: Any) -> tuple[str
     return kind, int(number(layer, 1, depth, depth)) - 1, (h - 1 if h else None)
 
 
-def kind_name(kind: str, layer: int, head: int | None) -> str:
-    """The map's name on the picture: "rollout", "L12 mean", "L12 H3", "amortised LRP"."""
-    if kind == ATTENTION:
-        return f"L{layer + 1} {'mean' if head is None else f'H{head + 1}'}"
-    return "amortised LRP" if kind == CLASS_MAP else "rollout"
-
-
 class LiveTab(Section):
     name, title = "live", "Live"
 
@@ -125,7 +135,7 @@ class LiveTab(Section):
                 self.view = gr.Image(label="What the model attends to, live", interactive=False, format="jpeg",
                                      elem_id="live-view", buttons=["fullscreen"], height=520)
                 self.note = gr.Markdown(elem_id="live-note")
-        self.state = gr.State(None)
+        self.state = gr.State(None, time_to_live=STATE_S)
         self.controls = [self.layer, self.head]  # re-ranged for the model of each new analysis (show)
 
     def controls_layout(self) -> None:
@@ -134,16 +144,17 @@ class LiveTab(Section):
                                webcam_options=gr.WebcamOptions(mirror=False, constraints={"video": {"width": side,
                                                                                                     "height": side}}))
         gr.HTML(CAMERA_NOTE, elem_id="live-camera-note-box", padding=False)
-        self.kind = gr.Radio([(label, key) for key, label in MAPS.items()], value=ROLLOUT, label="Map",
-                             elem_id="live-map")
+        self.kind = gr.Dropdown([(label, key) for key, label in MAPS.items()], value=ROLLOUT, label="Map",
+                                elem_id="live-map")
         with gr.Row(equal_height=True):
-            self.layer = gr.Slider(1, 12, value=12, step=1, label="Layer (raw attention)", elem_id="live-layer",
-                                   min_width=120)
-            self.head = gr.Slider(0, 3, value=0, step=1, label="Head (0 = their mean)", elem_id="live-head",
-                                  min_width=120)
-        self.blend = gr.Slider(0, 1, value=DEFAULT_BLEND, step=0.05, label="Blend: the camera (0) … the map (1)",
-                               elem_id="live-blend")
-        self.freeze = gr.Button("Freeze: this frame to the other tabs", elem_id="live-freeze")
+            self.layer = gr.Slider(1, 12, value=12, step=1, label="Layer", elem_id="live-layer", min_width=120,
+                                   info="raw attention")
+            self.head = gr.Slider(0, 3, value=0, step=1, label="Head", elem_id="live-head", min_width=120,
+                                  info="0: their mean")
+        with gr.Row(equal_height=True):
+            self.blend = gr.Slider(0, 1, value=DEFAULT_BLEND, step=0.05, label="Blend", info="0 camera … 1 map",
+                                   elem_id="live-blend", min_width=120, scale=3)
+            self.freeze = gr.Button("Freeze", elem_id="live-freeze", min_width=90, scale=1, variant="primary")
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
         """The sliders' ends for the session's model (a new analysis may come with another model)."""
@@ -183,7 +194,8 @@ class LiveTab(Section):
         if now - view.at < 0.5 / rules.fps:
             return None  # faster than the rate allows (the door lets a small burst in)
         lim = ctx.cfg.limits
-        img = open_frame(frame, lim.max_upload_bytes, lim.max_pixels)
+        raw = frame_bytes(frame, lim.max_upload_bytes)
+        img = frame_picture(raw, lim.max_upload_bytes, lim.max_pixels)
         key = getattr(sess, "model_key", None) if isinstance(sess, Session) else None
         lm = ctx.reg.get(key or ctx.default_key)
         kind, layer, head = map_settings(lm, *settings[:3])
@@ -195,8 +207,8 @@ class LiveTab(Section):
                 return None
             seen = look(lm, img, kind, layer, head)
         done = time.monotonic()
-        url = picture_url(seen, cmap, blend, view.fps(done), kind_name(kind, layer, head))
-        view.sent(url, img, done)
+        url = picture_url(seen, cmap, blend, view.fps(done))
+        view.sent(url, raw, done)
         view.note = ""
         return url
 
@@ -208,13 +220,15 @@ class LiveTab(Section):
                            concurrency_id=LIVE, concurrency_limit=rules.at_once, preprocess=False, postprocess=False,
                            show_progress="hidden", api_visibility="private")
 
-        def on_freeze(view):
-            if not isinstance(view, LiveView) or view.frame is None:
+        def on_freeze(shown, view):
+            """The frame whose picture the page shows (it says which: the end of its data URL) to the upload."""
+            path = frame_file(view, workspace().views, shown) if isinstance(view, LiveView) else None
+            if path is None:
                 return gr.skip(), note("Nothing to freeze yet:", "start the camera (Record) first.", "info")
-            return frame_file(view, workspace().views), note(
-                "Frozen:", "this frame is now the image above; every other tab shows it.", "info")
+            return path, note("Frozen:", "this frame is now the image above; every other tab shows it.", "info")
 
-        self.freeze.click(on_freeze, [self.state], [ctx.image, self.note], js=STOP_JS, api_visibility="private",
-                          show_progress="hidden")
+        shown = gr.Textbox(visible=False)
+        self.freeze.click(on_freeze, [shown, self.state], [ctx.image, self.note], js=FREEZE_JS,
+                          api_visibility="private", show_progress="hidden")
         self.gr_tab.select(None, None, None, js=CAMERA_JS, api_visibility="private", show_progress="hidden")
         ctx.tabs.select(None, None, None, js=LEAVE_JS, api_visibility="private", show_progress="hidden")
