@@ -28,7 +28,7 @@ from PIL import Image
 from .. import methods, viz
 from ..checkpoints.load import LoadedModel
 from ..images import ImageError, load_image, mib
-from ..methods.attention import cls_attention, in_float32
+from ..methods.attention import cls_attention
 from ..methods.rollout import rollout
 from ..preprocess import preprocess
 
@@ -133,8 +133,7 @@ def look(lm: LoadedModel, img: Image.Image, kind: str = ROLLOUT, layer: int = -1
     top = int(probs.argmax())
     if kind == CLASS_MAP:
         heat = methods.get(CLASS_MAP)(lm.model, x, torch.tensor([top], device=x.device))[0]
-    else:
-        out = in_float32(out)
+    else:  # (attention captured in bf16 is read as it is: rollout fuses the heads into float32 itself)
         heat = (cls_attention(out.attentions, out.layout, layer, head) if kind == ATTENTION
                 else rollout(out.attentions, out.layout))[0]
     labels = lm.labels
