@@ -73,24 +73,36 @@ CAMERA_JS = ("""() => {
     const name = ev.reason && ev.reason.name;
     if (why[name]) { say(why[name]); ev.preventDefault(); }
   });
+  document.addEventListener('click', (ev) => {  // Record / Stop: whether the page streams (read by stopLive)
+    if (ev.target.closest && ev.target.closest('#live-camera button.capture-button')) window.vitDemoLive = !window.vitDemoLive;
+  }, true);
   document.addEventListener('playing', (ev) => {  // the camera works (after all): the sentence goes
     const e = document.querySelector('#live-camera-note');
     if (e && ev.target.closest && ev.target.closest('#live-camera')) e.hidden = true;
   }, true);
 }""")
-# the stream's own Stop button (Gradio's), clicked when the tab is left or a frame frozen: no camera left running unseen
+
+# Gradio's Record/Stop button toggles the camera's stream; whether it is on is tracked here (after a time limit
+# the button says "Record" while the page still streams, and would join the queue again by itself)
+STOP = """const cam = document.querySelector('#live-camera'), button = cam && cam.querySelector('button.capture-button');
+  const stopLive = () => { if (button && window.vitDemoLive) button.click(); };"""
+# the tab left: the stream stops (the camera does not run unseen behind another tab)
+LEAVE_JS = """() => { setTimeout(() => {
+  """ + STOP + """
+  if (cam && cam.offsetParent === null) stopLive();
+}, 100); }"""
+# a stream ended by its time limit (or stopped): the page's camera stops too; Record starts it again
+ENDED_JS = """() => {
+  """ + STOP + """
+  stopLive();
+}"""
+# Freeze: the stream stops, and the page says which picture it shows (the end of its data URL)
 FREEZE_JS = """(shown, view) => {
-  const cam = document.querySelector('#live-camera'), im = document.querySelector('#live-view img');
-  const stop = cam && [...cam.querySelectorAll('button')].find((b) => b.textContent.trim().startsWith('Stop'));
-  if (stop) stop.click();
+  """ + STOP + """
+  const im = document.querySelector('#live-view img');
+  stopLive();
   return [im && im.src ? im.src.slice(-TAIL) : '', view];
 }""".replace("TAIL", str(TAIL))
-LEAVE_JS = """() => { setTimeout(() => {
-  const cam = document.querySelector('#live-camera');
-  if (!cam || cam.offsetParent !== null) return;
-  const stop = [...cam.querySelectorAll('button')].find((b) => b.textContent.trim().startsWith('Stop'));
-  if (stop) stop.click();
-}, 100); }"""
 DEFAULT_BLEND = 0.6
 STATE_S = 900  # a stream's state (its last frames) is kept this long after its last frame
 
@@ -218,7 +230,8 @@ class LiveTab(Section):
                            [self.camera, self.kind, self.layer, self.head, self.blend, ctx.cmap, self.state, ctx.state],
                            [self.view, self.note, self.state], stream_every=rules.every, time_limit=rules.seconds,
                            concurrency_id=LIVE, concurrency_limit=rules.at_once, preprocess=False, postprocess=False,
-                           show_progress="hidden", api_visibility="private")
+                           show_progress="hidden", api_visibility="private"
+                           ).then(None, None, None, js=ENDED_JS, api_visibility="private", show_progress="hidden")
 
         def on_freeze(shown, view):
             """The frame whose picture the page shows (it says which: the end of its data URL) to the upload."""
