@@ -12,7 +12,10 @@ number drawn in: tests/live_camera.py), against ``python app.py`` run as a user 
 - at 1280x720 in presentation mode the whole tab fits on the screen, nothing cut;
 - a camera the browser refuses, or does not have, gets one sentence in the tab;
 - a frame that is not a picture, or over the upload's limits, is dropped with a note and the stream
-  goes on (over raw HTTP, as Gradio's page speaks it).
+  goes on (over raw HTTP, as Gradio's page speaks it);
+- exposed: one stream per client, a frame rate per stream, a time limit per stream after which the
+  page stops (Record again), 4 streams at a time, and another client's ``/predict`` while 10
+  loopback clients stream.
 
 Screenshots go to ``artifacts/screenshots/live/``.
 """
@@ -434,3 +437,28 @@ def test_exposed_streams_are_capped_and_share_the_machine(exposed_live_app, pack
     assert p95 < 2.0 / share, (f"/predict p95 {p95:.2f} s while 10 clients stream (needed {2.0 / share:.1f} s: 2 on a "
                                f"quiet machine, / {share:.2f} for the load)", busy)
     assert sum(r["pictures"] for r in results) > 0 and sum(r["streams"] > 0 for r in results) >= 4, results
+
+
+def test_an_exposed_stream_ends_at_its_time_limit_and_the_page_stops(camera_browser, exposed_live_app) -> None:
+    """At its time limit the stream ends and the page's camera stops (Gradio's page would join the queue
+    again by itself): the button says Record, nothing more is sent, and Record starts it again."""
+    pg = open_page(camera_browser, exposed_live_app)
+    try:
+        sent: list[float] = []
+        pg.on("request", lambda r: sent.append(time.monotonic()) if "/gradio_api/stream/" in r.url
+              or "/gradio_api/queue/join" in r.url else None)
+        start_live(pg)
+        pg.wait_for_function("() => { const i = document.querySelector('#live-view img'); return i && i.src; }")
+        started = time.monotonic()
+        record = pg.locator("#live-camera button").filter(has_text="Record")
+        record.wait_for(timeout=(LIVE_SECONDS + 30) * 1000)
+        assert time.monotonic() - started >= LIVE_SECONDS - 2
+        time.sleep(2)
+        assert not [t for t in sent if t > time.monotonic() - 1.5], "the page still streams after the time limit"
+        assert record.count() == 1
+        record.first.click()  # Record again
+        stop = pg.locator("#live-camera button").filter(has_text="Stop")
+        stop.wait_for()
+        stop.first.click()
+    finally:
+        pg.context.close()
