@@ -76,9 +76,12 @@ def browse(url: str, clip: Path, seconds: float, map_kind: str | None, server_pi
             pg.goto(url)
             if map_kind is not None:  # the app: the tab, then a map other than the default
                 pg.wait_for_selector("#upload", timeout=120_000)
-                if map_kind != "rollout":
+                if map_kind != "rollout":  # the Map menu's entry
+                    from vit_demo.app.live import MAPS
+
                     pg.get_by_role("tab", name="Live").click()
-                    pg.locator(f"#live-map input[value='{map_kind}']").check()
+                    pg.locator("#live-map input").click()
+                    pg.get_by_role("option", name=MAPS[map_kind]).click()
                 start_live(pg)
             else:  # Gradio's own demo: one page, its Record button
                 pg.wait_for_selector("#live-camera", timeout=60_000)
@@ -173,7 +176,7 @@ def report(r: dict) -> str:
         if m is None:
             continue
         lat = (f", latency median {m['latency_median_s']:.2f} s, p90 {m['latency_p90_s']:.2f} s "
-               f"({m['latency_read']} read)" if m.get("latency_median_s") is not None else "")
+               f"({m['latency_read']} read)" if name == "live" and m.get("latency_median_s") is not None else "")
         lines.append(f"{name:15s} {m['per_second']:5.1f} changes/s, {m['distinct']} distinct in {m['seconds']:.0f} s{lat}; "
                      f"CPU per picture: server {m['server_cpu_ms_per_picture']:.0f} ms, "
                      f"browser {m['browser_cpu_ms_per_picture']:.0f} ms; load {m['load_before']:.1f} -> {m['load_after']:.1f}")
