@@ -97,7 +97,7 @@ HEAD = """<style>
   #present-mode {display: none !important;}
   #page .row > .column, #page .row > .block, #page .row > .form, #page .row .form > .block {min-width: 100% !important;}
   /* the tabs in two rows, not three */
-  #tabs button[role=tab] {padding: 4px 4px !important; font-size: 0.78em !important;}
+  #tabs button[role=tab] {padding: 4px 3px !important; font-size: 0.74em !important;}
   /* the maps side by side come in two columns (Session.narrow): as tall as they need, as wide as the screen */
   #methods, #relevance, #methods .image-container, #relevance .image-container {height: auto !important;}
   #methods img, #relevance img {width: 100%; height: auto; object-fit: contain;}
