@@ -9,7 +9,9 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
    Gradio keeps every session's state values (no longer its copy of the page:
    :mod:`vit_demo.app.server.lean`), up to :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
 3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
-   first has finished; exposed, an address may hold two, for two browser tabs);
+   first has finished; exposed, an address may hold two, for two browser tabs), and to ONE live
+   stream (the Live tab's camera, lane :data:`~vit_demo.app.server.streams.LIVE`), waiting or running;
+   a running stream counts in its client's share of the queue (4.);
 4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
    flood is told "queue is full" while other clients still get in;
 5. (exposed) once a request has joined, lets the clients of its lane take turns
