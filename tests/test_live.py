@@ -192,3 +192,21 @@ def test_the_queue_takes_a_frame_as_a_camera_value(tmp_path) -> None:
                 {"url": "data:image/jpeg;base64," + "A" * 2000}, {"url": "/etc/passwd"}, url, [url]):
         assert guard.problem([1, 2], [None, bad]) == REFUSED, bad
     assert is_frame(None, 10) and not is_frame({"url": "data:text/html,hi"}, 100)
+
+
+def test_an_exposed_app_computes_frames_half_of_the_time_at_most() -> None:
+    """Exposed, all streams together compute at most 12 frames a second and half of the time: after a
+    slow frame (a class map) the next one starts only when that frame's share of the time is over."""
+    live = LiveStreams(EXPOSED)
+    t0 = time.monotonic()
+    with live.compute(0.0) as turn:
+        assert turn
+        time.sleep(0.2)  # a frame of 0.2 s: the next may start 0.4 s after it started
+    with live.compute(0.0) as turn:
+        assert turn and time.monotonic() - t0 >= 0.39
+        t1 = time.monotonic()
+    with live.compute(0.0) as turn:  # a quick frame right after: 1/12 s later
+        assert turn and time.monotonic() - t1 >= 1 / 12 - 0.01
+        time.sleep(0.2)
+    with live.compute(0.45) as turn:  # its turn 0.4 s after the frame before started; its wait is over first
+        assert not turn

@@ -48,8 +48,9 @@ class StreamRules:
     """What a live stream may take: ``at_once`` streams on the server at a time (the rest wait in
     the queue), each at most ``seconds`` long (None: until the page stops sending, then Start
     again), ``fps`` frames a second at most (the door's cap), paced by the page at one frame every
-    ``every`` seconds; ``total_fps`` frames a second for all of them together (their share of the
-    machine: each frame about 45 ms of CPU with Gradio's part); a frame older than ``max_wait_s``
+    ``every`` seconds; ``total_fps`` frames a second for all of them together, and computing frames
+    at most ``share`` of the time (their part of the machine: a rollout frame is about 45 ms of CPU
+    with Gradio's part, an amortised LRP frame ten times that); a frame older than ``max_wait_s``
     when its turn comes is dropped."""
 
     at_once: int
@@ -58,16 +59,17 @@ class StreamRules:
     every: float
     max_wait_s: float = 0.5
     total_fps: float | None = None  # frames a second computed for all streams together (None: as many as fit)
+    share: float | None = None  # of the time, at most this much computing frames (a slow map's frames count more)
 
 
 LOCAL = StreamRules(at_once=2, seconds=None, fps=30.0, every=0.05)
-EXPOSED = StreamRules(at_once=4, seconds=60.0, fps=8.0, every=0.125, total_fps=12.0)
+EXPOSED = StreamRules(at_once=4, seconds=60.0, fps=8.0, every=0.125, total_fps=12.0, share=0.5)
 
 
 def stream_rules(exposed: bool) -> StreamRules:
-    """An exposed app's streams: 4 at a time, 60 s each, 8 frames a second each and 12 for all
-    together (about half of a 2-core machine); a local app's: 2 at a time, as long as the page
-    sends, up to 30 frames a second (the page sends 20).
+    """An exposed app's streams: 4 at a time, 60 s each, 8 frames a second each, 12 for all together
+    and computing half of the time at most (about half of a 2-core machine); a local app's: 2 at a
+    time, as long as the page sends, up to 30 frames a second (the page sends 20).
     ``$VIT_DEMO_LIVE_SECONDS`` sets another time limit (a host's choice; the tests' short one)."""
     rules = EXPOSED if exposed else LOCAL
     seconds = os.environ.get(SECONDS_ENV, "").strip()
@@ -159,10 +161,13 @@ class LiveStreams:
         deadline = time.monotonic() + self.rules.max_wait_s - waited
         left = deadline - time.monotonic()
         held = left > 0 and self.slot.acquire(timeout=left)
+        start = time.monotonic()
         try:
             yield bool(held) and self.paced(deadline)
         finally:
             if held:
+                if self.rules.share:  # the next frame waits out the rest of this one's share of the time
+                    self.next_at = max(self.next_at, start + (time.monotonic() - start) / self.rules.share)
                 self.slot.release()
 
     def paced(self, deadline: float) -> bool:
