@@ -67,6 +67,23 @@ def test_a_frame_class_map_is_the_relevance_tab_map(deit_tiny, package_photos) -
     np.testing.assert_allclose(lrp, ref, rtol=1e-4, atol=1e-6)
 
 
+def test_a_model_without_classes_shows_its_attention() -> None:
+    """A headless model (features only): the frame's rollout (also when the class map is asked for), no class."""
+    from vit_demo.checkpoints.load import LoadedModel
+    from vit_demo.model import VisionTransformer, ViTConfig
+    from vit_demo.preprocess import DataConfig
+
+    torch.manual_seed(0)
+    model = VisionTransformer(ViTConfig(img_size=(32, 32), patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                                        num_classes=0)).eval()
+    lm = LoadedModel(model, DataConfig(input_size=(32, 32)), "headless", "random weights", None, random_weights=True)
+    img = Image.new("RGB", (40, 40), (120, 60, 30))
+    for kind in (ROLLOUT, CLASS_MAP):
+        seen = look(lm, img, kind)
+        assert seen.heat.shape == (4, 4) and seen.prob is None and seen.label == "(no classifier)"
+    assert picture_url(seen, "inferno", 0.6, 5.0).startswith("data:image/jpeg;base64,")
+
+
 def test_the_picture_sent_back(deit_tiny, package_photos) -> None:
     """A JPEG data URL: the map over what the model sees, enlarged to 448 px, a caption band under it."""
     img = Image.open(package_photos["coffee"]).convert("RGB").resize((256, 256))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ class Look:
     picture: Image.Image
     heat: np.ndarray  # [gh, gw]
     label: str
-    prob: float
+    prob: float | None  # None: a model without classes
 
 
 @dataclass
@@ -124,26 +125,30 @@ def frame_picture(raw: bytes, max_bytes: int, max_pixels: int) -> Image.Image:
 
 def look(lm: LoadedModel, img: Image.Image, kind: str = ROLLOUT, layer: int = -1, head: int | None = None) -> Look:
     """``kind``'s map of ``img`` by ``lm`` (one forward pass that captures the attention; the
-    class map adds its own passes), the top-1 class and its probability."""
+    class map adds its own passes), the top-1 class and its probability (a model without
+    classes: no class, and no class map)."""
     x, picture = preprocess(img, lm.input_config(img.size))
     x = x[None].to(lm.device)
+    classes = lm.model.cfg.num_classes
+    kind = ROLLOUT if kind == CLASS_MAP and not classes else kind
     with torch.inference_mode():
         out = lm.model(x, capture=kind != CLASS_MAP)
-    probs = out.logits[0].float().softmax(-1)
-    top = int(probs.argmax())
+    label, prob, top = "(no classifier)", None, None
+    if classes:
+        probs = out.logits[0].float().softmax(-1)
+        top = int(probs.argmax())
+        label, prob = (lm.labels[top] if top < len(lm.labels) else f"class {top}"), float(probs[top])
     if kind == CLASS_MAP:
         heat = methods.get(CLASS_MAP)(lm.model, x, torch.tensor([top], device=x.device))[0]
     else:  # (attention captured in bf16 is read as it is: rollout fuses the heads into float32 itself)
         heat = (cls_attention(out.attentions, out.layout, layer, head) if kind == ATTENTION
                 else rollout(out.attentions, out.layout))[0]
-    labels = lm.labels
-    return Look(picture, heat.detach().float().cpu().numpy(), labels[top] if top < len(labels) else f"class {top}",
-                float(probs[top]))
+    return Look(picture, heat.detach().float().cpu().numpy(), label, prob)
 
 
 def caption(seen: Look, fps: float) -> tuple[str, str, str]:
     """The band's texts: the top-1 class, its probability, the frames a second shown."""
-    return seen.label, f"{seen.prob:.0%}", f"{fps:.1f} fps"
+    return seen.label, "" if seen.prob is None else f"{seen.prob:.0%}", f"{fps:.1f} fps"
 
 
 def picture_url(seen: Look, cmap: str, alpha: float, fps: float) -> str:
@@ -160,8 +165,6 @@ def frame_file(view: LiveView, folder: Any, tail: Any = None) -> str | None:
     raw = view.frame(tail)
     if raw is None:
         return None
-    import secrets
-
     path = folder / f"live-{time.strftime('%H%M%S')}-{secrets.token_hex(3)}.jpg"
     path.write_bytes(raw)
     return str(path)

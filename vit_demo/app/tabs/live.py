@@ -23,14 +23,14 @@ import traceback
 from typing import Any
 
 import gradio as gr
+from gradio.context import LocalContext
 
 from ... import viz
 from ...checkpoints.load import LoadedModel
 from ...images import ImageError
-from ..common import note
+from ..common import VIEWS_MB, friendly, note
 from ..context import Context, Section
 from ..live import (
-    CLASS_MAP,
     FRAME_SIDE,
     MAPS,
     ROLLOUT,
@@ -44,7 +44,7 @@ from ..live import (
 )
 from ..registry import ModelError
 from ..server.streams import LIVE, LiveStreams
-from ..server.workspace import workspace
+from ..server.workspace import trim, workspace
 from ..session import Session
 
 log = logging.getLogger("vit_demo.app")
@@ -126,9 +126,7 @@ def colormap(name: Any) -> str:
 
 def map_settings(lm: LoadedModel, kind: Any, layer: Any, head: Any) -> tuple[str, int, int | None]:
     """The map asked for, checked against the model: (kind, layer index from 0, head index or None: the mean)."""
-    kind = kind if kind in MAPS else ROLLOUT
-    if kind == CLASS_MAP and not lm.model.cfg.num_classes:
-        kind = ROLLOUT  # a model without classes has no class map
+    kind = kind if kind in MAPS else ROLLOUT  # (a model without classes: look() shows the rollout for the class map)
     depth, heads = lm.model.cfg.depth, lm.model.cfg.num_heads
     h = int(number(head, 0, heads, 0))
     return kind, int(number(layer, 1, depth, depth)) - 1, (h - 1 if h else None)
@@ -180,9 +178,7 @@ class LiveTab(Section):
         """One frame: [the picture (or no change), the note, the stream's state]. Never raises: an
         exception would end the stream; a frame that fails is dropped and says why."""
         view = view if isinstance(view, LiveView) else LiveView()
-        from gradio.context import LocalContext
-
-        event_id = LocalContext.event_id.get(None)
+        event_id = LocalContext.event_id.get(None)  # (Gradio's: which stream this is, for its frames' door)
         self.live.running(event_id)
         try:
             url = self.frame_picture(ctx, view, frame, (kind, layer, head, blend, cmap), sess, self.live.age(event_id))
@@ -233,11 +229,14 @@ class LiveTab(Section):
                            show_progress="hidden", api_visibility="private"
                            ).then(None, None, None, js=ENDED_JS, api_visibility="private", show_progress="hidden")
 
+        @friendly
         def on_freeze(shown, view):
             """The frame whose picture the page shows (it says which: the end of its data URL) to the upload."""
-            path = frame_file(view, workspace().views, shown) if isinstance(view, LiveView) else None
+            folder = workspace().views
+            path = frame_file(view, folder, shown) if isinstance(view, LiveView) else None
             if path is None:
                 return gr.skip(), note("Nothing to freeze yet:", "start the camera (Record) first.", "info")
+            trim(folder, VIEWS_MB << 20)  # (the pictures' folder, within its budget as save_view keeps it)
             return path, note("Frozen:", "this frame is now the image above; every other tab shows it.", "info")
 
         shown = gr.Textbox(visible=False)
