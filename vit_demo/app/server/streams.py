@@ -160,20 +160,21 @@ class LiveStreams:
         turn rather than being dropped at once: the stream's next frames overwrite each other meanwhile."""
         deadline = time.monotonic() + self.rules.max_wait_s - waited
         left = deadline - time.monotonic()
-        held = left > 0 and self.slot.acquire(timeout=left)
-        start = time.monotonic()
+        held = bool(left > 0 and self.slot.acquire(timeout=left))
+        turn = held and self.paced(deadline)
+        began = time.monotonic()
         try:
-            yield bool(held) and self.paced(deadline)
+            yield turn
         finally:
             if held:
-                if self.rules.share:  # the next frame waits out the rest of this one's share of the time
-                    self.next_at = max(self.next_at, start + (time.monotonic() - start) / self.rules.share)
+                if turn and self.rules.share:  # the next frame waits out the rest of this one's share of the time
+                    self.next_at = max(self.next_at, began + (time.monotonic() - began) / self.rules.share)
                 self.slot.release()
 
     def paced(self, deadline: float) -> bool:
-        """(The slot held.) Wait for the next turn within :attr:`StreamRules.total_fps`, if it comes
-        before ``deadline``; whether it came."""
-        if not self.rules.total_fps:
+        """(The slot held.) Wait for the next turn (:attr:`StreamRules.total_fps`, :attr:`StreamRules.share`),
+        if it comes before ``deadline``; whether it came."""
+        if not (self.rules.total_fps or self.rules.share):
             return True
         now = time.monotonic()
         start = max(now, self.next_at)
@@ -181,7 +182,8 @@ class LiveStreams:
             return False
         if start > now:
             time.sleep(start - now)
-        self.next_at = start + 1 / self.rules.total_fps
+        if self.rules.total_fps:
+            self.next_at = start + 1 / self.rules.total_fps
         return True
 
 
