@@ -24,6 +24,7 @@ from .server.lanes import MODEL, SLOW, TRAIN, guard_queue, limit_slow_jobs
 from .server.lean import lean_sessions
 from .server.middleware import CallerCap
 from .server.settings import ServerSettings
+from .server.streams import LiveStreams, stream_rules
 from .server.workspace import workspace
 from .session import SessionBudget
 from .tabs.atlas import AtlasTab
@@ -31,13 +32,14 @@ from .tabs.attention import AttentionTab
 from .tabs.compare import CompareTab
 from .tabs.diagnostics import DiagnosticsTab
 from .tabs.folder import FolderTab
+from .tabs.live import LiveTab
 from .tabs.patches import PatchesTab
 from .tabs.present import PresentTab
 from .tabs.relevance import RelevanceTab
 from .tabs.train import TrainTab
 
 TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab,
-                                   FolderTab, AtlasTab, TrainTab)
+                                   LiveTab, FolderTab, AtlasTab, TrainTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
 __all__ = ["App", "AppConfig", "build", "launch_kwargs"]
@@ -68,7 +70,8 @@ def build(cfg: AppConfig) -> App:
                   # one training runs at a time (the trainer's lock); the second place answers a second one at once
                   training={"concurrency_id": TRAIN, "concurrency_limit": 2},
                   sessions=SessionBudget(lim.sessions_bytes, lim.session_minutes * 60),
-                  files=FileGuard([get_upload_folder()], [e.path for e in examples]))
+                  files=FileGuard([get_upload_folder()], [e.path for e in examples]),
+                  streams=LiveStreams(stream_rules(lim.exposed)))
     picker, inputs, display = ModelPicker(), InputSection(), DisplayControls()
     tabs: list[Section] = [tab() for tab in TABS]
     ctx.sections = [inputs, *tabs]  # the order of /analyze's outputs
@@ -102,8 +105,8 @@ def build(cfg: AppConfig) -> App:
     # client to one job in the slow lane and caps its share of the queue.
     demo.queue(max_size=cfg.max_queue, default_concurrency_limit=4, api_open=False)
     calls = tools.caller_cap(lim) if cfg.mcp else None  # (the tools' events: the same cap through the queue)
-    guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files), lim.exposed, calls,
-                tools.EVENTS if cfg.mcp else ())
+    guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files, lim.max_upload_bytes),
+                lim.exposed, calls, tools.EVENTS if cfg.mcp else ())
     limit_slow_jobs(demo, lim.job_seconds, reg.slow_job_room)
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)
     return App(demo, reg, server_settings(cfg, ctx, calls))
@@ -120,16 +123,19 @@ def server_settings(cfg: AppConfig, ctx: Context, calls: CallerCap | None = None
 
     return ServerSettings(cfg.limits, example_paths=[str(e.path) for e in ctx.examples],
                           mcp_lifespan=tools.mcp_lifespan(ctx.demo, cfg.limits, calls) if cfg.mcp else None,
-                          mcp_calls=calls, warm_up=warm_up)
+                          mcp_calls=calls, warm_up=warm_up, streams=ctx.streams)
 
 
-def join_guard(demo: gr.Blocks, files: FileGuard) -> JoinGuard:
-    """The checks of a request's values, for this page's components: which take files, which text."""
+def join_guard(demo: gr.Blocks, files: FileGuard, max_upload_bytes: int = 25 << 20) -> JoinGuard:
+    """The checks of a request's values, for this page's components: which take files, which text,
+    which a camera's frames (a data URL of at most an upload's size)."""
     blocks = demo.blocks.values()
-    file_ids = [b._id for b in blocks if isinstance(b, (gr.Image, gr.File, gr.Gallery, gr.Video, gr.Audio))]
+    frame_ids = [b._id for b in blocks if isinstance(b, gr.Image) and b.streaming]
+    file_ids = [b._id for b in blocks if isinstance(b, (gr.Image, gr.File, gr.Gallery, gr.Video, gr.Audio))
+                and b._id not in frame_ids]
     text_ids = [b._id for b in blocks if isinstance(b, gr.Textbox)]
     state_ids = [b._id for b in blocks if isinstance(b, gr.State)]
-    return JoinGuard(files, file_ids, text_ids, state_ids)
+    return JoinGuard(files, file_ids, text_ids, state_ids, frame_ids, max_upload_bytes * 4 // 3 + 64)
 
 
 def sweep_sessions(sessions: SessionBudget, idle_s: float) -> None:

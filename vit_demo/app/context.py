@@ -132,6 +132,7 @@ class Context:
     training: dict = field(default_factory=dict)  # ... for a training (the Train tab, /train: a lane of its own)
     sessions: SessionBudget | None = None  # the pictures all sessions keep, within a budget
     files: FileGuard | None = None  # the server files a request may name (uploads, examples)
+    streams: Any = None  # the Live tab's streams: their rules, the door's book, the compute slot (server.streams)
     demo: Component = None
     state: Component = None  # the gr.State holding the user's Session
     sections: list[Section] = field(default_factory=list)

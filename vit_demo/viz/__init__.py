@@ -51,6 +51,7 @@ from .figures import (
 from .previews import (
     draw_windows,
     heads_image,
+    live_picture,
     overlay_array,
     overlay_image,
     patch_grid_image,
@@ -84,7 +85,8 @@ __all__ = [
     "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "HIGHLIGHT_RGB", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE",
     "TEXT_COLOR", "TICK_SIZE", "TITLE_SIZE", "TOKEN_COLORS", "WINDOW_RGB", "Picture", "SequenceSlot", "as_array",
     "check_cmap", "colorize", "colormap_lut", "compare_figure", "draw_windows", "distance_figure", "figure_to_image",
-    "heads_figure", "heads_image", "heatmap_figure", "input_figure", "normalize", "overlay_array", "overlay_image",
+    "heads_figure", "heads_image", "heatmap_figure", "input_figure", "live_picture", "normalize", "overlay_array",
+    "overlay_image",
     "patch_grid_figure", "patch_grid_image", "patch_index_at", "picture_array", "pos_embed_figure", "render_png",
     "save_figure", "sequence_image", "stem_image", "sequence_slots", "text_font", "text_width", "tiles_image",
     "token_color", "topk_figure", "uniform_attention_distance", "upsample", "with_colorbar",

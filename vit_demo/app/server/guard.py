@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ...images import ImageError
+from .streams import is_frame
 
 REFUSED = "That file is not available to this app: upload it, or pick one of the examples."
 MAX_PATH = 4096  # characters: no real path is longer
@@ -119,12 +120,14 @@ def file_objects(value: Any, depth: int = 0) -> Iterable[dict]:
 class JoinGuard:
     """Checks one queued request's values against its event's inputs (see the module docstring).
     ``file_ids``: the components whose values are files; ``text_ids``: free-text boxes;
-    ``state_ids``: session states (Gradio ignores what a client sends for them)."""
+    ``state_ids``: session states (Gradio ignores what a client sends for them); ``frame_ids``: a
+    camera's streamed frames (:func:`~vit_demo.app.server.streams.is_frame`, at most ``frame_chars``)."""
 
     def __init__(self, files: FileGuard, file_ids: Iterable[int], text_ids: Iterable[int] = (),
-                 state_ids: Iterable[int] = ()) -> None:
+                 state_ids: Iterable[int] = (), frame_ids: Iterable[int] = (), frame_chars: int = 0) -> None:
         self.guard = files
         self.file_ids, self.text_ids, self.state_ids = set(file_ids), set(text_ids), set(state_ids)
+        self.frame_ids, self.frame_chars = set(frame_ids), frame_chars
 
     def problem(self, input_ids: list[int], data: Any) -> str | None:
         """Why the request must be refused (one line, nothing of its values), or None."""
@@ -132,6 +135,10 @@ class JoinGuard:
             return f"This event takes {len(input_ids)} values."
         for cid, value in zip(input_ids, data):
             if cid in self.state_ids:
+                continue
+            if cid in self.frame_ids:
+                if not is_frame(value, self.frame_chars):
+                    return REFUSED
                 continue
             if cid in self.file_ids:
                 if not self.files_ok(value):

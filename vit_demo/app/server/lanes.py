@@ -9,7 +9,9 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
    Gradio keeps every session's state values (no longer its copy of the page:
    :mod:`vit_demo.app.server.lean`), up to :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
 3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
-   first has finished; exposed, an address may hold two, for two browser tabs);
+   first has finished; exposed, an address may hold two, for two browser tabs), and to ONE live
+   stream (the Live tab's camera, lane :data:`~vit_demo.app.server.streams.LIVE`), waiting or running;
+   a running stream counts in its client's share of the queue (4.);
 4. caps how many requests one session, and (exposed) one address, may have waiting, so that a
    flood is told "queue is full" while other clients still get in;
 5. (exposed) once a request has joined, lets the clients of its lane take turns
@@ -48,6 +50,7 @@ from ...progress import time_limit
 from .clients import client_group
 from .guard import JoinGuard
 from .middleware import CALLS_BUSY, CallerCap, UploadBudget, from_own_client
+from .streams import LIVE, LIVE_BUSY
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
 TRAIN = "train"  # the Train tab's and /train's events: one training on the server at a time (vit_demo.app.trainer)
@@ -88,6 +91,12 @@ def _slow_in_flight(queue: Any) -> list[Any]:
     lane = queue.event_queue_per_concurrency_id.get(SLOW)
     waiting = list(lane.queue) if lane is not None else []
     return waiting + _running(queue, SLOW)
+
+
+def _live_in_flight(queue: Any) -> list[Any]:
+    """The live streams, waiting or running."""
+    lane = queue.event_queue_per_concurrency_id.get(LIVE)
+    return (list(lane.queue) if lane is not None else []) + _running(queue, LIVE)
 
 
 class Door:
@@ -170,7 +179,12 @@ class Door:
                 return SLOW_BUSY, "queue_full"
             if self.exposed and host and sum(_host(e) == host for e in slow) >= SLOW_PER_HOST:
                 return SLOW_BUSY, "queue_full"
-        waiting = _waiting(self.queue)
+        live = _live_in_flight(self.queue)
+        if getattr(fn, "concurrency_id", None) == LIVE and (
+                (session and any(e.session_hash == session for e in live))
+                or (self.exposed and host and any(_host(e) == host for e in live))):
+            return LIVE_BUSY, "queue_full"
+        waiting = _waiting(self.queue) + _running(self.queue, LIVE)  # a running stream holds its client's place
         if session and sum(e.session_hash == session for e in waiting) >= self.per_client:
             return (f"Queue is full for this client: it already has {self.per_client} requests waiting. "
                     "Wait for them to finish."), "queue_full"
