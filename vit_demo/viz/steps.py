@@ -38,8 +38,14 @@ def titled(img: Image.Image, title: str, pen: Pen, note: str = "") -> Image.Imag
     return stack(parts + ([label_image(note, pen, 12, colour=MUTED, width=img.width)] if note else []), gap=pen(4))
 
 
+def robust_limit(m: np.ndarray) -> float:
+    """The colour scale's end for a large matrix: its 99th percentile of |value| (a few large numbers
+    would wash out all the others; beyond it the colour saturates)."""
+    return float(np.percentile(np.abs(m), 99)) or 1.0
+
+
 def cell_size(grid: tuple[int, int], pen: Pen, room: int = 448) -> int:
-    return max(4, min(pen(40), pen(room) // max(grid)))
+    return max(4, min(pen(56), pen(room) // max(grid)))
 
 
 def patches_step_image(picture: Picture, patch_size: int, index: int, pen: Pen, window: int = 0,
@@ -82,7 +88,8 @@ def projection_step_image(weight: np.ndarray, vector: np.ndarray, bias: np.ndarr
     C, K = weight.shape
     mw, mh = pen(600), pen(300)
     v = titled(framed(strip_image(vector, (mw, pen(24)))), f"patch_vector ({K})", pen)
-    w = titled(framed(matrix_image(weight, (mw, mh))), f"W ({C} x {K}): each row a channel of the token", pen)
+    w = titled(framed(matrix_image(weight, (mw, mh), robust_limit(weight))), f"W ({C} x {K}): each row a channel of the "
+               "token", pen)
     col = pen(34)
     b = titled(framed(strip_image(bias, (col, mh), vertical=True)), "b", pen)
     e = titled(framed(strip_image(embedding, (col, mh), vertical=True)), f"embedding ({C})", pen)
@@ -128,7 +135,7 @@ def qkv_step_image(normed: np.ndarray, query: np.ndarray, keys: np.ndarray, valu
     top.append(titled(framed(strip_image(q, (pen(220), pen(26)))), f"q ({q.size})", pen))
     k2, v2 = flat_keys(keys), values.reshape(values.shape[0], -1)
     size = (pen(380), pen(260))
-    kimg, vimg = framed(matrix_image(k2, size)), framed(matrix_image(v2, size))
+    kimg, vimg = framed(matrix_image(k2, size, robust_limit(k2))), framed(matrix_image(v2, size, robust_limit(v2)))
     for img, m in ((kimg, k2), (vimg, v2)):
         if query_row >= 0:
             y = round((query_row + 0.5) * img.height / m.shape[0])
