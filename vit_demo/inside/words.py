@@ -230,10 +230,11 @@ def weighted_sum_text(f: Facts, v: dict) -> tuple[str, str, bool]:
 def mlp_text(f: Facts, v: dict) -> tuple[str, str, bool]:
     h = np.asarray(v["mlp_hidden"])
     on = float((h > 0).mean() * 100)
+    x = "x" if f.post_norm else "norm(x)"
     if f.mlp in ("glu", "swiglu"):
-        eq = f"hidden = {f.act}(W_gate . x) * (W_value . x)"
+        eq = f"hidden = {f.act}(W_gate . {x}) * (W_value . {x})"
     else:
-        eq = f"hidden = {f.act}(W1 . x + b1)"
+        eq = f"hidden = {f.act}(W1 . {x} + b1)"
     where = (" It reads the same normed token as the attention, side by side (a parallel block)." if f.attention == "scaling"
              else f" {f.branches} MLP branches side by side, their hidden layers one after the other." if f.branches > 1
              else "")
@@ -244,10 +245,13 @@ def mlp_text(f: Facts, v: dict) -> tuple[str, str, bool]:
 
 def residual_text(f: Facts, v: dict) -> tuple[str, str, bool]:
     n = np.asarray(v["residual_norms"])
+    eq = {"scaling": "x = x + attention(norm(x)) + MLP(norm(x)), side by side",
+          "things": "x = x + the attention branches' sum, then x = x + the MLP branches' sum"}.get(
+        f.attention, "x = x + norm(attention(x)), then x = x + norm(MLP(x))" if f.post_norm
+        else "x = x + attention(norm(x)), then x = x + MLP(norm(x))")
     return ("The residual stream, layer by layer",
-            f"Every block adds its attention's and its MLP's outputs to the token: x = x + attention(norm(x)), then "
-            f"x = x + MLP(norm(x)). Its length |x| goes from {f2(n[0])} after the embedding to {f2(n[-1])} after layer "
-            f"{f.depth}.", True)
+            f"Every block adds its attention's and its MLP's outputs to the token: {eq}. Its length |x| goes from "
+            f"{f2(n[0])} after the embedding to {f2(n[-1])} after layer {f.depth}.", True)
 
 
 def readout_text(f: Facts, v: dict) -> tuple[str, str, bool]:
