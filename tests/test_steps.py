@@ -361,3 +361,44 @@ def test_nothing_of_it_imports_gradio():
                           env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_walk_reads_its_own_forward_while_others_run_the_model():
+    """The app shares one model among its users: a forward pass of another thread while the hooks are
+    on passes the same modules, and must not be what the walk reads."""
+    import threading
+
+    model, x = tiny("plain")
+    alone = step_through(model, x, patch=(1, 2), layer=1, head=1).values
+    other, stop = torch.randn(4, 3, 32, 48), threading.Event()
+
+    def busy() -> None:
+        with torch.no_grad():
+            while not stop.is_set():
+                model(other, capture=True)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        walks = [step_through(model, x, patch=(1, 2), layer=1, head=1).values for _ in range(20)]
+    finally:
+        stop.set()
+        worker.join()
+    for v in walks:
+        for name in ("pixels", "embedding", "query", "keys", "scores", "attention", "mlp_hidden", "lens"):
+            np.testing.assert_array_equal(v[name], alone[name], err_msg=name)
+
+
+def test_a_model_in_bf16_steps_through():
+    """A model set to bfloat16 (the app's --precision auto on such a CPU): the same walk, in float32
+    numbers, the attention still the softmax of its scores within bf16's precision."""
+    from vit_demo.precision import set_precision
+
+    model, x = tiny("rope-mixed")
+    fp32 = step_through(model, x, patch=(2, 3), layer=1, head=0).values
+    set_precision(model, "bf16")
+    v = step_through(model, x, patch=(2, 3), layer=1, head=0).values
+    assert all(np.asarray(a).dtype in (np.float32, np.int64) for a in v.values())
+    np.testing.assert_allclose(v["attention"], softmax(v["scores"]), atol=2e-2)
+    np.testing.assert_allclose(v["logits"], fp32["logits"], atol=5e-2)
+    np.testing.assert_allclose(v["lens"][-1], v["logits"], atol=5e-2)

@@ -9,6 +9,7 @@ step: :mod:`.values` reads the numbers off the :class:`Recording`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -106,10 +107,14 @@ def model_taps(model: VisionTransformer, w: Where) -> list[Tap]:
 
 
 def keeper(seen: dict[str, Tensor], tap: Tap) -> Callable:
-    """The hook that copies what passes ``tap`` into ``seen`` (the first tensor of a tuple; float32)."""
+    """The hook that copies what passes ``tap`` into ``seen`` (the first tensor of a tuple; float32), in
+    this thread only: the app shares one model among its users, and another thread's forward pass
+    while the hooks are on passes the same modules."""
+    mine = threading.get_ident()
+
     def keep(tensor: object) -> None:
         t = tensor[0] if isinstance(tensor, (tuple, list)) else tensor
-        if isinstance(t, Tensor) and tap.name not in seen:
+        if isinstance(t, Tensor) and tap.name not in seen and threading.get_ident() == mine:
             seen[tap.name] = t.detach().float().clone()
 
     if tap.read == "in":

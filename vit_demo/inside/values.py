@@ -243,7 +243,7 @@ def readout_values(model: VisionTransformer, rec: Recording) -> dict[str, np.nda
     if cfg.global_pool == "avg":
         return {"readout": numpy(mean)}
     with torch.inference_mode():
-        final = model.norm(rec.get(f"block{len(model.blocks) - 1}")[0, P:])  # [n, C]
+        final = model.norm(rec.get(f"block{len(model.blocks) - 1}")[0, P:]).cpu()  # [n, C]
     share = torch.zeros(N)
     share[P:] = torch.bincount(final.argmax(0), minlength=N - P).float() / final.shape[-1]
     return {"readout": numpy(share if cfg.global_pool == "max" else 0.5 * (mean + share))}
