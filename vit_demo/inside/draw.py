@@ -86,7 +86,9 @@ def draw_softmax(walk: Any, pen: Pen, cmap: str) -> Image.Image:
     a, keys = np.asarray(v["attention"]), v["key_tokens"]
     grid, _ = on_grid(a, keys, f)
     top = [(f.token_name(int(keys[i])), float(a[i])) for i in np.argsort(-a)[:6]]
-    return S.attention_step_image(walk.picture, grid, patch_index(walk), pen, top, f.temperature, cmap)
+    own = on_grid(np.asarray(walk.own.get("attention", a)), keys, f)[0]  # one scale at every temperature: the model's
+    vmax = float(np.nanmax(own)) if np.isfinite(own).any() and np.nanmax(own) > 0 else None
+    return S.attention_step_image(walk.picture, grid, patch_index(walk), pen, top, f.temperature, cmap, vmax)
 
 
 def draw_weighted_sum(walk: Any, pen: Pen, cmap: str) -> Image.Image:

@@ -173,12 +173,15 @@ def scores_step_image(grid_scores: np.ndarray, index: int, pen: Pen, prefix: Seq
 
 
 def attention_step_image(picture: Picture, grid_attention: np.ndarray, index: int, pen: Pen,
-                         top: Sequence[tuple[str, float]], temperature: float = 1.0, cmap: str = "inferno"
-                         ) -> Image.Image:
+                         top: Sequence[tuple[str, float]], temperature: float = 1.0, cmap: str = "inferno",
+                         vmax: float | None = None) -> Image.Image:
     """The attention row over the picture (the query patch outlined) and the tokens it weights most
-    as bars; at a temperature other than 1, a red caption says these are not the model's weights."""
+    as bars; at a temperature other than 1, a red caption says these are not the model's weights.
+    ``vmax``: the colour scale's top (from 0), e.g. the model's own row's largest weight, so that
+    another temperature shows as a spread or a sharpening (default: the row's own range)."""
     shown = np.nan_to_num(grid_attention, nan=0.0)
-    over = overlay_image(picture, shown, cmap, 0.6, smooth=False, size=pen(420), mark=index)
+    lo = None if vmax is None else 0.0
+    over = overlay_image(picture, shown, cmap, 0.6, smooth=False, size=pen(420), vmin=lo, vmax=vmax, mark=index)
     note = ("the model's own attention (T = 1)" if temperature == 1.0
             else f"T = {temperature:g}: NOT the model's attention")
     left = stack([over, label_image(note, pen, 14, bold=temperature != 1.0,
