@@ -42,14 +42,18 @@ def slides(deit_tiny, photos):
 
 
 def test_talk_order_titles_pictures_and_notes(slides):
-    assert len(slides) == deck.slide_count(2) == 17
+    assert len(slides) == deck.slide_count(2) == 25
     titles = [s.title for s in slides]
     # titled by what the model answers, not by the file's name (which is in the subtitle and the section)
     assert titles[0].startswith("What the model sees: “") and "cat" in titles[0]
-    assert titles[7] == "What the model sees: “espresso”" and slides[7].subtitle.startswith("Image: coffee")
+    assert titles[11] == "What the model sees: “espresso”" and slides[11].subtitle.startswith("Image: coffee")
     assert titles[1:5] == ["From pixels to tokens", "The 3 heads of the last layer", "Attention across the layers",
                            "Attention rollout"]
     assert titles[5].startswith("Why “") and titles[6] == "Can we trust the maps? Hide what they point at"
+    assert titles[7:11] == ["Step inside: a patch becomes a token", "Step inside: one query meets every key",
+                            "Step inside: a weighted sum, added to the stream",
+                            "Step inside: the answer forms layer by layer"]
+    assert {s.section for s in slides[7:11]} == {"Step inside: cat"} and "layer 12, head 1" in slides[8].subtitle
     assert titles[-3:] == ["The images side by side", "Checked against timm: identical", "The model"]
     assert "layer 12 of 12" in slides[2].subtitle  # layers counted from 1 on the slides
     for s in slides:
@@ -99,6 +103,20 @@ def test_faithfulness_scores_default_maps_are_the_single_pass_methods(deit_tiny,
         assert scores[name]["deletion_auc"] == pytest.approx(rel.meta["faithfulness"][name]["deletion_auc"], abs=1e-6)
 
 
+def test_step_inside_quotes_the_walk(deit_tiny, slides, photos):
+    """The "Step inside" slides quote the step-through of the same photo (vit_demo.inside): its
+    patch, layer and head, the most weighted token and the logit lens's answer."""
+    from vit_demo.api.model import Model
+
+    walk = Model(deit_tiny).steps(photos[0], layer=-1)
+    v, f = walk.values, walk.walk.facts
+    assert f"{f.patch_name}, layer 12, head 1" in slides[7].subtitle and f.patch_name in slides[7].notes
+    best = int(v["attention"].argmax())
+    assert f"{f.token_name(best)} gets the most, {v['attention'][best] * 100:.1f}%" in slides[8].notes
+    assert f"{v['residual_norms'][-1]:.2f} after layer 12" in slides[9].notes
+    assert f"{v['probabilities'].max() * 100:.1f}% for 'Egyptian cat'" in slides[10].notes
+
+
 def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
     from pptx import Presentation
     from pptx.enum.shapes import MSO_SHAPE_TYPE
@@ -116,7 +134,8 @@ def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
             assert 0 <= sh.left and sh.left + sh.width <= prs.slide_width
             assert 0 <= sh.top and sh.top + sh.height <= prs.slide_height
         assert sl.notes_slide.notes_text_frame.text == s.notes
-    assert slides_io.pptx_sections(path) == [("Image: cat", 7), ("Image: coffee", 7), ("Comparison", 1), ("The model", 2)]
+    assert slides_io.pptx_sections(path) == [("Image: cat", 7), ("Step inside: cat", 4), ("Image: coffee", 7),
+                                             ("Step inside: coffee", 4), ("Comparison", 1), ("The model", 2)]
 
 
 def test_progress_names_every_slide_in_order(slides):
@@ -127,7 +146,7 @@ def test_progress_names_every_slide_in_order(slides):
     assert shares == sorted(shares) and shares[0] == 0.0 and shares[-1] < 1.0
     firsts = [text for _, text in REPORTS if " · " not in text]
     assert firsts == [f"slide {k} of {n}" for k in range(1, n + 1)]
-    inner = [(s, t) for s, t in REPORTS if t.startswith("slide 7 of 17 · masked forward passes")]
+    inner = [(s, t) for s, t in REPORTS if t.startswith(f"slide 7 of {n} · masked forward passes")]
     passes = (len(deck.SCORED) + len(SEEDS)) * 2 * 13 + 2  # every order's 13 inner points, two curves, + both ends
     assert inner and inner[-1][1].endswith(f"{passes}/{passes}")
     lo, hi = deck.SlideProgress(2).bounds[6:8]
@@ -182,12 +201,12 @@ def test_deck_command(deit_tiny_path, tmp_path, capsys):
     printed = capsys.readouterr()
     assert f"wrote {out} ({deck.slide_count(1)} slides)" in printed.out  # PowerPoint and PDF from one run
     assert f"wrote {out.with_suffix('.pdf')} ({deck.slide_count(1)} slides)" in printed.out
-    assert "slide 9 of 9" in printed.err  # the progress bar names the slides
+    assert "slide 13 of 13" in printed.err  # the progress bar names the slides
     assert out.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
     from pptx import Presentation
 
     prs = Presentation(str(out))
-    assert len(prs.slides) == 9 and prs.slides[0].shapes.title.text.startswith("What the model sees: “")
+    assert len(prs.slides) == 13 and prs.slides[0].shapes.title.text.startswith("What the model sees: “")
     assert "Image: tabby" in prs.slides[0].shapes[1].text_frame.text  # the file's name, as a speaker says it
     assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--class", "no such class"]) == 2
     assert "no class has that label" in capsys.readouterr().err

@@ -27,8 +27,9 @@ from ..methods.rollout import rollout
 from ..predict import probabilities
 from ..preprocess import preprocess
 from .checks import Verification, verify_image, verify_noise
-from .inputs import Images, read_images
+from .inputs import ImageLike, Images, read_images
 from .results import MEASURES, Attention, Batch, Comparison, Explanation, Prediction
+from .steps import Steps
 
 DEFAULT_METHOD = "lrp-amortised"  # the most faithful map of one backward pass (docs/faithfulness.md)
 
@@ -124,6 +125,24 @@ class Model:
             row = self.explain_one(name, self.analysis(img), names, cls, faithfulness)
             out.append(row[0] if isinstance(method, str) else Comparison(tuple(row)))
         return out[0] if single else Batch(tuple(out))
+
+    def steps(self, image: ImageLike, patch: tuple[int, int] | int | None = None, layer: int = 0, head: int = 0,
+              temperature: float = 1.0) -> Steps:
+        """One picture walked through the model, step by step, every number the model's own: the
+        patch ``(row, col)`` (from 0; None: the one the readout attends to most in the last layer)
+        through the projection, its position, ``layer``'s query meeting every key of ``head``, the
+        softmax at ``temperature`` (1: the model's own), the weighted sum, the MLP, the residual
+        stream, the readout, the logit lens and the logits (:mod:`vit_demo.inside`; one forward
+        pass). A bad patch, layer, head or temperature: ValueError naming the allowed range."""
+        from ..inside import step_through
+
+        pics, single = read_images(image)
+        if not single or len(pics) != 1:
+            raise ValueError("steps walks one picture through the model: give one image, not a list")
+        name, img = pics[0]
+        x, picture = preprocess(img, self.loaded.input_config(img.size))
+        walk = step_through(self.loaded.model, x, patch, layer, head, temperature, picture, self.labels, self.name)
+        return Steps(name, self.name, walk)
 
     def verify(self, image: Images | None = None, tol: float = 1e-4) -> Verification | Batch:
         """The scratch model against timm's own on the same weights. No image: ``python -m vit_demo

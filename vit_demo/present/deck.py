@@ -8,6 +8,9 @@ One idea a slide, in the order a talk takes, for every image:
 4. [class] attention across the layers;     7. how faithful the maps are on this image
                                                (deletion / insertion curves, plain words);
 
+then a "Step inside" section about the photo (:mod:`~vit_demo.present.inside`): one of its patches
+walked through the model, four slides of the step-through's pictures with this photo's numbers;
+
 then, once per deck: a comparison of the images (several images only; each map on its own
 scale unless ``shared_scale``), the atlas of the model's most important heads (when an atlas,
 :mod:`vit_demo.evaluate.atlas`, is given), the check against timm (verdict and numbers) and a closing slide
@@ -53,14 +56,15 @@ from ..progress import part
 from ..viz.charts import faithfulness_figure, model_card_figure, shorten, timm_check_figure
 from ..viz.export import render_png
 from ..viz.panels import MAX_PANELS, Panel, images_figure
+from . import inside
 from .atlas_report import Crops
 from .slides import Slide
 
-PER_IMAGE = 7  # slides in each image's section
+PER_IMAGE = 7 + inside.SLIDES  # slides of each image: its own section, then its "Step inside" section
 SCORED = ("attention", "rollout", "grad-rollout", "chefer", "lrp", "lrp-gated")  # on the faithfulness slide
 SHOWN = ("chefer", "lrp-gated")  # the relevance slide's maps
 # the expected cost of each slide, for the progress bar: one image's seven, then comparison, timm, model
-IMAGE_COSTS = (1, 2, 2, 3, 2, 3, 9)
+IMAGE_COSTS = (1, 2, 2, 3, 2, 3, 9, *inside.COSTS)
 COMPARISON_COST, TIMM_COST, MODEL_COST, ATLAS_COST = 2, 3, 1, 1
 ATLAS_HEADS, ATLAS_CROPS = 4, 6  # the atlas slide: the most important heads, each with its best patches
 
@@ -73,6 +77,7 @@ PAPERS = {
     "lrp": "Ali et al., 'XAI for Transformers: Better Explanations through Conservative Propagation' (ICML 2022)",
     "rise": "Petsiuk et al., 'RISE' (BMVC 2018)",
     "michel": "Michel, Levy & Neubig, 'Are Sixteen Heads Really Better than One?' (NeurIPS 2019)",
+    "vaswani": inside.VASWANI, "lens": inside.LENS,
 }
 
 
@@ -272,13 +277,14 @@ def faithfulness_slide(analysis: Analysis, lm, name: str, cls: int, width_px: in
 
 
 def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
-                      cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS, analysis: Analysis | None = None
-                      ) -> Iterator[Slide]:
-    """The seven slides of one image's section, one at a time (the work of each is done when it
-    is asked for, so that progress can follow it). The faithfulness slide's meta holds the
-    image's :class:`~vit_demo.viz.panels.Panel` (for the comparison slide) under ``"panel"``.
-    ``analysis``: the image's analysis by ``lm`` if the caller has it (the app: its cached maps
-    are reused), else it is made here."""
+                      cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS, analysis: Analysis | None = None,
+                      step: dict | None = None) -> Iterator[Slide]:
+    """The slides of one image, one at a time (the work of each is done when it is asked for, so
+    that progress can follow it): its section's seven, then its "Step inside" section's four
+    (``step``: the patch, layer, head of :func:`~vit_demo.present.inside.inside_slides`). The
+    faithfulness slide's meta holds the image's :class:`~vit_demo.viz.panels.Panel` (for the
+    comparison slide) under ``"panel"``. ``analysis``: the image's analysis by ``lm`` if the
+    caller has it (the app: its cached maps are reused), else it is made here."""
     a = analysis if analysis is not None else analyze(lm, image)
     cls = a.top1 if target is None else int(target)
     roll = rollout(a.attentions, a.layout)[0]
@@ -296,6 +302,7 @@ def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = No
     slide = faithfulness_slide(a, lm, name, cls, width_px, scores)
     slide.meta["panel"] = Panel(a.picture, maps["chefer"], a.topk(1), lm.name, cls)
     yield slide
+    yield from inside.inside_slides(lm, a, name, width_px, step)
 
 
 def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str,
@@ -463,22 +470,24 @@ class SlideProgress:
 def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target: int | None = None,
                  weights: str | None = None, width_px: int = 2400, cmap: str = "inferno",
                  seeds: Sequence[int] = RANDOM_SEEDS, shared_scale: bool = False, reference: Any = None,
-                 analyses: Sequence[Analysis | None] | None = None, atlas: dict[str, Any] | None = None
-                 ) -> list[Slide]:
+                 analyses: Sequence[Analysis | None] | None = None, atlas: dict[str, Any] | None = None,
+                 step: dict | None = None) -> list[Slide]:
     """Every slide of the deck, in talk order (see the module docstring), reporting "slide k of
     n" to :func:`vit_demo.progress.reporting`. ``width_px``: width of the rendered figures;
     ``seeds``: one random patch order per seed for the faithfulness baseline; ``shared_scale``:
     the comparison slide's maps on one colour scale; ``reference``: timm's model on the same
     weights, if the caller has it (else it is built from ``weights``); ``analyses``: each image's
     analysis by ``lm``, where the caller has it; ``atlas``: an atlas of ``lm``
-    (:func:`vit_demo.evaluate.atlas.atlas`), for the slide of its most important heads."""
+    (:func:`vit_demo.evaluate.atlas.atlas`), for the slide of its most important heads; ``step``: the
+    "Step inside" walk's ``patch`` (row, col), ``layer``, ``head`` (default: the readout's patch, the
+    last layer, head 0)."""
     if not images:
         raise ValueError("a deck needs at least one image")
     viz.check_cmap(cmap)
     bar = SlideProgress(len(images), atlas is not None)
     slides: list[Slide] = []
     for img, name, a in zip(images, names, analyses or [None] * len(images)):
-        todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds, a)
+        todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds, a, step)
         for _ in range(PER_IMAGE):
             with bar.slide():
                 slides.append(next(todo))
@@ -498,6 +507,6 @@ def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target
 
 
 def slide_count(images: int, atlas: bool = False) -> int:
-    """Slides in a deck of ``images`` images: seven per image, a comparison when there are
-    several, the atlas's heads when an atlas is given, the timm check and the closing slide."""
+    """Slides in a deck of ``images`` images: seven per image and four to step inside it, a comparison
+    when there are several, the atlas's heads when an atlas is given, the timm check and the closing slide."""
     return PER_IMAGE * images + (1 if images > 1 else 0) + (1 if atlas else 0) + 2
