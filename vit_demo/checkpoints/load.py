@@ -30,6 +30,7 @@ ENV_WEIGHTS_DIR = "VIT_DEMO_WEIGHTS_DIR"  # overrides the default weights/ folde
 DEFAULT_MODEL = "deit_tiny_patch16_224"
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "weights" / f"{DEFAULT_MODEL}.safetensors"
 DEFAULT_SHA256 = "9c82f0d7bd2e747b8c1112c01d124ba5f7682cd4a802eea337dcf14fad2f6684"
+DEFAULT_BYTES = 22_883_432  # its size: a file of another size is not it (no hash read)
 META_CLASS_NAMES = "class_names"  # safetensors metadata key: JSON list of the head's class names
 
 
@@ -68,6 +69,20 @@ def default_checkpoint() -> Path:
             f"`git checkout -- weights/{p.name}` (see weights/README.md)"
         )
     return p
+
+
+def is_shipped(path: str | os.PathLike | None) -> bool:
+    """Whether ``path`` is the DeiT-Tiny that ships with the project, by content (its sha256, read once
+    per file version and only for a file of its size): the model the project's measured figures were
+    taken on (docs/performance.md, docs/faithfulness.md), which no other model may quote."""
+    if path is None:
+        return False
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return False
+    return (st.st_size == DEFAULT_BYTES and Path(path).is_file()
+            and file_sha256(str(Path(path).resolve()), st.st_size, st.st_mtime_ns) == DEFAULT_SHA256)
 
 
 def from_checkpoint(
@@ -148,6 +163,12 @@ class LoadedModel:
         if self.class_names is not None and len(self.class_names) == self.model.cfg.num_classes:
             return self.class_names
         return labels_for(self.model.cfg.num_classes)
+
+    @property
+    def shipped(self) -> bool:
+        """Whether this is the DeiT-Tiny that ships with the project (:func:`is_shipped`): the only model
+        the project's measured figures (fidelity, faithfulness) may be quoted for."""
+        return not self.random_weights and self.source.startswith("file ") and is_shipped(self.source[5:])
 
     @property
     def public_source(self) -> str:
