@@ -156,6 +156,9 @@ class LoadedModel:
     class_names: tuple[str, ...] | None = None  # from the checkpoint's metadata (ported / trained)
     precision: str = "fp32"  # what the model runs in: "fp32", or "bf16" (vit_demo.precision.set_precision)
     precision_note: str = "fp32"  # that choice and why, in words: "bf16 (auto: this CPU has AVX512-BF16)"
+    # the DeiT-Tiny that ships with the project (is_shipped, read from the file at load: the app renames
+    # source), the only model the project's measured figures (fidelity, faithfulness) may be quoted for
+    shipped: bool = False
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -163,12 +166,6 @@ class LoadedModel:
         if self.class_names is not None and len(self.class_names) == self.model.cfg.num_classes:
             return self.class_names
         return labels_for(self.model.cfg.num_classes)
-
-    @property
-    def shipped(self) -> bool:
-        """Whether this is the DeiT-Tiny that ships with the project (:func:`is_shipped`): the only model
-        the project's measured figures (fidelity, faithfulness) may be quoted for."""
-        return not self.random_weights and self.source.startswith("file ") and is_shipped(self.source[5:])
 
     @property
     def public_source(self) -> str:
@@ -221,7 +218,7 @@ def load_model(
         # a file ported from transformers has no timm twin; others name their timm architecture
         timm_name = None if meta.get(META_ARCHITECTURE) else (meta.get("model_name") or name)
         lm = LoadedModel(model, dc, meta.get("model_name") or name or Path(weights).stem, f"file {weights}", timm_name,
-                         class_names=class_names_from_meta(meta))
+                         class_names=class_names_from_meta(meta), shipped=is_shipped(weights))
     elif random_init:
         if not name:
             raise ValueError("--random-init needs --model NAME (any ViT name timm knows)")
