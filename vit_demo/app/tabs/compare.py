@@ -54,7 +54,7 @@ def precision_note(a: Analysis, c: dict[str, Any]) -> str:
         return (f"The prediction above and this check disagree on the top class: in {p} (the app's precision) the "
                 f"model ranks {display_label(a, i)} first ({c['app_probs'][0]:.1%}); in fp32, here, it ranks "
                 f"{display_label(a, j)} first ({c['scratch_probs'][0]:.1%}). A near-tie that {p}'s rounding "
-                f"reorders, not a difference from timm: timm agrees with the fp32 column.")
+                "reorders" + (", not a difference from timm: timm agrees with the fp32 column." if c["identical"] else "."))
     if c["app_topk"] != c["scratch_topk"]:
         return (f"The prediction above ({p}) has the same top class as this check (fp32), but orders the classes "
                 f"below it differently: near-ties that {p}'s rounding reorders.")
