@@ -263,7 +263,7 @@ def test_results_pickle_draw_and_save(model, shapes, cat, cup, tmp_path):
 
 
 def test_errors_say_what_to_do(model, cat, tmp_path):
-    with pytest.raises(ValueError, match="unknown method 'chefr'; known: .*chefer.*lrp-gated"):
+    with pytest.raises(ValueError, match=r"unknown method 'chefr' \(did you mean 'chefer'\?\); known: .*chefer.*lrp-gated"):
         model.explain(cat, method="chefr")
     bad = tmp_path / "notes.png"
     bad.write_text("not a picture")

@@ -54,7 +54,7 @@ def test_talk_order_titles_pictures_and_notes(slides):
                             "Step inside: a weighted sum, added to the stream",
                             "Step inside: the answer forms layer by layer"]
     assert {s.section for s in slides[7:11]} == {"Step inside: cat"} and "layer 12, head 1" in slides[8].subtitle
-    assert titles[-3:] == ["The images side by side", "Checked against timm: identical", "The model"]
+    assert titles[-3:] == ["The images side by side", "Checked against timm, both in fp32: identical", "The model"]
     assert "layer 12 of 12" in slides[2].subtitle  # layers counted from 1 on the slides
     for s in slides:
         assert s.title and s.pictures and all(p.width >= 400 for p in s.pictures)
@@ -84,7 +84,7 @@ def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_pat
             assert r["methods"][name][auc] == pytest.approx(scores[name][auc], abs=1e-6), (name, auc)
     assert slides[0].meta["predictions"][0]["index"] == target  # explains the top-1 class by default
     check = slides[-2]
-    assert check.meta["passed"] and check.subtitle.startswith("Identical to")
+    assert check.meta["passed"] and check.subtitle.startswith("Identical to 0.0001, both in fp32:")
     assert all(c["max_abs_logit_diff"] < 1e-4 for c in check.meta["checks"])
     assert f"{deit_tiny.model.num_params:,}" in dict(slides[-1].meta["rows"])["parameters"]
 
@@ -202,6 +202,7 @@ def test_deck_command(deit_tiny_path, tmp_path, capsys):
     assert f"wrote {out} ({deck.slide_count(1)} slides)" in printed.out  # PowerPoint and PDF from one run
     assert f"wrote {out.with_suffix('.pdf')} ({deck.slide_count(1)} slides)" in printed.out
     assert "slide 13 of 13" in printed.err  # the progress bar names the slides
+    assert "checked against timm: Identical to 0.0001, both in fp32: max logit difference" in printed.out
     assert out.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
     from pptx import Presentation
 

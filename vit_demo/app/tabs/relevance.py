@@ -18,7 +18,7 @@ import numpy as np
 
 from ... import methods, viz
 from ...analysis import Analysis, class_maps, on_demand_map
-from ...checkpoints.load import LoadedModel
+from ...checkpoints.load import LoadedModel, is_shipped
 from ...methods.attention import cls_attention, many_readers, reader
 from ...methods.rollout import rollout
 from ...progress import part
@@ -39,6 +39,11 @@ IG_NOTE = ("**Integrated Gradients** is a weak baseline on this ViT: hiding the 
            "-0.01 and 0.11); from the mean colour 0.11 and 0.32, still far below gated LRP (0.38 and 0.77 "
            "on 100 held-out photos). "
            "Details: docs/faithfulness.md.")
+# the same paragraph for any other model: what is true of the method, no figure measured on another model
+IG_NOTE_UNMEASURED = ("**Integrated Gradients** adds up the class score's gradient along a straight path from a black "
+                      "picture to this one (16 steps), so its map depends on that black starting picture. How faithful "
+                      "it is on this model was not measured here: `python -m vit_demo faithfulness --weights FILE "
+                      "--images DIR --methods integrated-gradients,lrp-gated` measures it on your pictures.")
 
 
 def tile_title(name: str, label: str) -> str:
@@ -120,9 +125,12 @@ def has_class_maps(a: Analysis, cls: int | None) -> bool:
     return a.logits.numel() > 0 and (a.top1 if cls is None else int(cls)) in a.class_maps
 
 
-def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, cls: int | None) -> str:
+def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, cls: int | None,
+                    measured: bool = False) -> str:
     """What each map lets you conclude, one sentence each; the methods' papers in a details line.
-    ``start_layer``: the index (from 0)."""
+    ``start_layer``: the index (from 0). ``measured``: the model is the one the project's faithfulness
+    figures were measured on (the shipped DeiT-Tiny, :func:`~vit_demo.checkpoints.load.is_shipped`):
+    only then are they quoted."""
     parts = [
         f"**Raw attention**: where {reader(a.layout, long=True)} look{'' if many_readers(a.layout) else 's'} "
         f"in layer {a.depth} of {a.depth}. It shows where the model looks, not why.",
@@ -133,10 +141,11 @@ def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, 
         label = a.labels[a.top1 if cls is None else int(cls)]
         parts.append(f"**Gradient rollout** and **Chefer relevance**: the patches that raised the score of *{label}*. "
                      "You may conclude that these patches mattered for this class, and only for it.")
-        parts.append(f"**Below**, the same question for *{label}* answered by other methods; on 1000 ImageNet photos "
-                     "the gated LRP map was the most faithful single pass and causal LRP the most faithful of all "
-                     "(on request: hundreds of forward passes, about 20 s).")
-        parts.append(IG_NOTE)
+        parts.append(f"**Below**, the same question for *{label}* answered by other methods; " + (
+            "on 1000 ImageNet photos the gated LRP map was the most faithful single pass and causal LRP the most "
+            "faithful of all (on request: hundreds of forward passes, about 20 s)." if measured else
+            "the slow ones (causal LRP, RISE) on request: hundreds of forward passes each."))
+        parts.append(IG_NOTE if measured else IG_NOTE_UNMEASURED)
     else:
         parts.append(no_class_note())
     return "\n\n".join(parts) + "\n\n" + methods_details(fusion, discard, start_layer, a.depth)
@@ -259,7 +268,7 @@ class RelevanceTab(Section):
         pending = [] if lm is not None else pending_titles(a, cls)
         rel = relevance_maps(a, lm, cls)
         rel_pending = [] if lm is not None else relevance_pending(a, cls)
-        caption = methods_caption(a, fusion, discard, first, cls)
+        caption = methods_caption(a, fusion, discard, first, cls, measured=is_shipped(self._reg.spec(sess.model_key).path))
         cols = NARROW_COLUMNS if sess.narrow else None
         if pending or rel_pending:  # finished when the pass ends (follow_up), and after the tab's opening (on_open)
             sess.placeholders[self.name] = sess.view_key
