@@ -79,7 +79,7 @@ CLOSED_ROUTES = ("/gradio_api/process_recording", "/gradio_api/vibe-edit", "/gra
 UPLOAD_ROUTE = "/gradio_api/upload"
 HEARTBEAT_ROUTE = "/gradio_api/heartbeat/"
 SESSION_ROUTES = ("/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")  # POSTs that make a session's state first
-MAX_SESSION = 64  # characters of a session hash (Gradio's page sends 11, its Python client 36)
+MAX_SESSION = 128  # characters of a session hash (Gradio's page sends 11, its Python client 36)
 SESSION_HASH = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_SESSION}}}")
 BAD_SESSION = (f"A session hash is 1 to {MAX_SESSION} letters, digits, '-' or '_' (Gradio's clients send 11 to 36): "
                "reload the page.")
