@@ -1164,13 +1164,57 @@ def paced_uploads(app, tmp: Path, addresses: int = 7, per_address: int = 100, ra
         f"{before / MB:.0f} -> {after / MB:.0f} MiB once the attack ended")
 
 
+class OpenPage(threading.Thread):
+    """A page opened before an attack: its heartbeat held (opened again a second after the server
+    closes it, as the page's own does), and a /predict of its session every ``every_s`` seconds;
+    ``answered`` of ``asked``."""
+
+    def __init__(self, url: str, tmp: Path, source: str, every_s: float = 3.0) -> None:
+        super().__init__(daemon=True)
+        self.raw, self.every_s, self.stopping = Raw(url, timeout=15, source=source), every_s, threading.Event()
+        self.picture = file_payload(self.raw.upload(photo(tmp)))
+        self.asked = self.answered = self.heartbeats = 0
+        self.beat = threading.Thread(target=self.heartbeat, daemon=True)
+
+    def heartbeat(self) -> None:
+        while not self.stopping.is_set():
+            self.heartbeats += 1
+            try:
+                with self.raw.http.stream("GET", self.raw.url + f"gradio_api/heartbeat/{self.raw.session}",
+                                          timeout=None) as r:
+                    for _ in r.iter_lines():
+                        if self.stopping.is_set():
+                            return
+            except Exception:  # noqa: BLE001 - closed by the server
+                pass
+            self.stopping.wait(1.0)
+
+    def run(self) -> None:
+        self.beat.start()
+        while not self.stopping.wait(self.every_s):
+            self.asked += 1
+            try:
+                self.answered += self.raw.call("predict", [self.picture, None, 3], timeout=15).success
+            except Exception:  # noqa: BLE001
+                pass
+
+    def stop(self) -> str:
+        self.stopping.set()
+        self.join(30)
+        return f"{self.answered} of {self.asked} answered, its heartbeat opened {self.heartbeats} times"
+
+
 def held_streams(app, tmp: Path, addresses: int = 700, hold_s: float = 45, limit: int = 1024) -> None:
     """Break 4: at a file limit of ``limit`` (soft and hard), one heartbeat stream from each of
     ``addresses`` addresses, reopened when closed, for ``hold_s`` seconds; new visitors' /config
-    and /predict meanwhile (a try every few seconds), the app's open files and CPU."""
+    and /predict meanwhile (a try every few seconds), a page opened before the attack, the app's
+    open files and CPU."""
     from attacks import heartbeats, open_files
 
     file_limit(app, limit)
+    page = OpenPage(app.url, tmp, "127.0.14.200")
+    page.start()
+    time.sleep(3)
     fds0, cpu0 = open_files(app.proc.pid), cpu_s(app.proc.pid)
     top = [fds0]
     sources = [f"127.{20 + i // 250}.{i % 250}.1" for i in range(addresses)]
@@ -1180,12 +1224,13 @@ def held_streams(app, tmp: Path, addresses: int = 700, hold_s: float = 45, limit
     held = attack.alive()
     config, predict = newcomers(app.url, tmp, hold_s, 8, "127.0.14",
                                 lambda: top.__setitem__(0, max(top[0], open_files(app.proc.pid))))
-    held_end, cpu = attack.alive(), cpu_s(app.proc.pid) - cpu0
+    held_end, cpu, paged = attack.alive(), cpu_s(app.proc.pid) - cpu0, page.stop()
     attack.stop()
     row(f"{addresses} addresses each holding one heartbeat stream (GET /gradio_api/heartbeat/...), reopened when "
         f"closed, for {hold_s:.0f} s (file limit {limit:,}, soft and hard)",
-        f"new visitors: /config {config} of 8, /predict {predict} of 8; streams held: {held} after the opening "
-        f"({opened:.1f} s), {held_end} at the end; {attack.opened:,} opened, {attack.closed:,} closed by the server",
+        f"new visitors: /config {config} of 8, /predict {predict} of 8; a page opened before: /predict "
+        f"{paged}; streams held: {held} after the opening ({opened:.1f} s), {held_end} at the end; "
+        f"{attack.opened:,} opened, {attack.closed:,} closed by the server",
         f"open files {fds0} -> peak {top[0]:,} ({top[0] / limit:.0%}); the app's CPU {cpu / hold_s:.0%} of a core")
 
 
