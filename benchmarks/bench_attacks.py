@@ -28,7 +28,8 @@ the OpenAPI schema, tool events through the queue, a hub model named by anyone).
 against an analysed visitor's session), ``hugehash`` (1,100 session hashes of 900 KB: RSS 65 s
 after), ``pacedup`` (7 addresses x 100 uploads at 17 KB/s for 60 s, file limit 1,024 soft and
 hard), ``streams`` (700 addresses each holding a heartbeat stream, file limit 1,024),
-``small50`` (/monitoring, the reload watcher, hostile /attention, /compare and /train values).
+``small50`` (/monitoring, the reload watcher, hostile /attention, /compare and /train values),
+``trainpeak`` (the training child's RSS peak on a zip of 40-MP float TIFFs, and on the digits).
 Takes 5-15 minutes on 2 cores (the "before" longer: its slow jobs run to the end).
 """
 
@@ -1260,6 +1261,53 @@ def small50(app, tmp: Path) -> None:
         "; ".join(f"{k}: {o.message[:60] or '(empty)'}" for k, o in answers.items()))
 
 
+def child_peak(pid: int, work: Callable) -> tuple[object, float]:
+    """``work()`` while the RSS of process ``pid``'s children is sampled: (its result, their peak MiB)."""
+    import psutil
+
+    peak, stop = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            try:
+                kids = psutil.Process(pid).children(recursive=True)
+                peak[0] = max(peak[0], sum(k.memory_info().rss for k in kids) / MB)
+            except psutil.Error:
+                continue
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        return work(), peak[0]
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def training_reads(app, tmp: Path, per_class: int = 3, side: int = 6300) -> None:
+    """Round 4's training finding: /train on a zip of float TIFFs of ``side`` x ``side`` px (40 MP at
+    6300) against /train on the digits: the training child's RSS peak."""
+    import zipfile
+
+    small = np.sin(np.linspace(0, 6, 63, dtype=np.float32))[None, :] * np.cos(np.linspace(0, 4, 63, dtype=np.float32))[:, None]
+    archive = tmp / "floats.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for c, cls in enumerate(("waves", "ripples")):
+            for i in range(per_class):
+                pic = Image.fromarray(small * (c + 1) + i, "F").resize((side, side), Image.Resampling.NEAREST)
+                pic.save(tmp / "f.tif", compression="tiff_adobe_deflate")
+                z.write(tmp / "f.tif", f"set/{cls}/{i}.tif")
+    raw = Raw(app.url, timeout=600)
+    stored = file_payload(raw.upload(archive))
+    peaks = {}
+    for what, data in (("the digits", ["digits", 0.1, None, None]), (f"{2 * per_class} float TIFFs of {side * side / 1e6:.0f} MP",
+                                                                    ["zip", 0.1, stored, None])):
+        out, peaks[what] = child_peak(app.proc.pid, lambda data=data: raw.call("train", data, timeout=600))
+        peaks[what] = f"{peaks[what]:,.0f} MiB" + ("" if out.success else f" ({out.message[:60]})")
+    row(f"/train on a zip of {2 * per_class} float TIFFs of {side} x {side} px ({archive.stat().st_size / MB:.1f} MB), "
+        "and on the digits", "the training child's RSS peak", "; ".join(f"{k}: {v}" for k, v in peaks.items()))
+
+
 # ----------------------------------------------------------------------------- running them
 
 
@@ -1344,6 +1392,8 @@ def run(root: Path, only: set[str] | None) -> None:
             with_app(round3, lambda app: held_streams(app, tmp))
         if want("small50"):
             with_app([*round3, "--train-minutes-max", "1"], lambda app: small50(app, tmp))
+        if want("trainpeak"):
+            with_app([*round3, "--train-minutes-max", "1"], lambda app: training_reads(app, tmp))
 
 
 def main() -> None:
@@ -1353,7 +1403,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
                                               "timelimit temp survey unpack connections mcp paths sessions pages "
                                               "slowbody chunked lockout hugezip atlas100 small47 "
-                                              "hashes hugehash pacedup streams small50")
+                                              "hashes hugehash pacedup streams small50 trainpeak")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()
