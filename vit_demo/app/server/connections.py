@@ -20,9 +20,10 @@ these rules, applied as soon as the connection is accepted:
 - all clients together hold at most :attr:`ConnectionRules.fd_share` of the process's file
   limit (``RLIMIT_NOFILE``, read again every second), and less when the process's other files
   (counted in ``/proc/self/fd`` at the same time) leave less than :func:`room` free: past it, a
-  new connection closes the response stream open longest (:class:`Streams`), else the oldest
-  idle or slowest connection of the client that holds the most (:class:`Census`), or is itself
-  closed when its own client is that one; so no number of addresses can take every file
+  new connection closes the oldest idle or slowest connection of a client that holds more than
+  its own (the one that holds the most: :class:`Census`); when every client holds about as many,
+  the response stream open longest (:class:`Streams`) for a client that holds fewer than
+  :data:`FEW`; else it is itself closed; so no number of addresses can take every file
   descriptor, and a new client always gets in (asyncio accepts :data:`ACCEPT_BURST` connections
   at most in one go: :class:`BoundedConfig`);
 - a response that streams (an event stream, or a body of unknown length: Gradio's heartbeat,
@@ -67,6 +68,7 @@ BODY_RATE = 16 << 10  # bytes a second a request body must keep up on average, a
 FD_SHARE = 0.6  # of the process's file limit: connections of all clients together (the rest: the app's own files)
 STREAM_SHARE = 0.5  # of the connections' share: response streams of all clients together (heartbeats, event streams)
 STREAMS_PER_CLIENT = 32  # response streams one client may hold open, when exposed (a browser tab holds about 2)
+FEW = 8  # connections a browser holds at most: a client holding fewer is one a stream may yield its place to
 ACCEPT_BURST = 64  # connections asyncio accepts in one go (uvicorn's backlog, 2,048 by default), before any is seen
 STALL_S = 0.5  # a timer this late means the event loop was stalled: one more second first
 LIMIT_EVERY_S = 1.0  # how often the file limit is read again (a host may change it while the app runs)
@@ -276,14 +278,14 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         if RULES.capped(host) and CENSUS.count(client) >= (RULES.per_address or 0):
             return False
         if CENSUS.full(RULES):
-            stream = STREAMS.oldest()
-            if stream is not None:  # a stream the page opens again when it needs it: the first to go
-                stream.evict()
+            mine, victim = CENSUS.count(client), CENSUS.busiest(RULES)
+            if victim is not None and mine + 1 < CENSUS.count(victim):  # a client that holds more than this one
+                oldest_idle_or_slowest(CENSUS.by_client[victim]).evict()
                 return True
-            victim = CENSUS.busiest(RULES)
-            if victim is None or CENSUS.count(client) + 1 >= CENSUS.count(victim):
+            stream = STREAMS.oldest()
+            if stream is None or mine >= FEW:
                 return False  # this client is (about) the busiest itself: its new connection goes
-            oldest_idle_or_slowest(CENSUS.by_client[victim]).evict()
+            stream.evict()  # every client holds about as many: a stream, which a page opens again when it needs it
         return True
 
     def evict(self) -> None:
