@@ -177,3 +177,73 @@ def test_all_addresses_together_leave_room_for_a_new_one(patient) -> None:
     assert peak > 0.55 * 1024, peak  # (the cap was reached: the connections were not closed by a timer)
     assert peak < 0.8 * 1024, peak
     assert code == 200
+
+
+def _fds_in(pid: int, folder: Path) -> int:
+    """How many of process ``pid``'s file descriptors are files under ``folder``."""
+    import os
+
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder))
+        except OSError:
+            pass
+    return n
+
+
+def test_uploads_in_progress_hold_no_file_and_cut_ones_leave_none(app) -> None:
+    """20 uploads from one address declaring 2 MB, each 120 KB into its body, then cut: before,
+    each held an open temp file in the app's folder while it arrived (a socket and a file: the
+    cap on connections was no cap on files) and its file stayed after the cut (575 files, 585
+    MiB in the attack); now no file is held between chunks and none is left."""
+    from attacks import PacedUploads
+
+    uploads = app.folder() / "gradio"
+    before = {p for p in uploads.rglob("*") if p.is_file()}
+    attack = PacedUploads(app.port, ["127.0.50.11"], 20, declared=2 << 20, rate=60 << 10, tick_s=0.5, reopen=False)
+    attack.start()
+    try:
+        time.sleep(2.2)
+        held = _fds_in(app.proc.pid, uploads)
+        sent = min(attack.sent.values())
+    finally:
+        attack.stop()
+    time.sleep(1.5)
+    left = [p for p in uploads.rglob("*") if p.is_file() and p not in before]
+    print(f"20 uploads in progress ({sent // 1024} KB or more sent each): {held} open files in the app's folder; "
+          f"after the cut: {len(left)} files left ({sum(p.stat().st_size for p in left) // 1024} KB)")
+    assert sent > 60 << 10 and attack.opened == 20
+    assert held <= 2, held  # (one may be open while a chunk is written)
+    assert not left, left[:3]
+
+
+def test_streams_yield_to_a_new_visitor(app) -> None:
+    """At a file limit of 512 (soft and hard), 340 addresses each holding one heartbeat stream
+    (GET /gradio_api/heartbeat/..., a line every 15 s for as long as the page is open), reopened
+    when closed: before, they held every place of the connections' share (60 %, 307) and every new
+    visitor was refused; now streams hold at most half of it, the oldest closing first, and a
+    new visitor's /config answers. Runs last in this module: the app keeps the lower limit."""
+    import resource
+
+    from attacks import heartbeats
+
+    resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE, (512, 512))
+    time.sleep(1.2)  # (the app reads its limit again every second)
+    attack = heartbeats(app.port, [f"127.51.{i // 200}.{i % 200 + 1}" for i in range(340)], every_s=0.5).start()
+    codes = []
+    try:
+        time.sleep(1.0)
+        for i in range(4):
+            try:
+                with httpx.Client(transport=httpx.HTTPTransport(local_address=f"127.0.52.{i + 1}"), timeout=8) as http:
+                    codes.append(http.get(app.url + "config").status_code)
+            except httpx.HTTPError as e:
+                codes.append(type(e).__name__)
+        held, files = attack.alive(), open_files(app.proc.pid)
+    finally:
+        attack.stop()
+    print(f"340 heartbeat streams from 340 addresses at a file limit of 512: {held} held, {attack.closed} closed by "
+          f"the server, the app's files {files}; new visitors' /config: {codes}")
+    assert codes.count(200) >= 3, codes
+    assert held <= 0.5 * 0.6 * 512 + 20, held

@@ -383,3 +383,112 @@ def test_folder_jobs_read_pictures_as_an_upload(tmp_path: Path) -> None:
     Image.new("F", (4000, 3000), 0.5).save(huge, compression="tiff_adobe_deflate")
     with pytest.raises(ImageError, match="the limit is 10 MP"):
         load(str(huge))
+
+
+def test_gradio_forgets_sessions_that_hold_nothing_first() -> None:
+    """Past its capacity Gradio forgot the least recently used session, whatever it held: new
+    sessions that hold nothing (a request refused after Gradio made its state) pushed out a
+    visitor's analysed picture. Now those holding no value go first."""
+    import gradio as gr
+    import gradio.state_holder as sh
+
+    from vit_demo.app.server.lean import holds_values, lean_sessions
+
+    assert lean_sessions()
+    with gr.Blocks(analytics_enabled=False) as demo:
+        state = gr.State(None)
+        runs = gr.State([])
+    holder = sh.StateHolder()
+    holder.set_blocks(demo)
+    holder.capacity = 5
+    holder["visitor"][state._id] = {"picture": 1}
+    holder["menu only"][state._id] = None  # (a state read, nothing kept)
+    holder["no runs"][runs._id] = []
+    for i in range(50):
+        holder[f"fresh{i}"]
+    assert "visitor" in holder and len(holder.session_data) == 5
+    assert holds_values(holder.session_data["visitor"]) and not holds_values(holder.session_data["fresh49"])
+    for i in range(5):  # all of them hold values: the least recently used goes, as before
+        holder[f"full{i}"][state._id] = i + 1
+    assert "visitor" not in holder and "full0" in holder
+
+
+def test_training_reads_a_float_tiff_reduced(tmp_path: Path) -> None:
+    """The training child decoded a zip's 40-MP float TIFFs whole and made float64 copies (2.3 GB
+    at its peak against 870 MB for an ordinary run); it now reads each picture reduced at load,
+    as an upload is read: the arrays made for a 9-MP float TIFF stay under 100 MB (216 before)."""
+    import tracemalloc
+
+    from vit_demo.preprocess import DataConfig
+    from vit_demo.train.data import index_folder, load_folder
+
+    side = np.linspace(0, 9, 30, dtype=np.float32)
+    small = np.sin(side)[None, :] * np.cos(side)[:, None]
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        for i in range(2):
+            big = Image.fromarray(small * (i + 1), "F").resize((3000, 3000), Image.Resampling.NEAREST)
+            big.save(tmp_path / cls / f"{i}.tif", compression="tiff_adobe_deflate")
+    tracemalloc.start()
+    data = load_folder(index_folder(tmp_path), DataConfig(input_size=(32, 32)), 0.25, 0, 32, progress=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    print(f"4 float TIFFs of 9 MP read for training: numpy's and torch's peak {peak / MB:.0f} MiB")
+    assert data.train_x.shape[1:] == (3, 32, 32) and len(data.train_x) + len(data.val_x) == 4
+    assert peak < 100 * MB, peak / MB
+
+
+def test_the_soft_file_limit_is_raised_to_the_hard_one() -> None:
+    """A service often starts with a soft file limit of 1,024 under a much higher hard one: the
+    app raises its soft limit to the hard one (as Go's runtime does) and says the limit in its
+    start-up line; at 1,024 soft and hard it stays 1,024."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    code = ("from vit_demo.app.server.connections import ConnectionRules, describe, raise_file_limit; "
+            "print(describe(ConnectionRules(per_address=100), *raise_file_limit()))")
+    lines = {}
+    for soft, top in ((512, hard), (1024, 1024)):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             cwd=Path(__file__).resolve().parents[1],
+                             preexec_fn=lambda s=soft, t=top: resource.setrlimit(resource.RLIMIT_NOFILE, (s, t)))
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines[soft] = out.stdout.strip()
+    print(lines)
+    if hard != resource.RLIM_INFINITY and hard > 512:
+        assert f"file limit {hard:,} open files, raised from 512" in lines[512], lines[512]
+    assert lines[1024].startswith("connections: file limit 1,024 open files: at most 614 connections"), lines[1024]
+    assert "307 of them response streams; one address at most 100 connections and 32 streams" in lines[1024]
+
+
+def test_an_unforeseen_error_is_plain_words() -> None:
+    """An exception no check foresaw reaches the user as plain words with nothing of the server
+    (its type, its text) and its traceback goes to the log; a check's own words pass as they are."""
+    from vit_demo.app.common import SOMETHING_WRONG, check_look, readable_error
+    from vit_demo.app.server.guard import InputError
+
+    err = readable_error(KeyError("/srv/secret/path"), "a test")
+    assert err.message == SOMETHING_WRONG and "secret" not in err.message and "KeyError" not in err.message
+    assert readable_error(InputError("k must be a whole number from 1 to 10.")).message.startswith("k must be")
+    for cmap, alpha, words in ((-1, 0.6, "Colormap"), ("inferno", "abc", "Overlay opacity"), ("x" * 30, 0.5, "Colormap"),
+                               ("viridis", 1.5, "Overlay opacity"), ("gray", True, "Overlay opacity")):
+        with pytest.raises(InputError, match=words):
+            check_look(cmap, alpha)
+    check_look("magma", 0)
+
+
+def test_the_stream_open_longest_goes_first() -> None:
+    """The response streams to close: a client's oldest past its own cap, then the oldest of all
+    past the total (a page opens its heartbeat again when it needs it)."""
+    from vit_demo.app.server.connections import Streams
+
+    s = Streams()
+    for i in range(6):
+        s.add(f"a{i}", "A")
+    for i in range(3):
+        s.add(f"b{i}", "B")
+    assert s.over("A", 4, None) == ["a0", "a1"]
+    assert s.over("B", 4, 7) == ["a0", "a1"]
+    assert s.over("A", 5, 6) == ["a0", "a1", "a2"]
+    s.remove("a0")
+    assert s.oldest() == "a1" and s.oldest("B") == "b0" and s.count("A") == 5

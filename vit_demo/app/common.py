@@ -22,6 +22,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is i
 import gradio as gr  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from .. import viz  # noqa: E402
 from ..analysis import Analysis  # noqa: E402
 from ..images import ImageError  # noqa: E402
 from ..progress import TimeUp  # noqa: E402
@@ -44,6 +45,17 @@ def note(title: str, text: str, kind: str = "warn") -> str:
 
 SOMETHING_WRONG = ("Something went wrong with this request (the app's log has the details). The app is still "
                    "running: try again, or another image.")
+
+
+def check_look(cmap: Any, alpha: Any) -> None:
+    """The display controls' values as a client sent them: a colormap matplotlib knows and an
+    opacity from 0 to 1; :class:`InputError` saying which otherwise (not "Something went wrong")."""
+    try:
+        viz.check_cmap(cmap if isinstance(cmap, str) else "")
+    except ValueError:
+        raise InputError("Colormap: choose one of inferno, magma, viridis, plasma, turbo, jet or gray.") from None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise InputError("Overlay opacity must be a number from 0 to 1.")
 
 
 def readable_error(e: Exception, where: str = "") -> gr.Error:

@@ -107,7 +107,8 @@ class Tools:
         up, lm, a = self.analysis(image, model)
         classifier(a)
         n = a.logits.numel()
-        cls = a.top1 if class_index is None or float(class_index) == -1 else whole(class_index, "class_index", 0, n - 1)
+        cls = whole(-1 if class_index is None else class_index, "class_index", -1, n - 1)
+        cls = a.top1 if cls == -1 else cls
         from ..analysis import class_maps
 
         heat = class_maps(a, lm, cls, names=[method])[method]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..common import friendly
+from ..common import check_look, friendly
 from ..context import Context, Section, union, values
 from ..page import NARROW_JS
 
@@ -41,10 +41,11 @@ class DisplayControls(Section):
         @friendly
         def on_display(*args):
             *rest, sess = args
+            vals = values(inputs, rest)
+            check_look(vals[ctx.cmap], vals[ctx.alpha])
             sess = ctx.session(sess)
             if not sess.ready:
                 return gr.skip()
-            vals = values(inputs, rest)
             out: dict = {}
             for s in sections:
                 out.update(s.redisplay(sess, vals))
