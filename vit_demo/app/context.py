@@ -93,8 +93,14 @@ class Section:
         """Outputs for a new analysis (``sess.analysis``) of the model ``lm``."""
         return {}
 
+    def start_work(self, sess: Session, lm: LoadedModel) -> None:
+        """Start the section's slower work on a new analysis (``sess.analysis``) in the background, at
+        once, whether its tab is open or not (e.g. the class-specific maps' backward passes), so that
+        it is ready, or nearly, when the tab shows it. It must not wait for that work."""
+
     def follow_up(self, dep: Any, ctx: Context) -> Any:
-        """Chain slower work onto the new-analysis event ``dep`` (e.g. a backward pass)."""
+        """Chain slower pictures onto the new-analysis event ``dep`` (e.g. the maps started by
+        :meth:`start_work`, drawn when they are made)."""
         return dep
 
     def lazy(self, sess: Session) -> dict:
@@ -128,6 +134,7 @@ class Context:
     default_key: str
     examples: list = field(default_factory=list)
     heavy: dict = field(default_factory=dict)  # event settings for the ones that run a model (the model lane)
+    waits: dict = field(default_factory=dict)  # ... for those that wait for work running elsewhere, then draw it
     slow: dict = field(default_factory=dict)  # ... for decks, slow methods, animations, exports (the slow lane)
     training: dict = field(default_factory=dict)  # ... for a training (the Train tab, /train: a lane of its own)
     sessions: SessionBudget | None = None  # the pictures all sessions keep, within a budget
