@@ -46,12 +46,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
-def measure(apps: dict, tabs: list[str], n: int, folder: Path) -> dict:
-    """``n`` photos per tab, each dropped on every app in ``apps`` (name -> url) in turn."""
+def measure(apps: dict, tabs: list[str], n: int, folder: Path) -> tuple[dict, dict]:
+    """``n`` photos per tab, each dropped on every app in ``apps`` (name -> url) in turn: the times, and
+    the photos a tab did not finish within 120 s (by app)."""
     from playwright.sync_api import sync_playwright
-    from tab_timing import PLACEHOLDERS, RELEVANCE, fresh_photos, grey_share, label_at, pictures_seen, time_tab, whole_at
+    from tab_timing import fresh_photos
 
     times: dict[str, dict[str, list[float]]] = {name: {t: [] for t in tabs} for name in apps}
+    stuck: dict[str, list[str]] = {name: [] for name in apps}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -59,27 +61,41 @@ def measure(apps: dict, tabs: list[str], n: int, folder: Path) -> dict:
                 for i, photo in enumerate(fresh_photos(folder, n, seed=1000 * (j + 1) + int(time.time()) % 1000)):
                     order = list(apps) if i % 2 == 0 else list(reversed(apps))  # who goes first alternates
                     for name in order:
-                        dt, ctx = time_tab(browser, apps[name], photo, tab)
-                        try:
-                            pg = ctx.pages[0]
-                            grey = max((grey_share(pg, s) for s in PLACEHOLDERS[tab]), default=0.0)
-                            if grey > 0.02:
-                                raise SystemExit(f"{name}, {tab}: placeholders left ({grey:.0%} grey) when it "
-                                                 "said it was finished")
-                            label = label_at(pg)
-                            first = whole_at(pictures_seen(pg), "#methods") if tab == RELEVANCE else None
-                        finally:
-                            ctx.close()
-                        times[name][tab].append(dt)
-                        if label is not None:
-                            times[name].setdefault("first label", []).append(label)
-                        if first is not None:
-                            times[name].setdefault("top row (rollout, Chefer)", []).append(first)
-                        print(f"  {name:8s} {tab:20s} {photo.name}: {dt:.2f} s (label {label or 0:.2f} s"
-                              + (f", top row {first:.2f} s)" if first is not None else ")"), file=sys.stderr, flush=True)
+                        got = one(browser, apps[name], photo, tab)
+                        if got is None:
+                            stuck[name].append(f"{tab}: {photo.name}")
+                            print(f"  {name:8s} {tab:20s} {photo.name}: NOT FINISHED in 120 s", file=sys.stderr)
+                            continue
+                        for what, t in got.items():
+                            times[name].setdefault(what, []).append(t)
+                        print(f"  {name:8s} {tab:20s} {photo.name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in got.items()),
+                              file=sys.stderr, flush=True)
         finally:
             browser.close()
-    return times
+    return times, stuck
+
+
+def one(browser, url: str, photo: Path, tab: str) -> dict[str, float] | None:
+    """One photo on a fresh page of the app at ``url``, ``tab`` opened at once: seconds until the tab was
+    finished, the first label, the top row (Rollout & relevance); None if it did not finish."""
+    from playwright.sync_api import TimeoutError as Timeout
+    from tab_timing import PLACEHOLDERS, RELEVANCE, grey_share, label_at, pictures_seen, time_tab, whole_at
+
+    try:
+        dt, ctx = time_tab(browser, url, photo, tab)
+    except Timeout:
+        return None
+    try:
+        pg = ctx.pages[0]
+        grey = max((grey_share(pg, s) for s in PLACEHOLDERS[tab]), default=0.0)
+        if grey > 0.02:
+            raise SystemExit(f"{url}, {tab}: placeholders left ({grey:.0%} grey) when it said it was finished")
+        out = {tab: dt, "first label": label_at(pg)}
+        if tab == RELEVANCE:
+            out["top row (rollout, Chefer)"] = whole_at(pictures_seen(pg), "#methods")
+        return {k: v for k, v in out.items() if v is not None}
+    finally:
+        ctx.close()
 
 
 def summary(xs: list[float]) -> dict:
@@ -109,12 +125,13 @@ def main() -> None:
         waited = {name: round(wait_idle(a.proc.pid), 1) for name, a in started.items()}  # (at once: same load)
         load0 = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="bench_tabs_") as folder:
-            times = measure({k: a.url for k, a in started.items()}, tabs, args.photos, Path(folder))
+            times, stuck = measure({k: a.url for k, a in started.items()}, tabs, args.photos, Path(folder))
         load1 = os.getloadavg()
     finally:
         for a in started.values():
             a.stop()
-    report: dict = {name: {what: summary(ts) for what, ts in t.items()} for name, t in times.items()}
+    report: dict = {name: {what: summary(ts) for what, ts in t.items() if ts} for name, t in times.items()}
+    report["not finished within 120 s"] = stuck
     report["start-up work waited for (s)"] = waited
     report["load average (1, 5, 15 min) before, after"] = [[round(x, 2) for x in load0], [round(x, 2) for x in load1]]
     report["cpus"] = os.cpu_count()
@@ -131,6 +148,9 @@ def main() -> None:
         for what, s in report[name].items():
             print(f"  {name:8s} {what:26s} median {s['median_s']:.2f} s  (min {s['min_s']:.2f}, max {s['max_s']:.2f}, "
                   f"n {s['n']})")
+    for name, photos in stuck.items():
+        if photos:
+            print(f"  {name}: not finished within 120 s: {', '.join(photos)}")
     if args.baseline:
         for what, r in report["ratio of medians (this / baseline)"].items():
             print(f"  this / baseline, {what}: {r:.2f}")

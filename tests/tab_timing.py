@@ -114,17 +114,21 @@ def time_tab(browser, url: str, photo: Path, tab: str, timeout_s: float = 120) -
     at once) is finished (:data:`DONE_JS`), and the page's context (the caller closes it; its page
     is ``ctx.pages[0]``). Every picture the tab's tiles showed meanwhile: :func:`pictures_seen`."""
     ctx = browser.new_context(viewport={"width": 1440, "height": 900})
-    pg = ctx.new_page()
-    pg.set_default_timeout(timeout_s * 1000)
-    pg.goto(url)
-    pg.wait_for_selector("#upload input[type=file]", state="attached")
-    pg.get_by_role("tab", name=tab).wait_for()
-    pg.evaluate(WATCH_JS, list(TILE_PICTURES[tab]))
-    t0 = time.perf_counter()
-    pg.set_input_files("#upload input[type=file]", str(photo))
-    pg.get_by_role("tab", name=tab).click()
-    pg.wait_for_function(DONE_JS[tab], timeout=timeout_s * 1000)
-    return time.perf_counter() - t0, ctx
+    try:
+        pg = ctx.new_page()
+        pg.set_default_timeout(timeout_s * 1000)
+        pg.goto(url)
+        pg.wait_for_selector("#upload input[type=file]", state="attached")
+        pg.get_by_role("tab", name=tab).wait_for()
+        pg.evaluate(WATCH_JS, list(TILE_PICTURES[tab]))
+        t0 = time.perf_counter()
+        pg.set_input_files("#upload input[type=file]", str(photo))
+        pg.get_by_role("tab", name=tab).click()
+        pg.wait_for_function(DONE_JS[tab], timeout=timeout_s * 1000)
+        return time.perf_counter() - t0, ctx
+    except BaseException:
+        ctx.close()
+        raise
 
 
 def pictures_seen(pg) -> list[tuple[float, str, float]]:

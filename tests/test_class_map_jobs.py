@@ -68,10 +68,14 @@ def test_lanes_put_integrated_gradients_beside_the_rest(lm, monkeypatch):
     assert order[-len(fp32_kept):] == fp32_kept and set(order) == set(SINGLE)
 
 
-def test_lane_count_follows_cores_threads_and_memory(lm, monkeypatch):
+def test_lane_count_follows_cores_threads_load_and_memory(lm, monkeypatch):
     monkeypatch.setattr(A.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(A.os, "getloadavg", lambda: (0.3, 0.2, 0.1))
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert A.lane_count(lm) == 2  # the app on 2 cores: one torch thread per model run
+    assert A.lane_count(lm) == 2  # the app on 2 idle cores: one torch thread per model run
+    monkeypatch.setattr(A.os, "getloadavg", lambda: (1.2, 0.2, 0.1))
+    assert A.lane_count(lm) == 1  # no core to spare for a second lane
+    monkeypatch.setattr(A.os, "getloadavg", lambda: (0.3, 0.2, 0.1))
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert A.lane_count(lm) == 1  # two threads already fill both cores
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)

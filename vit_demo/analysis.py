@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 import threading
 import time
@@ -293,12 +294,17 @@ def map_lanes(lm: LoadedModel, names: Sequence[str]) -> list[list[str]]:
 
 def lane_count(lm: LoadedModel) -> int:
     """How many lanes a record's class maps may use: as many as the cores hold at the model's
-    thread count (torch's), at most :data:`MAX_LANES`; one on a GPU, or for a model whose backward
-    passes need more than :data:`PARALLEL_BYTES` (two at once would double the peak)."""
+    thread count (torch's), at most :data:`MAX_LANES`, and one more than the first only while the
+    machine has a core to spare for it (the 1-minute load average under cores - 1: on a busy machine
+    two lanes' threads wait for each other's turn at the interpreter's lock, and took 1.3 times as
+    long as one lane at load 15-22); one on a GPU, or for a model whose backward passes need more
+    than :data:`PARALLEL_BYTES` (two at once would double the peak)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if lm.device.type != "cpu" or backward_working_set(lm) > PARALLEL_BYTES:
         return 1
-    return max(1, min(MAX_LANES, cores // max(1, torch.get_num_threads())))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    spare = max(1, math.ceil(cores - load))  # the first lane runs whatever the load; each more needs a free core
+    return max(1, min(MAX_LANES, cores // max(1, torch.get_num_threads()), spare))
 
 
 _REPLICAS: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, torch.nn.Module]] = weakref.WeakKeyDictionary()
