@@ -47,9 +47,9 @@ def test_relevance_row(deit_tiny, package_photos):
 
 
 def test_relevance_tab_starts_the_maps_with_the_analysis(tmp_path, monkeypatch):
-    """The tab's start_work (the upload's event calls it right after the forward pass) starts the class
-    maps in the background and returns at once; the tab's first picture shows what is made so far, and
-    the follow-up's pictures what is made then (the top row first)."""
+    """The tab's start_maps (the upload's follow-up calls it first) starts the class maps in the
+    background and returns at once; the tab's first picture shows what is made so far, and the
+    follow-up's pictures what is made then (the top row first)."""
     from conftest import random_shapes_checkpoint
 
     from vit_demo import analysis as A
@@ -62,11 +62,11 @@ def test_relevance_tab_starts_the_maps_with_the_analysis(tmp_path, monkeypatch):
     assert len(pending_titles(a, None)) == 2 and len(relevance_pending(a, None)) == len(single) - 2
 
     class Sess:
-        analysis = a
+        analysis, ready = a, True
 
     monkeypatch.setattr(A, "lane_count", lambda lm: 2)
     t0 = time.perf_counter()
-    RelevanceTab().start_work(Sess(), lm)
+    RelevanceTab().start_maps(Sess(), lm)
     assert time.perf_counter() - t0 < 1.0 and a.jobs[a.top1]  # started, not waited for
     top = A.maps_so_far(a, wait_for=("grad-rollout", "chefer"))
     assert {"grad-rollout", "chefer"} <= set(top)

@@ -93,14 +93,9 @@ class Section:
         """Outputs for a new analysis (``sess.analysis``) of the model ``lm``."""
         return {}
 
-    def start_work(self, sess: Session, lm: LoadedModel) -> None:
-        """Start the section's slower work on a new analysis (``sess.analysis``) in the background, at
-        once, whether its tab is open or not (e.g. the class-specific maps' backward passes), so that
-        it is ready, or nearly, when the tab shows it. It must not wait for that work."""
-
     def follow_up(self, dep: Any, ctx: Context) -> Any:
-        """Chain slower pictures onto the new-analysis event ``dep`` (e.g. the maps started by
-        :meth:`start_work`, drawn when they are made)."""
+        """Chain slower work onto the new-analysis event ``dep`` (e.g. the class-specific maps, drawn
+        as they are made); it starts as soon as the browser has the first pictures."""
         return dep
 
     def lazy(self, sess: Session) -> dict:

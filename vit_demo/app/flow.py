@@ -5,10 +5,6 @@ A closed tab is cleared, and shows the analysis when it is opened: an upload dra
 only what can be seen (measured: half of the upload's server time went into pictures of closed
 tabs).
 
-Each section's slower work starts in the background as soon as the upload's first pictures are
-drawn (:meth:`Section.start_work`: the class-specific maps), before they are sent: the first label
-never waits for it, nor shares the cores with it while it is drawn.
-
 The page's upload event reads the image, the model and every section's ``show_inputs``; the
 public ``/analyze`` endpoint is its twin with a fixed signature, ``(image, model)``, every
 section's settings at their defaults (:meth:`UploadFlow.wire_api`), so that a control added to a
@@ -118,8 +114,6 @@ class UploadFlow:
                 continue
             out.update(s.show(sess, lm, vals))
             sess.drawn[s.name] = sess.view_key
-        for s in self.sections:  # their slower work starts now, in the background (the class maps): after
-            s.start_work(sess, lm)  # the first pictures, which it would slow down
         return out | self.hidden_files()
 
     def on_image_again(self, payload: Any, _key: Any, *rest: Any) -> Any:
