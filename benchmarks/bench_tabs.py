@@ -6,8 +6,9 @@ Starts ``app.py`` with its defaults (``--precision auto``: bf16 on a CPU that co
 ``$VIT_DEMO_NO_BF16`` is cleared for the app) on a free loopback port, waits until its start-up
 work is over (the model's warm-up and the Atlas tab's atlas of the examples: the app's CPU time
 stops growing), then for each of ``--photos`` photos no app has seen (scikit-image's and
-matplotlib's photos with a few new pixels, and drawn scenes: ``tests/tab_timing.py``), on a fresh
-page: drop the photo, click the tab at once, and time until it is finished:
+matplotlib's photos with a few new pixels, and drawn scenes: ``tests/tab_timing.py``), with every app
+idle again (the maps of the photo before are made in the background after its tab is finished), on a
+fresh page: drop the photo, click the tab at once, and time until it is finished:
 
 - **Rollout & relevance**: every tile drawn (raw attention, rollout, gradient rollout, Chefer, and
   the row of the other class-specific methods), no "computing..." placeholder left (checked on
@@ -47,10 +48,11 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 def measure(apps: dict, tabs: list[str], n: int, folder: Path) -> tuple[dict, dict]:
-    """``n`` photos per tab, each dropped on every app in ``apps`` (name -> url) in turn: the times, and
-    the photos a tab did not finish within 120 s (by app)."""
+    """``n`` photos per tab, each dropped on every app in ``apps`` (name -> app) in turn, every app idle
+    first (the previous photo's maps, still being made in the background, slowed the next one down):
+    the times, and the photos a tab did not finish within 120 s (by app)."""
     from playwright.sync_api import sync_playwright
-    from tab_timing import fresh_photos
+    from tab_timing import fresh_photos, wait_idle
 
     times: dict[str, dict[str, list[float]]] = {name: {t: [] for t in tabs} for name in apps}
     stuck: dict[str, list[str]] = {name: [] for name in apps}
@@ -61,7 +63,9 @@ def measure(apps: dict, tabs: list[str], n: int, folder: Path) -> tuple[dict, di
                 for i, photo in enumerate(fresh_photos(folder, n, seed=1000 * (j + 1) + int(time.time()) % 1000)):
                     order = list(apps) if i % 2 == 0 else list(reversed(apps))  # who goes first alternates
                     for name in order:
-                        got = one(browser, apps[name], photo, tab)
+                        for app in apps.values():
+                            wait_idle(app.proc.pid, quiet_s=1.5)
+                        got = one(browser, apps[name].url, photo, tab)
                         if got is None:
                             stuck[name].append(f"{tab}: {photo.name}")
                             print(f"  {name:8s} {tab:20s} {photo.name}: NOT FINISHED in 120 s", file=sys.stderr)
@@ -125,7 +129,7 @@ def main() -> None:
         waited = {name: round(wait_idle(a.proc.pid), 1) for name, a in started.items()}  # (at once: same load)
         load0 = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="bench_tabs_") as folder:
-            times, stuck = measure({k: a.url for k, a in started.items()}, tabs, args.photos, Path(folder))
+            times, stuck = measure(started, tabs, args.photos, Path(folder))
         load1 = os.getloadavg()
     finally:
         for a in started.values():

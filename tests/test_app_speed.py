@@ -45,6 +45,7 @@ def test_rollout_and_relevance_whole_soon_after_an_upload(browser, default_app, 
     """Two photos the app has never seen (one real, one drawn), the tab opened at once: every tile
     drawn, the caption no longer "computing", the top row whole before the relevance row."""
     for i, photo in enumerate(fresh_photos(tmp_path, 2, seed=52)):
+        wait_idle(default_app.proc.pid, quiet_s=1.5)
         seconds, ctx = time_tab(browser, default_app.url, photo, RELEVANCE)
         try:
             pg = ctx.pages[0]
@@ -76,6 +77,7 @@ def test_model_diagnostics_charts_soon_and_the_model_chart_at_once(browser, defa
     finally:
         ctx.close()
     for i, photo in enumerate(fresh_photos(tmp_path, 2, seed=53)):
+        wait_idle(default_app.proc.pid, quiet_s=1.5)
         seconds, ctx = time_tab(browser, default_app.url, photo, DIAGNOSTICS)
         try:
             pg = ctx.pages[0]
