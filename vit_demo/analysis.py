@@ -150,8 +150,8 @@ def class_maps(analysis: Analysis, lm: LoadedModel, cls: int | None = None, name
 
 def start_class_maps(analysis: Analysis, lm: LoadedModel, cls: int | None = None) -> MapJob | None:
     """Start computing the class-specific maps of ``cls`` (default: top-1) in the background, at
-    once (the app: right after an upload's forward pass, so that they are ready when a tab shows
-    them); returns the job (None: they are cached already, or the model has no classifier).
+    once (the app: as soon as the browser has an upload's first pictures, so that they are ready, or
+    nearly, when a tab shows them); returns the job (None: they are cached already, or the model has no classifier).
     :func:`class_maps` and :func:`maps_so_far` read them."""
     if lm.model.cfg.num_classes == 0:
         return None
@@ -212,9 +212,8 @@ class MapJob:
     def wait(self, names: Sequence[str], whole: bool = False) -> None:
         """Until ``names`` are made (``whole``: and the job has ended, the record holding them), or the
         job has failed (raised here), or the waiting thread's time limit is up
-        (:func:`vit_demo.progress.check` raises). It sleeps until a map is made: a waiter that woke to
-        poll took the interpreter's lock from the lanes each time (on a busy machine, the maps took 1.7
-        times as long)."""
+        (:func:`vit_demo.progress.check` raises). It sleeps until a map is made (or the time is up): a
+        waiter that woke to poll took the interpreter's lock from the lanes each time."""
         with self.cond:
             while self.error is None and self.left and (whole or not all(n in self.maps for n in names)):
                 limit = time_left()
@@ -263,6 +262,7 @@ def _run_lane(analysis: Analysis, lm: LoadedModel, job: MapJob, i: int, setting:
                 job.put(name, methods.get(name)(model, analysis.x, job.cls)[0].detach().cpu().numpy())
     except BaseException as e:  # noqa: BLE001 - the waiters raise it
         error = e
+
     def last() -> None:
         with analysis.lock:
             analysis.jobs[job.cls].remove(job)
@@ -311,6 +311,7 @@ def lane_count(lm: LoadedModel) -> int:
 
 
 _REPLICAS: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, torch.nn.Module]] = weakref.WeakKeyDictionary()
+_REPLICAS_LOCK = threading.Lock()
 _POOL_LOCK = threading.Lock()
 _POOLS: list[ThreadPoolExecutor] = []
 
@@ -319,7 +320,7 @@ def replica(model: torch.nn.Module, i: int) -> torch.nn.Module:
     """Copy ``i`` of ``model`` that shares its parameters and buffers (no memory of its own to speak
     of): the same forward, with its own hooks and gradient lock. Made once, under the model's
     gradient lock (no LRP rules on it then), its hooks cleared (a pass's capture hook of the moment)."""
-    with _POOL_LOCK:
+    with _REPLICAS_LOCK:
         copies = _REPLICAS.setdefault(model, {})
         if i not in copies:
             with gradient_lock(model):
