@@ -20,7 +20,7 @@ from .sections.display import DisplayControls
 from .sections.inputs import InputSection
 from .sections.models import ModelPicker
 from .server.guard import FileGuard, JoinGuard
-from .server.lanes import MODEL, SLOW, TRAIN, SessionDoor, guard_queue, limit_slow_jobs
+from .server.lanes import MODEL, SLOW, TRAIN, WAITS, WAITS_AT_ONCE, SessionDoor, guard_queue, limit_slow_jobs
 from .server.lean import GradioSessions, lean_sessions
 from .server.middleware import CallerCap
 from .server.settings import ServerSettings
@@ -68,6 +68,8 @@ def build(cfg: AppConfig) -> App:
     workspace().exports_budget = lim.exports_bytes
     ctx = Context(cfg, reg, reg.default_key(), examples,
                   heavy={"concurrency_id": MODEL, "concurrency_limit": cfg.concurrency},
+                  # waiting for maps the background threads make, then drawing them: not a model slot
+                  waits={"concurrency_id": WAITS, "concurrency_limit": WAITS_AT_ONCE},
                   slow={"concurrency_id": SLOW, "concurrency_limit": lim.slow_concurrency},
                   # one training runs at a time (the trainer's lock); the second place answers a second one at once
                   training={"concurrency_id": TRAIN, "concurrency_limit": 2},

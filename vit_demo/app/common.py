@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import html
+import inspect
 import logging
 import os
 import secrets
@@ -70,13 +71,34 @@ def readable_error(e: Exception, where: str = "") -> gr.Error:
 
 
 def friendly(fn):
-    """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log)."""
+    """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log).
+    A generator function (an event that sends pictures as they come) stays one."""
+    if inspect.isgeneratorfunction(fn):
+        return _friendly_generator(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
+        except Exception as e:
+            err = readable_error(e, fn.__name__)
+            if err is e:
+                raise
+            raise err from e
+        finally:
+            if TIMING:
+                print(f"[timing] {fn.__name__}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)
+
+    return wrapper
+
+
+def _friendly_generator(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            yield from fn(*args, **kwargs)
         except Exception as e:
             err = readable_error(e, fn.__name__)
             if err is e:

@@ -94,6 +94,7 @@ class Session:
     rendered: dict[str, str] = field(default_factory=dict)  # lazily drawn tab -> analysis it shows
     drawn: dict[str, str] = field(default_factory=dict)  # tab -> analysis its show() pictures are of
     placeholders: dict[str, str] = field(default_factory=dict)  # tab -> analysis whose picture it drew unfinished
+    model_views: dict[str, str] = field(default_factory=dict)  # a picture of the model alone -> the model it shows
     comparison: dict[str, Any] | None = None
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled
     last_pick: tuple[str, float] | None = None  # (model key, time) of the last menu pick

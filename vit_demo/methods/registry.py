@@ -51,6 +51,7 @@ class Method:
     slow: bool = False  # hundreds of forward passes: run only when asked for by name (or "all")
     class_specific: bool = True  # explains one class (False: the map is the same for every class)
     bf16_ok: bool = False  # measured as faithful in bfloat16: it runs in the model's precision (else in float32)
+    solo: bool = False  # shares no pass with the others and costs many: may run beside them (vit_demo.analysis.map_lanes)
 
     def __call__(self, model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
         return self.fn(model, x, target)
@@ -65,7 +66,7 @@ _METHODS: dict[str, Method] = {}
 
 
 def register(name: str, *, title: str, cite: str, slow: bool = False, class_specific: bool = True,
-             bf16_ok: bool = False) -> Callable[[MapFn], MapFn]:
+             bf16_ok: bool = False, solo: bool = False) -> Callable[[MapFn], MapFn]:
     """Decorator: add ``fn`` to the registry under ``name`` (a name may be registered once).
     The function is returned wrapped so that :func:`reuse` can share its result, and so that it
     runs in the model's precision only when ``bf16_ok`` (its maps measured as faithful in bfloat16,
@@ -76,7 +77,7 @@ def register(name: str, *, title: str, cite: str, slow: bool = False, class_spec
         if name in _METHODS:
             raise ValueError(f"method {name!r} is registered twice ({_METHODS[name].fn.__module__} and {fn.__module__})")
         wrapped = shared(name)(in_precision(fn, bf16_ok))
-        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific, bf16_ok)
+        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific, bf16_ok, solo)
         return wrapped
 
     return add

@@ -29,7 +29,9 @@ A client is an address, an IPv6 one by its /64 (:func:`~vit_demo.app.server.clie
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
 explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
 side-by-side figures, slide exports: seconds to minutes, :data:`SLOW_EVENTS`), each with its own
-number of jobs at a time, so that predictions never wait behind a deck. A training (the Train tab,
+number of jobs at a time, so that predictions never wait behind a deck. Events that only wait for
+the class-specific maps an upload started in the background (:data:`WAITS`), then draw them, have a
+group of their own: waiting, they held a place of the model lane for seconds. A training (the Train tab,
 ``/train``: minutes, in a process of its own) has a group of its own, :data:`TRAIN`, so that decks do
 not wait ten minutes behind it: one training runs on the whole server at a time (its lock refuses a
 second one at once), under its own time limit (:mod:`vit_demo.app.trainer`). Every job of the slow
@@ -55,6 +57,8 @@ from .middleware import CALLS_BUSY, CallerCap, UploadBudget, from_own_client
 from .streams import LIVE, LIVE_BUSY
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
+WAITS = "waits"  # events that wait for work the model's own threads do (the class maps of an upload), then draw it
+WAITS_AT_ONCE = 8  # such events at a time: they hold no model slot while they wait (vit_demo.analysis.start_class_maps)
 TRAIN = "train"  # the Train tab's and /train's events: one training on the server at a time (vit_demo.app.trainer)
 SLOW_PER_HOST = 2  # slow jobs one address may have in flight, when exposed
 NEW_SESSIONS = 60  # new sessions one address may open per 10 minutes, when exposed (a tab is one)
