@@ -116,7 +116,7 @@ class Steps(Drawable):
 
     def with_temperature(self, temperature: float) -> Steps:
         """The same walk with the softmax at ``temperature`` (no forward pass; 1: the model's own)."""
-        return Steps(self.image, self.model, self.walk.with_temperature(temperature))
+        return Steps(image=self.image, model=self.model, walk=self.walk.with_temperature(temperature))
 
     def to_json(self, parameters: bool = False) -> dict[str, Any]:
         """The steps and the values as plain JSON (the projection's weights only with ``parameters``)."""

@@ -170,7 +170,7 @@ def write_pdf(slides: Sequence[Slide], path: str | Path) -> Path:
             texts.append(pdf.Text(line, MARGIN * pt, (SUBTITLE_TOP + 0.05) * pt + i * 16.5, 14, MUTED_COLOR))
         texts.append(pdf.Text(f"{k + 1} / {len(slides)}", (SLIDE_W - MARGIN) * pt, (SLIDE_H - 0.4) * pt, 10,
                               MUTED_COLOR, align="right"))
-        pictures = [pdf.Picture(img, tuple(v * pt for v in box))
+        pictures = [pdf.PlacedImage(img, tuple(v * pt for v in box))
                     for img, box in zip(s.pictures, picture_boxes([p.size for p in s.pictures], s.columns))]
         pages.append(pdf.Page(texts, pictures))
     return pdf.write(pages, path, (SLIDE_W * pt, SLIDE_H * pt), slides[0].title if slides else "")
