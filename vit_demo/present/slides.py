@@ -145,15 +145,6 @@ def _add_sections(prs, sections: Sequence[str]) -> None:
         etree.SubElement(ids_el, f"{{{p14}}}sldId", id=sid)
 
 
-def pptx_sections(path: str | Path) -> list[tuple[str, int]]:
-    """(section name, number of slides) of a deck written by :func:`write_pptx`."""
-    from pptx import Presentation
-
-    prs = Presentation(str(path))
-    p14 = "{http://schemas.microsoft.com/office/powerpoint/2010/main}"
-    return [(s.get("name"), len(s.findall(f"{p14}sldIdLst/{p14}sldId"))) for s in prs.part._element.iter(f"{p14}section")]
-
-
 def write_pdf(slides: Sequence[Slide], path: str | Path) -> Path:
     """The same slides as a PDF: one 16:9 page per slide, the layout of :func:`write_pptx`, text
     as vector text (Helvetica), the pictures at full resolution, embedded without re-encoding
