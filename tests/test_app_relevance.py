@@ -5,12 +5,15 @@ only after they have been asked for (their progress callbacks see every forward 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
 from vit_demo import methods
 from vit_demo.analysis import analyze, class_maps, on_demand_map
 from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, rise
+
+pytestmark = pytest.mark.slow  # every slow map of the tab on DeiT-Tiny
 
 
 def test_relevance_row(deit_tiny, package_photos):

@@ -41,6 +41,7 @@ def slides(deit_tiny, photos):
         return deck.build_slides(deit_tiny, photos, ["cat", "coffee"], width_px=900, seeds=SEEDS)
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_talk_order_titles_pictures_and_notes(slides):
     assert len(slides) == deck.slide_count(2) == 17
     titles = [s.title for s in slides]
@@ -59,6 +60,7 @@ def test_talk_order_titles_pictures_and_notes(slides):
         assert PAPER.search(s.notes), s.title
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_path):
     from vit_demo.evaluate.faithfulness import evaluate
 
@@ -85,6 +87,7 @@ def test_quoted_numbers_are_the_computed_ones(deit_tiny, slides, photos, tmp_pat
     assert f"{deit_tiny.model.num_params:,}" in dict(slides[-1].meta["rows"])["parameters"]
 
 
+@pytest.mark.slow  # the faithfulness protocol
 def test_faithfulness_scores_default_maps_are_the_single_pass_methods(deit_tiny, slides, photos):
     """With no maps given, the scores cover methods.single_pass() (never the slow RISE or causal
     LRP, hundreds of forward passes each) and agree with the deck's own, which passed its maps."""
@@ -99,6 +102,7 @@ def test_faithfulness_scores_default_maps_are_the_single_pass_methods(deit_tiny,
         assert scores[name]["deletion_auc"] == pytest.approx(rel.meta["faithfulness"][name]["deletion_auc"], abs=1e-6)
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
     from pptx import Presentation
     from pptx.enum.shapes import MSO_SHAPE_TYPE
@@ -119,6 +123,7 @@ def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
     assert slides_io.pptx_sections(path) == [("Image: cat", 7), ("Image: coffee", 7), ("Comparison", 1), ("The model", 2)]
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_progress_names_every_slide_in_order(slides):
     """The deck reports "slide k of n" for every slide, in order, the share only growing, and the
     forward passes of the faithfulness slide inside its own part of the bar."""
@@ -134,6 +139,7 @@ def test_progress_names_every_slide_in_order(slides):
     assert all(lo <= s <= hi + 1e-9 for s, _ in inner)
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_no_folder_of_this_computer_in_any_output(slides, deit_tiny_path):
     """The deck names the weights by their file name: no folder in a title, a subtitle, a note
     or a table (issue 23: the model slide printed the weights' full path)."""
@@ -145,6 +151,7 @@ def test_no_folder_of_this_computer_in_any_output(slides, deit_tiny_path):
     assert deit_tiny_path.name in slides[-1].notes
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_comparison_scale_is_per_image_unless_shared(slides, deit_tiny, photos):
     comp = slides[-3]
     assert "each map scaled to its own range" in comp.subtitle and "own scale" in comp.notes
@@ -153,6 +160,7 @@ def test_comparison_scale_is_per_image_unless_shared(slides, deit_tiny, photos):
     assert "one colour scale for all" in shared.subtitle
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_pdf_pages_render(slides, tmp_path):
     path = slides_io.write_pdf(slides, tmp_path / "talk.pdf")
     if shutil.which("pdftoppm") is None:
@@ -173,6 +181,7 @@ def test_pdf_pages_render(slides, tmp_path):
     assert "What the model sees: “espresso”" in text and f"{len(slides)} / {len(slides)}" in text
 
 
+@pytest.mark.slow  # the deck: the faithfulness protocol
 def test_deck_command(deit_tiny_path, tmp_path, capsys):
     img = tmp_path / "n02123045_tabby.png"
     Image.fromarray(data.chelsea()).save(img)
@@ -193,3 +202,4 @@ def test_deck_command(deit_tiny_path, tmp_path, capsys):
     assert "no class has that label" in capsys.readouterr().err
     assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--random-orders", "0"]) == 2
     assert "at least 1 order" in capsys.readouterr().err
+

@@ -51,6 +51,7 @@ class Stop(Exception):
     pass
 
 
+@pytest.mark.slow  # trains
 def test_hook_sees_the_untrained_model_then_every_epoch_and_can_stop_the_run(digits: Path, tmp_path: Path) -> None:
     seen: list[tuple[int, set[str], bool]] = []
 
@@ -67,6 +68,7 @@ def test_hook_sees_the_untrained_model_then_every_epoch_and_can_stop_the_run(dig
     assert not out.exists()  # stopped: no checkpoint
 
 
+@pytest.mark.slow  # trains
 def test_snapshots_go_from_uniform_to_focused(digits: Path, tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "snaps")
     run(TrainOptions(data=str(digits), out=str(tmp_path / "m.safetensors"), epochs=4, batch_size=16, progress=False,
@@ -88,6 +90,7 @@ def test_snapshots_go_from_uniform_to_focused(digits: Path, tmp_path: Path) -> N
     assert strip.width > 5 * 96 and strip.height > 4 * 96
 
 
+@pytest.mark.slow  # trains
 def test_cli_writes_frames_gif_and_mp4(digits: Path, tmp_path: Path) -> None:
     snaps = tmp_path / "snaps"
     r = subprocess.run([sys.executable, "-m", "vit_demo", "train", "--data", str(digits), "--out",
@@ -100,3 +103,4 @@ def test_cli_writes_frames_gif_and_mp4(digits: Path, tmp_path: Path) -> None:
     with Image.open(snaps / "snapshots.gif") as gif:
         assert gif.n_frames == 3
     assert (snaps / "snapshots.mp4").stat().st_size > 1000 and (snaps / "filmstrip.png").is_file()
+
