@@ -3,7 +3,8 @@ sections), the numbers it quotes, and the PDF rendered page by page with pdftopp
 
 One two-image deck is built once per module (figures at 900 px, one random order for the
 faithfulness baseline, to keep it quick; its progress reports recorded) and shared by the tests;
-it is written once as PowerPoint and once as PDF. The command runs on one image at 600 px.
+it is written once as PowerPoint and once as PDF. The command runs on one image at 600 px. The PDF
+writer is also checked on its own, on a page of its own (the fast tier: building the deck is slow).
 """
 
 from __future__ import annotations
@@ -203,3 +204,38 @@ def test_deck_command(deit_tiny_path, tmp_path, capsys):
     assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--random-orders", "0"]) == 2
     assert "at least 1 order" in capsys.readouterr().err
 
+
+def test_pdf_writer_places_text_and_pictures(tmp_path):
+    """vit_demo.present.pdf on its own: Helvetica's widths (its AFM metrics), lines wrapped to a width,
+    and a two-page file whose cross-reference table points at every object; rendered (pdftoppm),
+    the picture's two colours are where it was placed and the text is drawn."""
+    from vit_demo.present import pdf
+
+    assert pdf.text_width("A", 10) == 6.67 and pdf.text_width("A", 10, "bold") == 7.22  # Helvetica: 667, bold 722
+    assert pdf.text_width("W a", 1000) == 944 + 278 + 556 and pdf.text_width("“×”", 100) == pytest.approx(33.3 + 58.4 + 33.3)
+    words = "the quick brown fox jumps over the lazy dog while the slides wait for it".split()
+    lines = pdf.wrap(" ".join(words), 12, 90)
+    assert " ".join(lines).split() == words and len(lines) > 2
+    for line, after in zip(lines, lines[1:]):  # each line as long as fits: its next word would not
+        assert pdf.text_width(line, 12) <= 90 < pdf.text_width(f"{line} {after.split()[0]}", 12)
+    pic = Image.new("RGB", (40, 20), (255, 0, 0))
+    pic.paste((0, 0, 255), (20, 0, 40, 20))  # red | blue
+    pages = [pdf.Page([pdf.Text("“Tabby” × 3 – café", 20, 10, 24, weight="bold")], [pdf.Picture(pic, (100, 100, 200, 100))]),
+             pdf.Page([pdf.Text("The model", 380, 10, 12, align="right")])]
+    data = pdf.write(pages, tmp_path / "talk.pdf", (400, 300), title="Talk ×").read_bytes()
+    assert data.startswith(b"%PDF-1.4") and b"/Count 2" in data and data.endswith(b"%%EOF\n")
+    xref = int(data.rsplit(b"startxref\n", 1)[1].split()[0])
+    table = data[xref:].split(b"\n")
+    count = int(table[1].split()[1])
+    for k in range(1, count):
+        offset = int(table[2 + k][:10])
+        assert data[offset:].startswith(f"{k} 0 obj".encode()), k
+    if shutil.which("pdftoppm") is None:
+        pytest.skip("needs pdftoppm to render the pages (Debian poppler-utils; .ci/pdf-deps installs it in CI)")
+    subprocess.run(["pdftoppm", "-r", "72", "-png", str(tmp_path / "talk.pdf"), str(tmp_path / "page")], check=True)
+    first = np.asarray(Image.open(tmp_path / "page-1.png").convert("RGB")).astype(int)
+    assert first.shape == (300, 400, 3)
+    assert (np.abs(first[150, 150] - (255, 0, 0)).max() < 40) and (np.abs(first[150, 250] - (0, 0, 255)).max() < 40)
+    assert first[10:40, 20:200].min() < 100  # the title's dark text
+    second = np.asarray(Image.open(tmp_path / "page-2.png").convert("L")).astype(int)
+    assert second[10:25, 300:380].min() < 100 and second[10:25, 0:290].min() > 200  # right-aligned at 380 pt
