@@ -107,3 +107,17 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     r = run("verify", "--model", "no_such_model_xyz", "--random-init")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no_such_model_xyz" in r.stderr
 
+
+def test_python_m_vit_demo_is_the_command_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``python -m vit_demo`` (vit_demo/__main__.py) runs the command line and exits with its status,
+    here in this process (the tests above start it in a fresh one): --help lists every command."""
+    import runpy
+
+    from vit_demo.cli.main import COMMANDS
+
+    monkeypatch.setattr(sys, "argv", ["vit_demo", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("vit_demo", run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and all(c.__name__.rsplit(".", 1)[1] in out for c in COMMANDS)
