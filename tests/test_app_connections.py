@@ -1,6 +1,7 @@
 """Connections that never finish their headers (issue 35, point 2), bodies that never finish and
 connections from many addresses (issue 47, break 1), against the running ``--exposed`` app with
-a short header time (``--header-seconds 3``), and the log's repeat filter.
+a short header time (``--header-seconds 3``), the log's repeat filter, and the census of
+connections the rules count with (without a server).
 
 Before: 2,000 such connections from one address all stayed open 60 s, and 20,000 took every
 file descriptor (other clients timed out; asyncio logged a traceback per refused accept, 617
@@ -79,6 +80,62 @@ def test_a_repeated_log_line_is_kept_20_times_a_minute() -> None:
     time.sleep(0.35)
     first = rec("socket.accept() out of system resource\nsocket: fd=5")
     assert f.filter(first) and first.getMessage().startswith("(980 more like this were dropped in the last minute)")
+
+
+def test_census_against_a_plain_count(monkeypatch) -> None:
+    """The census the connection rules read, after 2,000 random opens and closes from 12 addresses
+    (a proxy among them): every client's count, the total, and the busiest client (a proxy only when
+    no one else holds as many) equal a plain count; ``admit`` refuses a capped client's connection
+    past ``per_address`` and, with the file share full, closes the busiest client's oldest idle one."""
+    import random
+
+    from vit_demo.app.server import connections as cx
+
+    rules = cx.ConnectionRules(per_address=5, exempt=("127.0.9.0/24",), fd_share=None)
+    census, plain = cx.Census(), {}
+    rng = random.Random(0)
+    clients = [f"127.0.{8 + (i == 0)}.{i + 1}" for i in range(12)]  # the first: the proxy (exempt)
+    for _ in range(2000):
+        c = rng.choice(clients)
+        if plain.get(c) and rng.random() < 0.45:
+            conn = rng.choice(plain[c])
+            plain[c].remove(conn)
+            census.remove(c, conn)
+        else:
+            conn = object()
+            plain.setdefault(c, []).append(conn)
+            census.add(c, conn)
+        counts = {k: len(v) for k, v in plain.items() if v}
+        assert {k: census.count(k) for k in clients if census.count(k)} == counts
+        assert census.total == sum(counts.values()) and census.most == max(counts.values(), default=0)
+        busiest = census.busiest(rules)
+        top = [k for k, n in counts.items() if n == census.most]
+        assert (busiest in top and (busiest != clients[0] or top == [clients[0]])) if top else busiest is None
+    assert rules.capped("127.0.8.2") and not rules.capped("127.0.9.1") and not rules.is_exempt("not an address")
+    assert not cx.ConnectionRules().capped("127.0.8.2")  # a local app caps nobody
+
+    # admit: the module's rules and census, as the protocol reads them
+    evicted = []
+
+    class Conn:  # a connection as oldest_idle_or_slowest sees it: its request cycle, the one it was idle in
+        def __init__(self, cycle, idle_cycle):
+            self.cycle, self.idle_cycle = cycle, idle_cycle
+
+        def evict(self):
+            evicted.append(self)
+
+    busy, idle = Conn(1, 0), Conn(None, None)
+    fresh = cx.Census()
+    for conn in (busy, idle, Conn(2, 0)):
+        fresh.add("127.0.8.2", conn)
+    monkeypatch.setattr(cx, "CENSUS", fresh)
+    monkeypatch.setattr(cx, "RULES", cx.ConnectionRules(per_address=3, fd_share=None))
+    assert not cx.GuardedProtocol.admit("127.0.8.2", "127.0.8.2")  # its fourth: refused
+    assert cx.GuardedProtocol.admit("127.0.8.3", "127.0.8.3") and not evicted
+    fresh.high_water, fresh.limit_read_at = 3, time.monotonic() + 60  # the file share: full
+    monkeypatch.setattr(cx, "RULES", cx.ConnectionRules(per_address=None))
+    assert cx.GuardedProtocol.admit("127.0.8.3", "127.0.8.3") and evicted == [idle]  # the oldest idle one went
+    assert cx.oldest_idle_or_slowest({busy: None}) is busy  # none idle: the oldest
 
 
 def test_slow_bodies_are_closed(app) -> None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
 from vit_demo import methods
 from vit_demo.analysis import analyze, class_maps, on_demand_map
 from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, rise
+
+pytestmark = pytest.mark.slow  # every slow map of the tab on DeiT-Tiny
 
 
 def test_relevance_row(deit_tiny, package_photos):

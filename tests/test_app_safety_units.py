@@ -1,6 +1,7 @@
 """The safety machinery of the app, piece by piece, without a server (issue 21): the temp
 folders and their disk budget, the sessions' memory budget, the work in flight counted in the
-analysis cache, pictures reduced at load, time limits, budgets scaled to the machine."""
+analysis cache, pictures reduced at load, time limits, budgets scaled to the machine, the server's paths
+masked in what an exposed app sends."""
 
 from __future__ import annotations
 
@@ -492,3 +493,62 @@ def test_the_stream_open_longest_goes_first() -> None:
     assert s.over("A", 5, 6) == ["a0", "a1", "a2"]
     s.remove("a0")
     assert s.oldest() == "a1" and s.oldest("B") == "b0" and s.count("A") == 5
+
+
+def test_server_paths_are_masked_both_ways(tmp_path: Path) -> None:
+    """vit_demo.app.server.masking's middleware, driven as the server drives it: a streamed answer cut
+    anywhere (through the folder's path too) reaches the client with ``files/`` in place of the folder,
+    equal to the whole answer rewritten at once; a sized answer is rewritten with its new length; a
+    request's body and a file address get the folder back; an upload's body, a file and a script's
+    other bytes go as they are; Gradio's exact release becomes its major version, Range dropped."""
+    import asyncio
+    import json
+
+    from vit_demo.app.server.masking import TOKEN, PathMask
+
+    folder = tmp_path / "vit_demo_x1y2" / "gradio"
+    real = f"{folder}/3fa9/chelsea.png"
+    events = "".join(f'data: {json.dumps({"msg": "process_completed", "path": real, "i": i})}\n\n' for i in range(5))
+    seen: dict[str, object] = {}
+
+    async def app(scope, receive, send):  # what Gradio would answer, by route
+        seen["path"] = scope["path"]
+        seen["headers"] = scope.get("headers", [])
+        seen["body"] = (await receive())["body"]
+        kind, body = {"/queue/data": (b"text/event-stream", events.encode()),
+                      "/config": (b"application/json", json.dumps({"version": "6.31.0", "file": real}).encode()),
+                      "/assets/index.css": (b"text/css", b".gradio-container-6-31-0{color:red}"),
+                      }.get(scope["path"], (b"image/png", real.encode()))
+        sized = scope["path"] != "/queue/data"
+        headers = [(b"content-type", kind)] + ([(b"content-length", str(len(body)).encode())] if sized else [])
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for k in range(0, len(body), cut):
+            await send({"type": "http.response.body", "body": body[k : k + cut], "more_body": k + cut < len(body)})
+
+    def call(path: str, body: bytes = b"", headers=()) -> tuple[dict, bytes]:
+        out: list[dict] = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            out.append(message)
+
+        scope = {"type": "http", "path": path, "headers": list(headers)}
+        asyncio.run(PathMask(app, folder, release="6.31.0")(scope, receive, send))
+        return out[0], b"".join(m.get("body", b"") for m in out[1:])
+
+    for cut in (1, 7, 50, 10_000):  # a stream's chunks end anywhere
+        _, got = call("/queue/data")
+        assert got == events.replace(f"{folder}/", TOKEN).encode() and str(folder).encode() not in got, cut
+    start, got = call("/config")
+    assert json.loads(got) == {"version": "6", "file": "files/3fa9/chelsea.png"}
+    assert dict(start["headers"])[b"content-length"] == str(len(got)).encode()
+    call("/gradio_api/queue/join", json.dumps({"data": [{"path": "files/3fa9/chelsea.png"}]}).encode())
+    assert json.loads(seen["body"]) == {"data": [{"path": real}]}  # the folder is back for the app
+    call("/gradio_api/upload", b'"files/3fa9/chelsea.png"')
+    assert seen["body"] == b'"files/3fa9/chelsea.png"'  # the user's file: as it is
+    _, got = call("/gradio_api/file=files/3fa9/chelsea.png")
+    assert seen["path"] == f"/gradio_api/file={real}" and got == real.encode()  # a file goes as it is
+    _, got = call("/assets/index.css", headers=[(b"range", b"bytes=0-3")])
+    assert got == b".gradio-container-6{color:red}" and seen["headers"] == []

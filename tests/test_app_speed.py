@@ -4,7 +4,7 @@ app), measured as tests/tab_timing.py does for benchmarks/bench_tabs.py.
 
 The times are printed, never asserted (a shared machine's load moves them: the benchmark measures them
 against the version before). Asserted: every tile finished, with no placeholder left; the top row of
-"Rollout & relevance" whole before the relevance row (the maps are sent as they are made, cheapest first,
+"Rollout & relevance" whole no later than the relevance row (the maps are sent as they are made, cheapest first,
 not all at the end); the position-embedding chart drawn as soon as "Model diagnostics" opens, before any
 photo (it does not depend on the photo). Screenshots: ``artifacts/screenshots/speed_*.png``.
 """
@@ -55,7 +55,8 @@ def test_rollout_and_relevance_whole_soon_after_an_upload(browser, default_app, 
             seen = pictures_seen(pg)
             top, row = whole_at(seen, "#methods"), whole_at(seen, "#relevance")
             print(f"{photo.name}: label {label_at(pg):.2f} s, top row {top:.2f} s, every tile {seconds:.2f} s")
-            assert top is not None and row is not None and top < row, seen
+            # (polled: under load both rows can land between two looks; the top row is never later)
+            assert top is not None and row is not None and top <= row, seen
         finally:
             ctx.close()
     assert "Traceback" not in default_app.log(200_000), default_app.log()

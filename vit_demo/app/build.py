@@ -54,14 +54,20 @@ class App(NamedTuple):
     server: ServerSettings  # launch_kwargs(server) and app.py's warm-up read it
 
 
+def model_registry(cfg: AppConfig) -> ModelRegistry:
+    """The models the app offers, within its limits (loaded lazily)."""
+    lim = cfg.limits
+    return ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
+                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
+                         cache_bytes=lim.cache_bytes, hub=lim.downloads, precision=cfg.precision,
+                         downloads=Downloads(lim.downloads_bytes) if lim.downloads_bytes is not None else None)
+
+
 def build(cfg: AppConfig) -> App:
     """The app's Blocks, its model registry and its server's settings (models load lazily;
     nothing touches the network)."""
     lim = cfg.limits
-    reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
-                        allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
-                        cache_bytes=lim.cache_bytes, hub=lim.downloads, precision=cfg.precision,
-                        downloads=Downloads(lim.downloads_bytes) if lim.downloads_bytes is not None else None)
+    reg = model_registry(cfg)
     examples = all_examples(cfg.examples)
     lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.server.lean)
     spool_uploads()  # an upload in progress holds no open file; a cut one leaves none (vit_demo.app.server.spool)
