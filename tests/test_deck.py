@@ -250,7 +250,7 @@ def test_pdf_writer_places_text_and_pictures(tmp_path):
         assert pdf.text_width(line, 12) <= 90 < pdf.text_width(f"{line} {after.split()[0]}", 12)
     pic = Image.new("RGB", (40, 20), (255, 0, 0))
     pic.paste((0, 0, 255), (20, 0, 40, 20))  # red | blue
-    pages = [pdf.Page([pdf.Text("“Tabby” × 3 – café", 20, 10, 24, weight="bold")], [pdf.Picture(pic, (100, 100, 200, 100))]),
+    pages = [pdf.Page([pdf.Text("“Tabby” × 3 – café", 20, 10, 24, weight="bold")], [pdf.PlacedImage(pic, (100, 100, 200, 100))]),
              pdf.Page([pdf.Text("The model", 380, 10, 12, align="right")])]
     data = pdf.write(pages, tmp_path / "talk.pdf", (400, 300), title="Talk ×").read_bytes()
     assert data.startswith(b"%PDF-1.4") and b"/Count 2" in data and data.endswith(b"%%EOF\n")
