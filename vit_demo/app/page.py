@@ -46,6 +46,8 @@ CSS = """
 .tiles .grid-container {grid-template-columns: repeat(var(--grid-cols), minmax(0, 1fr)) !important;}
 /* ... and its first row starts under the gallery's label, which covered the top of it */
 .tiles .grid-wrap {padding-top: 2.2em !important;}
+/* the Train tab's filmstrip starts under its download and full-screen buttons (they covered its last column) */
+#train-filmstrip .image-frame {padding-top: 30px;}
 /* toasts at the bottom: at the top they covered the model's description */
 .toast-wrap {top: auto !important; bottom: var(--size-4) !important;}
 
