@@ -6,9 +6,11 @@ minutes within ``--train-minutes-max``, the data named), ONE training at a time 
 server (:data:`TRAIN_BUSY` at once for a second one, whoever asks), the pictures taken in a new
 export folder (a zip under the Whole folder tab's rules, :func:`vit_demo.app.uploads.received`;
 a built-in set written once per app), then ``train`` in a child process of its own
-(:class:`vit_demo.train.live.LiveRun`: its own torch threads, killed at once on Cancel, past its
-time limit or when the page goes) while this thread turns its messages into :class:`Progress`
-for the page, a few times a second. At the end: the snapshots as a filmstrip, a GIF and an MP4,
+(:class:`vit_demo.train.live.LiveRun`: forked from a fork server that has PyTorch imported, which
+:func:`get_ready` starts when the Train tab opens; its own torch threads, killed at once on
+Cancel, past its time limit or when the page goes) while this thread turns its messages into
+:class:`Progress` for the page, a few times a second: what the child is doing as it prepares,
+then the epoch of its plan and its one ETA. At the end: the snapshots as a filmstrip, a GIF and an MP4,
 the checkpoint on the session's own model menu (:meth:`vit_demo.app.registry.ModelRegistry.add_trained`)
 and the run as a :class:`Trained` record. Everything a run writes is in its export folder, within
 the exports' disk budget; a run that fails, is cancelled or is stopped leaves nothing (the folder
