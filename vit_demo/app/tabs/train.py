@@ -162,7 +162,7 @@ class TrainTab(Section):
                     break
                 yield self.live(prog, shown)
             curves = prog.curves() if prog is not None else None
-            return {**self.finished(ctx, run, runs, sess),
+            return {**self.finished(ctx, run, runs, sess), self.board: gr.update(visible=True),
                     self.curves: gr.update(value=png(curves) if curves is not None else None, visible=curves is not None)}
 
         def on_dataset(dataset):
