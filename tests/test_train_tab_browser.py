@@ -5,7 +5,7 @@
   "about" plan and the time left, and that time is on the page once (the line under the bar has
   the accuracy, not a second ETA);
 - after Cancel, the bar says "Stopped." and nothing of the stopped run's epochs or time is left
-  under it;
+  under it, nor its board of curves and snapshots (the run and its files are gone);
 - at the end, the filmstrip's every column is on screen and none is under its download and
   full-screen buttons: at 1440x900, at 1280x720 in presentation mode and at 390x844 (a phone).
 
@@ -91,8 +91,9 @@ def test_the_bar_says_what_happens_and_cancel_leaves_no_stale_epoch(browser, app
         pg.wait_for_function("document.querySelector('#train-run-progress').innerText.includes('Stopped.')")
         pg.wait_for_function("t => document.querySelector('#train-status').innerText.trim() === t", arg=STOPPED)
         time.sleep(1.5)  # a late update of the stopped run would show by now
-        bar, _, status = pg.evaluate(READ)
+        bar, board, status = pg.evaluate(READ)
         assert bar == "Stopped." and status == STOPPED, (bar, status)
+        assert not board  # nor the stopped run's curves and last snapshot ("epoch 2 of 6 ...")
         shot(pg, "train_tab_1440_cancelled")
         assert pg.locator("#train-run").is_enabled() and not pg.locator("#train-run-cancel").is_visible()
     finally:

@@ -185,9 +185,10 @@ class TrainTab(Section):
                    self.runs, ctx.state, ctx.model_dd]
         self.action.wire(ctx, on_train, [self.dataset, self.minutes, self.zip, self.runs, ctx.state], outputs,
                          lane=ctx.training)
-        # after a Cancel, no epoch count or accuracy of the stopped run stays on screen under "Stopped."
-        self.action.stopped.then(lambda: STOPPED, None, [self.status], api_visibility="private", queue=False,
-                                 show_progress="hidden")
+        # after a Cancel, no epoch count or accuracy of the stopped run stays on screen under "Stopped.",
+        # nor its board (the last snapshot's "epoch 2 of 6", the curves of a run whose files are gone)
+        self.action.stopped.then(lambda: (STOPPED, gr.update(visible=False)), None, [self.status, self.board],
+                                 api_visibility="private", queue=False, show_progress="hidden")
         self.gr_tab.select(get_ready, None, None, api_visibility="private", queue=False, show_progress="hidden")
         self.dataset.change(on_dataset, [self.dataset], [self.zip], api_visibility="private", queue=False,
                             show_progress="hidden")
