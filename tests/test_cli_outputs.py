@@ -26,7 +26,7 @@ WRITERS = {
     ("train", "--out"): "file", ("train", "--snapshots"): "folder", ("deck", "--out"): "file",
     ("port", "--out"): "file", ("explain", "--out"): "folder", ("survey", "--out"): "folder",
     ("atlas", "--out"): "folder", ("sanity", "--out"): "folder", ("data shapes", "--out"): "folder",
-    ("data digits", "--out"): "folder",
+    ("data digits", "--out"): "folder", ("steps", "--out"): "folder",
 }
 
 
@@ -81,6 +81,7 @@ def argv_for(command: str, flag: str, path: Path, inp: dict[str, Path]) -> list[
         "sanity": ["sanity", "--images", pic, "--methods", "rollout", *out],
         "data shapes": ["data", "shapes", "--per-class", "2", *out],
         "data digits": ["data", "digits", *out],
+        "steps": ["steps", pic, *out],
     }
     return lines[command]
 

@@ -77,6 +77,13 @@ body.present-mode #display .block {padding: 4px 8px !important;}
 body.present-mode #tabs img {max-height: calc(100vh - 250px); object-fit: contain;}
 body.present-mode #tabs .block:has(> .image-container), body.present-mode #tabs .image-container {height: auto !important;}
 body.present-mode #tabs .caption {font-size: 0.85em;}
+/* the Live tab: a small camera and its controls beside the live picture, all on one screen */
+#live-camera video, #live-camera img {max-height: 240px; object-fit: contain;}
+#live-camera-note-box:has(#live-camera-note[hidden]) {display: none !important;}
+body.present-mode #live-intro {display: none !important;}
+body.present-mode #live-camera video, body.present-mode #live-camera img {max-height: 170px;}
+body.present-mode #live-camera, body.present-mode #live-camera .image-container {height: auto !important;}
+body.present-mode #live-controls .block {padding-top: 4px !important; padding-bottom: 4px !important;}
 """
 
 # Rules for small screens go into the page's <head> as they are: Gradio rewrites the rules of ``css``
@@ -92,7 +99,7 @@ HEAD = """<style>
   #present-mode {display: none !important;}
   #page .row > .column, #page .row > .block, #page .row > .form, #page .row .form > .block {min-width: 100% !important;}
   /* the tabs in two rows, not three */
-  #tabs button[role=tab] {padding: 4px 4px !important; font-size: 0.78em !important;}
+  #tabs button[role=tab] {padding: 4px 3px !important; font-size: 0.74em !important;}
   /* the maps side by side come in two columns (Session.narrow): as tall as they need, as wide as the screen */
   #methods, #relevance, #methods .image-container, #relevance .image-container {height: auto !important;}
   #methods img, #relevance img {width: 100%; height: auto; object-fit: contain;}
@@ -138,7 +145,7 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
     exception (a framework's, which may hold server paths or repeat a request) stays in the server's log."""
     server = server or ServerSettings()
     limits = server.limits
-    kwargs = app_kwargs(limits, server.mcp_calls)
+    kwargs = app_kwargs(limits, server.mcp_calls, server.sessions, server.streams)
     if server.mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
         kwargs["lifespan"] = server.mcp_lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
@@ -147,14 +154,17 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
 
 
 OPENAPI_ROUTE = "/gradio_api/openapi.json"  # Gradio's own schema of the API: closed on an exposed app unless --openapi
+EXPOSED_CLOSED = ("/monitoring", "/gradio_api/dev/reload")  # every client's event counts; the reload watcher's stream
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
-def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
-    """Gradio's FastAPI app: the gate as its middleware (exposed, with the path mask inside it),
-    request errors that repeat nothing, and no FastAPI schema (Gradio already leaves out /docs
-    and /redoc; its own /gradio_api/info stays), nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`,
-    unless ``--openapi``)."""
+def app_kwargs(limits: Limits, mcp_calls: Any = None, sessions: Any = None, streams: Any = None) -> dict[str, Any]:
+    """Gradio's FastAPI app: the gate as its middleware (inside it the door of the Live tab's
+    frames, when ``streams``, and, exposed, the path mask), request errors that repeat nothing, and
+    no FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays),
+    nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`, unless ``--openapi``), its monitoring and its
+    reload watcher (:data:`EXPOSED_CLOSED`); ``sessions``: the count of new sessions
+    (:class:`vit_demo.app.server.lanes.SessionDoor`)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from gradio.utils import get_upload_folder
@@ -162,20 +172,26 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None) -> dict[str, Any]:
 
     from .server.masking import PathMask
     from .server.middleware import CLOSED_ROUTES, Gate, UploadBudget
+    from .server.streams import STREAM_ROUTE, StreamDoor
 
     budget = None
     if limits.upload_budget_bytes is not None:  # every client keeps one file of the largest size, whatever the total
         budget = UploadBudget(limits.upload_budget_bytes, total=20 * limits.upload_budget_bytes,
                               reserve=limits.max_file_size)
-    closed = CLOSED_ROUTES + (OPENAPI_ROUTE,) if limits.exposed and not limits.openapi else CLOSED_ROUTES
+    closed = CLOSED_ROUTES + EXPOSED_CLOSED if limits.exposed else CLOSED_ROUTES
+    closed += (OPENAPI_ROUTE,) if limits.exposed and not limits.openapi else ()
 
     async def invalid(_request: Any, _exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": "The request does not fit this route (missing or malformed fields)."},
                             status_code=422)
 
     mcp_body = limits.max_upload_bytes * 4 // 3 + (64 << 10)  # a picture as a base64 data URL, and the JSON-RPC
+    if streams is not None:  # the live frames' route: opened by the gate, kept for live streams by their door
+        closed = tuple(c for c in closed if c != STREAM_ROUTE)
     middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
-                             calls=mcp_calls, closed=closed)]
+                             calls=mcp_calls, closed=closed, sessions=sessions)]
+    if streams is not None:
+        middleware.append(Middleware(StreamDoor, live=streams))
     if limits.exposed:  # inside the gate: no server path, nor Gradio's exact release, in what the app sends
         middleware.append(Middleware(PathMask, folder=get_upload_folder(), release=gr.__version__))
     return {"middleware": middleware,

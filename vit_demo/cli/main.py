@@ -8,10 +8,10 @@ import os
 import sys
 
 from ..checkpoints.timm import HubUnavailableError
-from . import atlas, data, deck, explain, faithfulness, pointing, port, predict, sanity, survey, train, verify
+from . import atlas, data, deck, explain, faithfulness, pointing, port, predict, sanity, steps, survey, train, verify
 from .common import UserError, prepare_outputs
 
-COMMANDS = (predict, port, verify, explain, faithfulness, sanity, data, train, pointing, survey, atlas, deck)
+COMMANDS = (predict, port, verify, explain, steps, faithfulness, sanity, data, train, pointing, survey, atlas, deck)
 """Each has ``register(subparsers)``; the order is the order of ``--help``."""
 
 
