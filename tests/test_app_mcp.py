@@ -26,7 +26,7 @@ pytest.importorskip("mcp")  # gradio[mcp]
 
 from vit_demo.app.server.fetch import FetchRefused, fetch_picture  # noqa: E402
 
-TOOLS = ("predict", "explain", "attention", "verify")
+TOOLS = ("predict", "explain", "attention", "verify", "steps")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_tools_listed_and_described(app) -> None:
     info = c.initialize()
     assert "tools" in info["capabilities"]
     tools = {t["name"]: t for t in c.call("tools/list")["tools"]}
-    assert set(tools) == {"predict", "explain", "attention", "verify"}  # the page's own events are not tools
+    assert set(tools) == set(TOOLS)  # the page's own events are not tools
     for name, t in tools.items():
         assert len(t["description"]) > 150, name
         props = t["inputSchema"]["properties"]
@@ -244,7 +244,7 @@ def test_exposed_one_caller_a_few_calls_at_a_time(exposed) -> None:
     p95 9.8 s in the attack benchmark.)"""
     import concurrent.futures
 
-    args = {"predict": {}, "explain": {"method": "chefer"}, "attention": {"rollout": True}, "verify": {}}
+    args = {"predict": {}, "explain": {"method": "chefer"}, "attention": {"rollout": True}, "verify": {}, "steps": {}}
 
     def call(tool: str, i: int) -> str:
         """"ok", "busy" or what else came back."""
