@@ -94,8 +94,10 @@ body.present-mode #live-controls .block {padding-top: 4px !important; padding-bo
 body.inside-guided #inside-guided .info-text {display: none !important;}
 body:not(.inside-guided) #inside-nav {display: none !important;}
 body.inside-guided #inside-nav {justify-content: center !important;}
+#inside-nav-row {flex-wrap: nowrap !important; align-items: center !important;}
+#inside-nav-row > button {flex: 0 0 auto !important; min-width: 5.5em !important; padding: 0.5em 0.6em !important;}
+#inside-nav-row > #inside-where-box {flex: 1 1 auto !important; min-width: 0 !important;}
 body.inside-guided #inside-intro {display: none !important;}
-body.inside-guided #inside-where-box {flex: 0 0 auto !important; min-width: 8.6em !important;}
 body.inside-guided .inside-step {border-top: none !important;}
 body.inside-guided .inside-text h3 {font-size: 1.6em !important;}
 body.inside-guided .inside-text p {font-size: 1.2em !important; line-height: 1.4 !important;}

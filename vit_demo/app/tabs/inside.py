@@ -280,10 +280,10 @@ class InsideTab(Section):
         with gr.Row(equal_height=True, elem_id="inside-controls"):
             self.layer = gr.Slider(1, 12, value=12, step=1, label=layer_label(None), elem_id="inside-layer", scale=3,
                                    min_width=200)
-            self.head = gr.Slider(1, 3, value=1, step=1, label="Head", elem_id="inside-head", scale=2, min_width=150)
+            self.head = gr.Slider(1, 3, value=1, step=1, label="Head", elem_id="inside-head", scale=2, min_width=130)
             self.guided = gr.Checkbox(False, label="Guided mode", info="one step at a time, large: for a lecture",
-                                      elem_id="inside-guided", scale=2, min_width=170)
-            with gr.Column(elem_id="inside-nav", scale=3, min_width=320), gr.Row(equal_height=True):
+                                      elem_id="inside-guided", scale=2, min_width=150)
+            with gr.Column(elem_id="inside-nav", scale=3, min_width=340), gr.Row(elem_id="inside-nav-row"):
                 self.back = gr.Button("◀ Back", elem_id="inside-back", scale=1, min_width=80)
                 gr.HTML(WHERE, elem_id="inside-where-box", padding=False, min_width=130)
                 self.next = gr.Button("Next ▶", elem_id="inside-next", variant="primary", scale=1, min_width=80)
