@@ -297,7 +297,7 @@ def test_tools_run_under_the_time_limit(deit_tiny_path: Path) -> None:
     fns = {fn.api_name: fn.fn for fn in demo.fns.values() if (fn.api_name or "").startswith("tool_")}
     photo = server.example_paths[0]
     args = {"predict": (photo, 2, ""), "explain": (photo, "integrated-gradients", -1, ""),
-            "attention": (photo, 1, 1, False, ""), "verify": (photo, "")}
+            "attention": (photo, 1, 1, False, ""), "verify": (photo, ""), "steps": (photo, 5, 9, 7, 2, 1.0, "softmax", "")}
     assert set(fns) == {f"tool_{t}" for t in args}
     for tool, values in args.items():
         with pytest.raises(gr.Error, match="took longer than the 0 s a job may take"):
