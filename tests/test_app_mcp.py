@@ -128,12 +128,15 @@ def test_maps_come_back_as_png(app, package_photos: dict[str, Path]) -> None:
     assert r["isError"] and "layer must be a whole number from 0 to 12" in texts(r)[0]
     r = c.tool("explain", image=pic, method="rise")  # the slow methods are the page's, not a tool's
     assert r["isError"] and "chefer" in texts(r)[0]  # (the MCP layer checks the enum first)
+    r = c.tool("explain", image=pic, method="Chefer")  # another case: the name it means, first
+    assert r["isError"] and "'Chefer' is not allowed (did you mean 'chefer'?); one of chefer," in texts(r)[0], texts(r)
 
 
 def test_verify_against_timm(app, package_photos: dict[str, Path]) -> None:
     r = mcp(app).tool("verify", image=data_url(package_photos["chelsea"]))
     v = first_json(r)
     assert v["identical"] and v["topk_agree"] and v["max_abs_logit_diff"] <= 1e-4
+    assert (v["precision"], v["compared"]) == ("fp32", "both in fp32") and "both in fp32" in v["verdict"]
     assert len(v["layer_attn_max_diff"]) == 12 and v["scratch_topk"] == v["timm_topk"]
 
 

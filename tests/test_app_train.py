@@ -145,6 +145,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # trains
 def test_one_at_a_time_cancel_leaves_nothing_and_a_run_goes_with_its_session(one_thread) -> None:
     ctx = context()
     exports = workspace().exports
@@ -234,6 +235,7 @@ def predict_times(c: Client, pics: list[Path]) -> list[float]:
     return out
 
 
+@pytest.mark.slow  # trains
 def test_train_api_one_at_a_time_and_predictions_stay_fast(app, digits_zip: Path, tmp_path: Path) -> None:
     other = client(app, "10.0.9.3")
     quiet = predict_times(other, noise_photos(tmp_path, 8, 1))  # the same machine, no training

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the notebook in a Jupyter kernel
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "examples" / "tour.ipynb"
 

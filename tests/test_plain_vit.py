@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MODEL = Path(__file__).resolve().parents[1] / "vit_demo" / "model"
 
 CHILD = r"""
@@ -55,6 +57,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_vit_and_config_alone_load_deit_tiny_and_match_timm(tmp_path: Path, deit_tiny_path: Path,
                                                            package_photos: dict[str, Path]) -> None:
     pkg = tmp_path / "somepkg"

@@ -130,6 +130,7 @@ def mixed_folder(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # trains
 def test_a_budget_run_on_a_mixed_folder_reports_time_baseline_and_fit(tmp_path: Path) -> None:
     """--minutes picks the epochs; the JSON reports the budget, the pixel baseline and the fit; the
     epoch lines carry an ETA; pictures of any size and mode train together; a corrupt file is

@@ -66,6 +66,7 @@ def chosen(output: str) -> int:
     return int(m.group(1))
 
 
+@pytest.mark.slow  # trains
 def test_a_folder_of_photos_trains_with_no_flag_but_a_budget(photos: Path, tmp_path: Path) -> None:
     """The issue's command on full-size photos: it trains, at a size the conv stem can use and below
     the pictures' own, and its log says which size and why."""
@@ -84,6 +85,7 @@ def test_a_folder_of_photos_trains_with_no_flag_but_a_budget(photos: Path, tmp_p
     assert json.loads(meta["config"])["conv_stem"] is True
 
 
+@pytest.mark.slow  # trains
 def test_a_roomy_budget_takes_the_largest_size(photos: Path, tmp_path: Path) -> None:
     """With one epoch asked for, the default 10 minutes hold it at every candidate: the largest,
     128 px, and the header says how to repeat the run exactly (the size came from the clock)."""
@@ -206,6 +208,7 @@ def test_every_size_works_or_gets_advice_that_works(stem: str) -> None:
     assert failed > 100  # (the loop did meet unusable sizes)
 
 
+@pytest.mark.slow  # trains
 def test_the_issue_errors_advise_what_works(photos: Path, tmp_path: Path) -> None:
     """The issue's dead end: 375 px with the conv stem. The error names sizes that work and
     --stem patch; following the first trains."""

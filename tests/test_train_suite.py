@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from vit_demo.train.data import index_folder
@@ -20,6 +21,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
 
 from heldout_data import MAKERS as HELD_OUT  # noqa: E402
 from suite_data import MAKERS  # noqa: E402
+
+pytestmark = pytest.mark.slow  # trains the suite's models
 
 
 def test_every_suite_set_is_an_image_folder(tmp_path: Path) -> None:

@@ -169,7 +169,7 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
     exception (a framework's, which may hold server paths or repeat a request) stays in the server's log."""
     server = server or ServerSettings()
     limits = server.limits
-    kwargs = app_kwargs(limits, server.mcp_calls, server.streams)
+    kwargs = app_kwargs(limits, server.mcp_calls, server.sessions, server.streams)
     if server.mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
         kwargs["lifespan"] = server.mcp_lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
@@ -178,14 +178,17 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
 
 
 OPENAPI_ROUTE = "/gradio_api/openapi.json"  # Gradio's own schema of the API: closed on an exposed app unless --openapi
+EXPOSED_CLOSED = ("/monitoring", "/gradio_api/dev/reload")  # every client's event counts; the reload watcher's stream
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
-def app_kwargs(limits: Limits, mcp_calls: Any = None, streams: Any = None) -> dict[str, Any]:
+def app_kwargs(limits: Limits, mcp_calls: Any = None, sessions: Any = None, streams: Any = None) -> dict[str, Any]:
     """Gradio's FastAPI app: the gate as its middleware (inside it the door of the Live tab's
     frames, when ``streams``, and, exposed, the path mask), request errors that repeat nothing, and
     no FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays),
-    nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`, unless ``--openapi``)."""
+    nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`, unless ``--openapi``), its monitoring and its
+    reload watcher (:data:`EXPOSED_CLOSED`); ``sessions``: the count of new sessions
+    (:class:`vit_demo.app.server.lanes.SessionDoor`)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from gradio.utils import get_upload_folder
@@ -199,7 +202,8 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None, streams: Any = None) -> di
     if limits.upload_budget_bytes is not None:  # every client keeps one file of the largest size, whatever the total
         budget = UploadBudget(limits.upload_budget_bytes, total=20 * limits.upload_budget_bytes,
                               reserve=limits.max_file_size)
-    closed = CLOSED_ROUTES + (OPENAPI_ROUTE,) if limits.exposed and not limits.openapi else CLOSED_ROUTES
+    closed = CLOSED_ROUTES + EXPOSED_CLOSED if limits.exposed else CLOSED_ROUTES
+    closed += (OPENAPI_ROUTE,) if limits.exposed and not limits.openapi else ()
 
     async def invalid(_request: Any, _exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": "The request does not fit this route (missing or malformed fields)."},
@@ -209,7 +213,7 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None, streams: Any = None) -> di
     if streams is not None:  # the live frames' route: opened by the gate, kept for live streams by their door
         closed = tuple(c for c in closed if c != STREAM_ROUTE)
     middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
-                             calls=mcp_calls, closed=closed)]
+                             calls=mcp_calls, closed=closed, sessions=sessions)]
     if streams is not None:
         middleware.append(Middleware(StreamDoor, live=streams))
     if limits.exposed:  # inside the gate: no server path, nor Gradio's exact release, in what the app sends

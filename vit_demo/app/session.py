@@ -23,11 +23,19 @@ from PIL import Image
 
 from ..analysis import Analysis
 from ..budget import image_nbytes
-from ..images import FORMATS, FRAMES_COUNTED, MAX_FILE_BYTES, MAX_PIXELS, ImageError, count_frames, load_image
+from ..images import (
+    FORMATS,
+    FRAMES_COUNTED,
+    MAX_FILE_BYTES,
+    MAX_PIXELS,
+    WORK_PIXELS,  # a session's picture (9.4 MB, 4 bytes an RGB pixel): the model sees 224 px, a slide 1200
+    ImageError,
+    count_frames,
+    load_image,
+)
 
 MIN_SIDE = 16  # px: smaller pictures hold less than one patch of information
 NARROW_COLUMNS = 2  # tiles a row on a phone's screen (Session.narrow)
-WORK_PIXELS = 1536 * 1536  # a session's picture (9.4 MB, 4 bytes an RGB pixel): the model sees 224 px, a slide 1200
 
 
 @dataclass
@@ -86,6 +94,7 @@ class Session:
     rendered: dict[str, str] = field(default_factory=dict)  # lazily drawn tab -> analysis it shows
     drawn: dict[str, str] = field(default_factory=dict)  # tab -> analysis its show() pictures are of
     placeholders: dict[str, str] = field(default_factory=dict)  # tab -> analysis whose picture it drew unfinished
+    model_views: dict[str, str] = field(default_factory=dict)  # a picture of the model alone -> the model it shows
     comparison: dict[str, Any] | None = None
     inside: dict[str, Any] = field(default_factory=dict)  # Step inside: its layer and head (the deck's too), what it shows
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled

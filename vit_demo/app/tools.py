@@ -32,7 +32,7 @@ from typing import Any
 
 import gradio as gr
 
-from .. import viz
+from .. import methods, viz
 from ..inside import STEPS
 from ..methods.attention import cls_attention
 from ..methods.rollout import rollout as rollout_map
@@ -103,12 +103,16 @@ class Tools:
             class_index: the ImageNet class index to explain (0 to 999 for ImageNet models); -1 for the model's top-1 class.
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
-        if method not in METHODS:
-            raise InputError(f"method must be one of {', '.join(METHODS)}.")
+        try:
+            method = methods.find(str(method or "chefer"), METHODS)  # any case: "Chefer" is chefer
+        except ValueError:
+            raise InputError(f"method must be one of {', '.join(METHODS)}"
+                             f"{methods.did_you_mean(clip(str(method), 40), METHODS)}.") from None
         up, lm, a = self.analysis(image, model)
         classifier(a)
         n = a.logits.numel()
-        cls = a.top1 if class_index is None or float(class_index) == -1 else whole(class_index, "class_index", 0, n - 1)
+        cls = whole(-1 if class_index is None else class_index, "class_index", -1, n - 1)
+        cls = a.top1 if cls == -1 else cls
         from ..analysis import class_maps
 
         heat = class_maps(a, lm, cls, names=[method])[method]
@@ -144,9 +148,11 @@ class Tools:
 
     def verify(self, image: Any, model: str = "") -> dict:
         """Check the from-scratch Vision Transformer against timm's own implementation running the same
-        weights on this picture: the verdict in one sentence, the largest difference of the logits and of
-        every layer's attention, whether the top-5 classes agree, and both models' top-5. Builds timm's model
-        the first time (a few seconds).
+        weights on this picture, both in fp32 (like with like, whatever precision the app runs the model in;
+        `precision` and `compared` say so): the verdict in one sentence, the largest difference of the logits
+        and of every layer's attention, whether the top-5 classes agree, and both models' top-5. Where the app
+        runs the model in bf16 and its own top class differs from fp32's (a near-tie), `precision_note` says
+        so. Builds timm's model the first time (a few seconds).
 
         Args:
             image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
@@ -156,8 +162,9 @@ class Tools:
         _up, lm, a = self.analysis(image, model)
         classifier(a)
         c = compare_with_timm(a, lm, self.ctx.reg.timm_twin(key), 5)
-        keys = ("verdict", "identical", "max_abs_logit_diff", "topk_agree", "layer_attn_max_diff", "scratch_topk",
-                "timm_topk", "scratch_probs", "timm_probs")
+        keys = ("verdict", "identical", "precision", "compared", "max_abs_logit_diff", "topk_agree",
+                "layer_attn_max_diff", "scratch_topk", "timm_topk", "scratch_probs", "timm_probs", "app_precision",
+                "app_topk", "app_probs", "precision_note")
         return {"model": a.model_name, **{k: _plain(c[k]) for k in keys if k in c}}
 
     def steps(self, image: Any, row: float = -1, col: float = -1, layer: float = 0, head: float = 0,
@@ -279,12 +286,27 @@ def plain_error(message: Any, hide_urls: bool = True) -> str:
     """An MCP error's text as a caller may read it: (``hide_urls``, an exposed app) no web address
     (Gradio's client's HTTP errors name this app's internal join URL), at most :data:`ECHO_MAX`
     characters."""
-    text = str(message)
+    text = not_one_of(str(message))
     if hide_urls and re.search(r"\b[a-z][a-z0-9+.-]*://", text, re.IGNORECASE):
         status = re.search(r"\b([45]\d\d) [A-Z]", text)
         text = (f"The app refused this call{f' (HTTP {status.group(1)})' if status else ''}: one of its values does "
                 "not fit its parameter (too long, or not a plain value).")
     return clip(text, ECHO_MAX)
+
+
+NOT_ONE_OF = re.compile(r"Input validation error: '(?P<value>.*)' is not one of \[(?P<allowed>[^\]]*)\]", re.DOTALL)
+
+
+def not_one_of(text: str) -> str:
+    """The MCP library's refusal of a value outside a parameter's list ("'Chefer' is not one of
+    ['chefer', ...]", checked before the tool runs) with the names it may mean first: "did you
+    mean 'chefer'?" (a method name in another case, or misspelt), then the allowed ones."""
+    m = NOT_ONE_OF.fullmatch(text.strip())
+    if m is None:
+        return text
+    allowed = re.findall(r"'([^']*)'", m["allowed"])
+    return (f"Input validation error: {clip(m['value'], 40)!r} is not allowed"
+            f"{methods.did_you_mean(clip(m['value'], 40), allowed)}; one of {', '.join(allowed)}.")
 
 
 def calls_per_caller(concurrency: int) -> int:

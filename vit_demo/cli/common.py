@@ -73,13 +73,40 @@ def parse_class(text: str, labels: tuple[str, ...]) -> int:
 
 
 def parse_methods(spec: str) -> list[str]:
-    """A --methods value: comma-separated registered names, or ``all`` (checked)."""
+    """A --methods value: comma-separated registered names (as :func:`vit_demo.methods.find` reads
+    them: any case), or ``all``; checked, each unknown one with the names it may mean."""
     known = methods.names()
-    chosen = list(known) if spec.strip() == "all" else [m.strip() for m in spec.split(",") if m.strip()]
-    unknown = [m for m in chosen if m not in known]
+    if spec.strip().lower() == "all":
+        return list(known)
+    chosen = [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in chosen if not is_method(m)]
     if unknown or not chosen:
-        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}, all")
-    return chosen
+        said = ", ".join(f"{m}{methods.did_you_mean(m, known)}" for m in unknown) or "(none given)"
+        raise UserError(f"unknown method(s) {said}; known: {', '.join(known)}, all")
+    return [methods.find(m) for m in chosen]
+
+
+def is_method(name: str) -> bool:
+    """Whether ``name`` is a registered method as :func:`vit_demo.methods.find` reads it."""
+    try:
+        methods.find(name)
+    except ValueError:
+        return False
+    return True
+
+
+def method_arg(choices: list[str]) -> Callable[[str], str]:
+    """An argparse ``type`` for a --method taking ``choices``: the name as :func:`vit_demo.methods.find`
+    reads it (any case), or an error with the names it may mean."""
+
+    def parse(text: str) -> str:
+        try:
+            return methods.find(text, choices)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = "method"
+    return parse
 
 
 def add_images_and_methods_args(parser: argparse.ArgumentParser, images_help: str) -> None:

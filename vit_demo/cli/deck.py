@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
                 write(slides, path, path.suffix.lstrip("."))
     for path in outs:
         print(f"wrote {path} ({len(slides)} slides)")
+    check = next((s.meta for s in slides if "verdict" in s.meta), None)
+    if check is not None:  # what the timm slide says, and in which precision it compared
+        print(f"checked against timm: {check['verdict']}")
     return 0
 
 

@@ -506,7 +506,7 @@ def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_MET
     seed give the same result); ``isolated``: the clustering in a child process (:func:`summarise`);
     ``load``: how a picture is read (the app's limits; default :func:`vit_demo.images.load_image`)."""
     t0 = time.perf_counter()
-    registry.get(method)
+    method = registry.find(method)  # any case ("LRP-Amortised"); an unknown name with the names it may mean
     require_classifier(lm, "a survey needs predictions")
     with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
         records, maps, errors = survey_pictures(lm, pictures, folder, method, batch_size, each, progress, dist, load)

@@ -204,6 +204,25 @@ def heads_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slid
     )
 
 
+def top_share(attention: torch.Tensor) -> float:
+    """The share of one map's attention on its top tenth of the patches (0.1: spread evenly)."""
+    flat = attention.flatten().float().clamp_min(0)
+    k = max(1, round(flat.numel() / 10))
+    return float(flat.topk(k).values.sum() / flat.sum().clamp_min(1e-12))
+
+
+def spread_sentence(maps: list[torch.Tensor]) -> str:
+    """What these maps (first layer to last) show about where attention gathers, read off them."""
+    first, last = top_share(maps[0]), top_share(maps[-1])
+    said = (f"The top tenth of the patches holds {first:.0%} of the attention in layer 1 and {last:.0%} in layer "
+            f"{len(maps)}")
+    if last > first + 0.1:
+        return said + ": the later layers concentrate on a few patches."
+    if first > last + 0.1:
+        return said + ": here the first layers are the more concentrated."
+    return said + ": in this picture the layers spread their attention alike."
+
+
 def layers_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     """The [class] attention of every layer, heads averaged."""
     L, layout = analysis.depth, analysis.layout
@@ -211,8 +230,8 @@ def layers_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Sli
     return Slide(
         "Attention across the layers",
         [_render(viz.compare_figure(analysis.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
-        f"The attention of {reader(layout)}, averaged over heads, in every layer from the first to the last. Early layers "
-        "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
+        f"The attention of {reader(layout)}, averaged over heads, in every layer from the first to the last. "
+        f"{spread_sentence(list(per_layer.values()))} Raw attention of one layer ignores how information "
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
         f"Image: {name}", f"Where {reader(layout)} look{'' if many_readers(layout) else 's'}, layer 1 to layer {L} "
                           "(mean of the heads, each map its own scale)",
@@ -378,22 +397,27 @@ def atlas_slide(lm, atlas: dict[str, Any], width_px: int) -> Slide:
 
 def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: str | None, width_px: int,
                reference: Any = None) -> Slide:
-    """The check against timm (``reference``: timm's model on the same weights, built here when None)."""
+    """The check against timm (``reference``: timm's model on the same weights, built here when None),
+    like with like: both models in float32, whatever precision the rest of the deck ran the model in
+    (a bf16 model against timm's fp32 would differ by bf16's rounding, not by a bug); the title, the
+    subtitle and the notes say so."""
     tm = reference if reference is not None else timm_twin(lm, weights)
-    checks = [compare_one(lm.model, tm, x, repeats=1) for x in xs]
+    checks = [compare_one(lm.model, tm, x, repeats=1, precision="fp32") for x in xs]
     worst = max(checks, key=lambda c: c["max_abs_logit_diff"])
     sentence = verdict(worst, DEFAULT_TOL)
     ok = sentence.startswith("Identical")
     attn = max(max(c["layer_attn_max_diff"]) for c in checks)
     arch = lm.timm_name or "VisionTransformer, built from the stored config,"
+    rest = (f" (the other slides ran {lm.name} in {lm.precision}, for speed: its rounding is no part of this check)"
+            if lm.precision != "fp32" else "")
     return Slide(
-        "Checked against timm: " + ("identical" if ok else "MISMATCH"),
+        "Checked against timm, both in fp32: " + ("identical" if ok else "MISMATCH"),
         [_render(timm_check_figure(checks, names, DEFAULT_TOL), width_px)],
         f"Everything in this talk comes from a Vision Transformer written from scratch. To trust it, we run timm's "
-        f"reference {arch} on the same weights and the same {len(xs)} image(s): the largest logit difference is "
-        f"{worst['max_abs_logit_diff']:.1e} and the largest attention difference {attn:.1e}, against a tolerance of "
-        f"{DEFAULT_TOL:g}. {sentence} (architecture: {PAPERS['vit']})",
-        "The model", sentence, {"checks": checks, "passed": ok},
+        f"reference {arch} on the same weights and the same {len(xs)} image(s), both models in float32{rest}: the "
+        f"largest logit difference is {worst['max_abs_logit_diff']:.1e} and the largest attention difference "
+        f"{attn:.1e}, against a tolerance of {DEFAULT_TOL:g}. {sentence} (architecture: {PAPERS['vit']})",
+        "The model", sentence, {"checks": checks, "passed": ok, "precision": "fp32", "verdict": sentence},
     )
 
 

@@ -113,9 +113,9 @@ class TrainTab(Section):
 
     def api_layout(self) -> None:
         """``/train``'s components (hidden): its parameters, and what it returns."""
-        self.api_dataset = gr.Dropdown(list(DATASETS), value="digits", visible=False)
-        self.api_minutes = gr.Number(2, visible=False)
-        self.api_zip = gr.File(file_types=[".zip"], type="filepath", visible=False)
+        self.api_dataset = gr.Dropdown(list(DATASETS), value="digits", label="dataset", visible=False)
+        self.api_minutes = gr.Number(2, label="minutes", visible=False)
+        self.api_zip = gr.File(file_types=[".zip"], type="filepath", label="zip", visible=False)  # (the door names them)
         self.api_summary = gr.JSON(visible=False)
         self.api_files = gr.File(file_count="multiple", visible=False)
 
