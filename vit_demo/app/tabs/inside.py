@@ -436,7 +436,7 @@ class InsideTab(Section):
 
         @friendly
         def on_steps(image: Any, row: float | None = None, col: float | None = None, layer: float = 0, head: float = 0,
-                  temperature: float = 1.0, sess: Any = None) -> tuple[dict, list]:
+                     temperature: float = 1.0, sess: Any = None) -> tuple[dict, list]:
             """One picture walked through the model, step by step: ``row`` and ``col`` of the patch to
             follow (from 0; both None: the one the readout attends to most in the last layer), ``layer``
             and ``head`` from 0 (layer -1: the last), the softmax ``temperature`` (1: the model's own;
