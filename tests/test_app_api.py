@@ -48,12 +48,14 @@ ENDPOINTS = {
     "/attention": ["layer", "head", "query", "patch", "cmap", "alpha", "smooth"],
     "/compare": ["k"],
     "/train": ["dataset", "minutes", "zip"],  # the Train tab's run (tests/test_app_train.py)
+    "/steps": ["image", "row", "col", "layer", "head", "temperature"],  # Step inside (tests/test_app_inside.py)
 }
 TOOLS = {  # --mcp: the tools' events (their parameters are the MCP tools')
     "/tool_predict": ["image", "k", "model"],
     "/tool_explain": ["image", "method", "class_index", "model"],
     "/tool_attention": ["image", "layer", "head", "rollout", "model"],
     "/tool_verify": ["image", "model"],
+    "/tool_steps": ["image", "row", "col", "layer", "head", "temperature", "step", "model"],
 }
 
 

@@ -26,7 +26,7 @@ pytest.importorskip("mcp")  # gradio[mcp]
 
 from vit_demo.app.server.fetch import FetchRefused, fetch_picture  # noqa: E402
 
-TOOLS = ("predict", "explain", "attention", "verify")
+TOOLS = ("predict", "explain", "attention", "verify", "steps")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_tools_listed_and_described(app) -> None:
     info = c.initialize()
     assert "tools" in info["capabilities"]
     tools = {t["name"]: t for t in c.call("tools/list")["tools"]}
-    assert set(tools) == {"predict", "explain", "attention", "verify"}  # the page's own events are not tools
+    assert set(tools) == set(TOOLS)  # the page's own events are not tools
     for name, t in tools.items():
         assert len(t["description"]) > 150, name
         props = t["inputSchema"]["properties"]
@@ -247,7 +247,7 @@ def test_exposed_one_caller_a_few_calls_at_a_time(exposed) -> None:
     p95 9.8 s in the attack benchmark.)"""
     import concurrent.futures
 
-    args = {"predict": {}, "explain": {"method": "chefer"}, "attention": {"rollout": True}, "verify": {}}
+    args = {"predict": {}, "explain": {"method": "chefer"}, "attention": {"rollout": True}, "verify": {}, "steps": {}}
 
     def call(tool: str, i: int) -> str:
         """"ok", "busy" or what else came back."""
@@ -300,7 +300,7 @@ def test_tools_run_under_the_time_limit(deit_tiny_path: Path) -> None:
     fns = {fn.api_name: fn.fn for fn in demo.fns.values() if (fn.api_name or "").startswith("tool_")}
     photo = server.example_paths[0]
     args = {"predict": (photo, 2, ""), "explain": (photo, "integrated-gradients", -1, ""),
-            "attention": (photo, 1, 1, False, ""), "verify": (photo, "")}
+            "attention": (photo, 1, 1, False, ""), "verify": (photo, ""), "steps": (photo, 5, 9, 7, 2, 1.0, "softmax", "")}
     assert set(fns) == {f"tool_{t}" for t in args}
     for tool, values in args.items():
         with pytest.raises(gr.Error, match="took longer than the 0 s a job may take"):

@@ -15,6 +15,7 @@ import subprocess
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from skimage import data
 
@@ -269,3 +270,16 @@ def test_pdf_writer_places_text_and_pictures(tmp_path):
     assert first[10:40, 20:200].min() < 100  # the title's dark text
     second = np.asarray(Image.open(tmp_path / "page-2.png").convert("L")).astype(int)
     assert second[10:25, 300:380].min() < 100 and second[10:25, 0:290].min() > 200  # right-aligned at 380 pt
+
+
+def test_layers_sentence_reads_its_maps():
+    """The layers slide's sentence is read off its maps: a model whose late layers spread their
+    attention evenly is not told that they concentrate (a trained model can look so)."""
+    flat, peaked = torch.ones(14, 14), torch.zeros(14, 14)
+    peaked[3, 4], peaked[9, 9] = 1.0, 0.5
+    assert deck.top_share(flat) == pytest.approx(20 / 196, abs=1e-6)
+    assert deck.top_share(peaked) == pytest.approx(1.0)
+    assert "later layers concentrate" in deck.spread_sentence([flat, flat, peaked])
+    assert "first layers are the more concentrated" in deck.spread_sentence([peaked, flat])
+    said = deck.spread_sentence([flat, flat])
+    assert "alike" in said and "concentrate on" not in said and "10% of the attention in layer 1" in said

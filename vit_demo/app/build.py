@@ -33,14 +33,15 @@ from .tabs.attention import AttentionTab
 from .tabs.compare import CompareTab
 from .tabs.diagnostics import DiagnosticsTab
 from .tabs.folder import FolderTab
+from .tabs.inside import InsideTab
 from .tabs.live import LiveTab
 from .tabs.patches import PatchesTab
 from .tabs.present import PresentTab
 from .tabs.relevance import RelevanceTab
 from .tabs.train import TrainTab
 
-TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab,
-                                   LiveTab, FolderTab, AtlasTab, TrainTab)
+TABS: tuple[type[Section], ...] = (PatchesTab, InsideTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab,
+                                   PresentTab, LiveTab, FolderTab, AtlasTab, TrainTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
 __all__ = ["App", "AppConfig", "build", "launch_kwargs"]

@@ -46,6 +46,8 @@ CSS = """
 .tiles .grid-container {grid-template-columns: repeat(var(--grid-cols), minmax(0, 1fr)) !important;}
 /* ... and its first row starts under the gallery's label, which covered the top of it */
 .tiles .grid-wrap {padding-top: 2.2em !important;}
+/* the Train tab's filmstrip starts under its download and full-screen buttons (they covered its last column) */
+#train-filmstrip .image-frame {padding-top: 30px;}
 /* toasts at the bottom: at the top they covered the model's description */
 .toast-wrap {top: auto !important; bottom: var(--size-4) !important;}
 
@@ -82,6 +84,32 @@ body.present-mode #live-intro {display: none !important;}
 body.present-mode #live-camera video, body.present-mode #live-camera img {max-height: 170px;}
 body.present-mode #live-camera, body.present-mode #live-camera .image-container {height: auto !important;}
 body.present-mode #live-controls .block {padding-top: 4px !important; padding-bottom: 4px !important;}
+/* the Step inside tab: the steps one under the other, each picture at most its own size; guided mode
+   (body.inside-guided, tabs/inside.py) shows one step at a time, large, with Back and Next. (Gradio
+   repeats every rule under its container's classes, which outweigh body.x: those carry !important) */
+.inside-step {border-top: 1px solid var(--border-color-primary); padding-top: 6px;}
+.inside-step .inside-text h3 {margin: 0.2em 0 0.3em;}
+.inside-pic img {max-width: 100%; width: auto; height: auto; object-fit: contain;}
+.inside-pic, .inside-pic .image-container {height: auto !important;}
+#inside-patches img {cursor: crosshair;}
+.inside-where {font-size: 1.1em; font-weight: 600; text-align: center; padding: 0.35em 0; white-space: nowrap;}
+body.inside-guided #inside-guided .info-text {display: none !important;}
+body:not(.inside-guided) #inside-nav {display: none !important;}
+body.inside-guided #inside-nav {justify-content: center !important;}
+#inside-nav-row {flex-wrap: nowrap !important; align-items: center !important;}
+#inside-nav-row > button {flex: 0 0 auto !important; min-width: 5.5em !important; padding: 0.5em 0.6em !important;}
+#inside-nav-row > #inside-where-box {flex: 1 1 auto !important; min-width: 0 !important;}
+body.inside-guided #inside-intro {display: none !important;}
+body.inside-guided .inside-step {border-top: none !important;}
+body.inside-guided .inside-text h3 {font-size: 1.6em !important;}
+body.inside-guided .inside-text p {font-size: 1.2em !important; line-height: 1.4 !important;}
+body.inside-guided .inside-pic img {width: 100% !important; max-height: calc(100vh - 330px) !important;}
+body.present-mode.inside-guided #inside-info, body.present-mode.inside-guided .inside-step .export-row {display: none !important;}
+body.present-mode.inside-guided #inside-controls .block {padding-top: 2px !important; padding-bottom: 2px !important;}
+body.present-mode.inside-guided .inside-text h3 {font-size: 1.35em !important;}
+body.present-mode.inside-guided .inside-text p {font-size: 1.05em !important; line-height: 1.3 !important;
+                                                margin: 0.2em 0 !important;}
+body.present-mode.inside-guided .inside-pic img {max-height: calc(100vh - 340px) !important;}
 """
 
 # Rules for small screens go into the page's <head> as they are: Gradio rewrites the rules of ``css``

@@ -96,6 +96,7 @@ class Session:
     placeholders: dict[str, str] = field(default_factory=dict)  # tab -> analysis whose picture it drew unfinished
     model_views: dict[str, str] = field(default_factory=dict)  # a picture of the model alone -> the model it shows
     comparison: dict[str, Any] | None = None
+    inside: dict[str, Any] = field(default_factory=dict)  # Step inside: its layer and head (the deck's too), what it shows
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled
     last_pick: tuple[str, float] | None = None  # (model key, time) of the last menu pick
     forgotten: bool = False  # the budget let its picture go (idle too long, or memory needed)
@@ -122,6 +123,14 @@ class Session:
     @property
     def ready(self) -> bool:
         return self._analysis is not None and self.upload is not None
+
+    def step_choice(self) -> dict[str, Any]:
+        """What the Step inside tab follows, for the deck's Step inside slides: the query patch (None:
+        the readout's) and the tab's layer and head (indices) when it showed them for this model."""
+        choice: dict[str, Any] = {"patch": self.query}
+        if self.inside.get("model") == self.model_key and "layer" in self.inside:
+            choice.update(layer=self.inside["layer"], head=self.inside["head"])
+        return choice
 
     @property
     def view_key(self) -> str:

@@ -41,7 +41,7 @@ from ..methods.attention import (
 from ..methods.rollout import rollout
 from ..preprocess import preprocess
 from ..present.animate import animate_image
-from .common import UserError, add_model_args, load_from_args, method_arg, parse_class, say_precision
+from .common import UserError, add_model_args, add_output, load_from_args, method_arg, parse_class, say_precision
 
 FIGURES = ("patch-grid", "heads", "distance", "pos-embed", "animation")  # figures that are not one map
 ANIMATION_FORMATS = ("gif", "mp4")  # --method animation (vit_demo.present.animate); the others write figures
@@ -89,7 +89,7 @@ def register(sub: Any) -> None:
     p.add_argument("--width", type=int, help="PNG width in pixels (default 2400; animations 960 GIF, 1280 MP4)")
     p.add_argument("--separate", action="store_true", help="animation: one file per clip instead of side by side")
     p.add_argument("--topk", type=int, default=5, help="predictions listed in the JSON")
-    p.add_argument("--out", required=True, help="output folder (created if missing)")
+    add_output(p, "--out", "folder", required=True, help="output folder (created if missing)")
     p.set_defaults(func=run)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..images import load_image
 from ..inside import check_temperature, step_through
 from ..preprocess import preprocess
-from .common import UserError, add_model_args, load_from_args
+from .common import UserError, add_model_args, add_output, load_from_args
 
 
 def register(sub: Any) -> None:
@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
     p.add_argument("--temperature", type=float, default=1.0,
                    help="the softmax temperature (default 1: the model's own; others are a what-if)")
     p.add_argument("--json", action="store_true", help="print the steps and every value as one JSON object")
-    p.add_argument("--out", help="a folder for each step's picture (NN-name.png), steps.json and values.npz")
+    add_output(p, "--out", "folder", help="a folder for each step's picture (NN-name.png), steps.json and values.npz "
+               "(made when missing)")
     p.add_argument("--scale", type=float, default=2.0, help="the pictures' scale (1: about 960 px wide; default 2)")
     p.set_defaults(func=run)
 

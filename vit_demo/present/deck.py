@@ -204,6 +204,25 @@ def heads_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slid
     )
 
 
+def top_share(attention: torch.Tensor) -> float:
+    """The share of one map's attention on its top tenth of the patches (0.1: spread evenly)."""
+    flat = attention.flatten().float().clamp_min(0)
+    k = max(1, round(flat.numel() / 10))
+    return float(flat.topk(k).values.sum() / flat.sum().clamp_min(1e-12))
+
+
+def spread_sentence(maps: list[torch.Tensor]) -> str:
+    """What these maps (first layer to last) show about where attention gathers, read off them."""
+    first, last = top_share(maps[0]), top_share(maps[-1])
+    said = (f"The top tenth of the patches holds {first:.0%} of the attention in layer 1 and {last:.0%} in layer "
+            f"{len(maps)}")
+    if last > first + 0.1:
+        return said + ": the later layers concentrate on a few patches."
+    if first > last + 0.1:
+        return said + ": here the first layers are the more concentrated."
+    return said + ": in this picture the layers spread their attention alike."
+
+
 def layers_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     """The [class] attention of every layer, heads averaged."""
     L, layout = analysis.depth, analysis.layout
@@ -211,8 +230,8 @@ def layers_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Sli
     return Slide(
         "Attention across the layers",
         [_render(viz.compare_figure(analysis.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
-        f"The attention of {reader(layout)}, averaged over heads, in every layer from the first to the last. Early layers "
-        "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
+        f"The attention of {reader(layout)}, averaged over heads, in every layer from the first to the last. "
+        f"{spread_sentence(list(per_layer.values()))} Raw attention of one layer ignores how information "
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
         f"Image: {name}", f"Where {reader(layout)} look{'' if many_readers(layout) else 's'}, layer 1 to layer {L} "
                           "(mean of the heads, each map its own scale)",

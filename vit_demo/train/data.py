@@ -31,6 +31,7 @@ from PIL import Image, ImageDraw
 from ..data.annotations import BOXES_FILE, DataError
 from ..images import IMAGE_SUFFIXES, WORK_PIXELS, ImageError, load_image
 from ..preprocess import DataConfig, model_input_image
+from ..progress import report
 
 SHAPES = ("circle", "square", "triangle", "star")  # the default classes
 MORE_SHAPES = ("hexagon", "cross", "heart", "moon")  # further classes, on request (``--classes``)
@@ -458,6 +459,8 @@ def load_folder(index: FolderIndex, dc: DataConfig, val_split: float, seed: int,
 
     tx, ty, vx, vy, skipped = [], [], [], [], 0
     for i in tqdm(range(len(index.files)), desc="reading", unit="img", disable=not progress, leave=False):
+        if i % 16 == 0:
+            report(i / len(index.files), "decoding the pictures", done=i, total=len(index.files))
         try:
             img = load_image(index.files[i], reduce_to=WORK_PIXELS)
         except ImageError as e:

@@ -48,6 +48,16 @@ def cell_size(grid: tuple[int, int], pen: Pen, room: int = 448) -> int:
     return max(4, min(pen(56), pen(room) // max(grid)))
 
 
+GRID_SIDE = 440  # px at scale 1: the height of the patch grid in the patches step's picture
+
+
+def patches_grid_size(grid: tuple[int, int], scale: float = 1.0) -> tuple[int, int]:
+    """(width, height) of the patch grid at the top left of :func:`patches_step_image`'s picture for a
+    ``grid`` of (rows, columns) patches: a click there picks a patch (:func:`~.arrays.patch_index_at`)."""
+    side = Pen(scale)(GRID_SIDE)
+    return round(grid[1] * side / grid[0]), side
+
+
 def patches_step_image(picture: Picture, patch_size: int, index: int, pen: Pen, window: int = 0,
                        caption: str = "") -> Image.Image:
     """The picture cut into its patches, the chosen one lit; beside it the patch alone, enlarged."""
@@ -55,8 +65,7 @@ def patches_step_image(picture: Picture, patch_size: int, index: int, pen: Pen, 
     p = patch_size
     gw = pic.shape[1] // p
     grid = patch_grid_image(pic, p, numbers=False, highlight=index, window=window)
-    side = pen(440)
-    grid = grid.resize((round(grid.width * side / grid.height), side), Image.Resampling.BICUBIC)
+    grid = grid.resize(patches_grid_size((pic.shape[0] // p, gw), pen.scale), Image.Resampling.BICUBIC)
     r, c = divmod(index, gw)
     crop = Image.fromarray(pic[r * p:(r + 1) * p, c * p:(c + 1) * p]).resize((pen(200), pen(200)), Image.Resampling.NEAREST)
     right = titled(framed(crop, width=pen(2)), f"patch ({r}, {c})", pen, caption)
