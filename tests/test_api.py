@@ -73,6 +73,7 @@ def shapes(tmp_path_factory) -> tuple[Path, Path]:
 # ----------------------------------------------------------------------------- the acceptance's three lines
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_three_lines_in_a_fresh_process_import_no_gradio(cat):
     """The issue's command: import (torch-free), load the shipped model, one map; never Gradio."""
     code = ("import sys, vit_demo; assert 'torch' not in sys.modules; m = vit_demo.load(); "
@@ -162,6 +163,7 @@ def test_explain_equals_the_cli_figure_numbers(model, cat, tmp_path):
     np.testing.assert_allclose(model.explain(cat, method="rollout").map, np.array(roll["map"]), atol=1e-6)
 
 
+@pytest.mark.slow  # the faithfulness protocol
 def test_several_pictures_and_methods_with_their_faithfulness(model, deit_tiny, cat, cup):
     """explain([img1, img2], method=[...]): a Batch of Comparisons, each map the app's (class_maps);
     a map's faithfulness: the ``faithfulness --srg-saco`` command's numbers for that picture."""
@@ -239,6 +241,7 @@ def test_survey_and_atlas_equal_the_commands(shapes, tmp_path):
 # ----------------------------------------------------------------------------- results: pickled, drawn, saved
 
 
+@pytest.mark.slow  # every result drawn and saved at slide size
 def test_results_pickle_draw_and_save(model, shapes, cat, cup, tmp_path):
     one = model.explain(cat, method="grad-rollout")
     results = [model.predict(cat), model.attention(cat), one, model.explain(cat, method=["grad-rollout", "rollout"]),
@@ -263,7 +266,7 @@ def test_results_pickle_draw_and_save(model, shapes, cat, cup, tmp_path):
 
 
 def test_errors_say_what_to_do(model, cat, tmp_path):
-    with pytest.raises(ValueError, match="unknown method 'chefr'; known: .*chefer.*lrp-gated"):
+    with pytest.raises(ValueError, match=r"unknown method 'chefr' \(did you mean 'chefer'\?\); known: .*chefer.*lrp-gated"):
         model.explain(cat, method="chefr")
     bad = tmp_path / "notes.png"
     bad.write_text("not a picture")

@@ -165,6 +165,7 @@ def test_folder_errors(tmp_path: Path) -> None:
         index_folder(tmp_path)
 
 
+@pytest.mark.slow  # commands in subprocesses
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     cmd = [sys.executable, "-m", "vit_demo", "train", "--data", str(tmp_path), "--out", str(tmp_path / "m.safetensors")]

@@ -4,7 +4,8 @@
 - no private name (``_x``) imported from another module of the project;
 - no function over 60 lines, in ``vit_demo/`` or ``app.py`` (a docstring's reason no longer excuses one);
 - every command of the CLI is a module of ``vit_demo/cli/`` in ``COMMANDS``, every tab a module
-  of ``vit_demo/app/tabs/`` in ``TABS``.
+  of ``vit_demo/app/tabs/`` in ``TABS``;
+- a test that starts the app or a browser is in the slow tier (``tests/conftest.py`` marks it).
 """
 
 from __future__ import annotations
@@ -86,3 +87,39 @@ def test_no_tab_imports_another_tab():
                 found.append(f"{path.name}:{node.lineno} from {node.module} import ...")
     assert not found, found
     assert OPEN_IN in {t.name for t in TABS}
+
+
+def starts_the_app() -> None:
+    """A stub for the test below, never called: its source is what the conftest hook reads."""
+    from app_server import running_app
+
+    with running_app([]):
+        pass
+
+
+def test_what_starts_the_app_or_a_browser_leaves_the_fast_tier():
+    """tests/conftest.py marks slow a test that calls, or uses a fixture that calls, one of its
+    SLOW_CALLS: those are the helpers that start the app (tests/app_server.py) and a browser
+    (Playwright's), so that a renamed helper cannot let such tests back into the fast tier unseen."""
+    from types import SimpleNamespace
+
+    import app_server
+    from conftest import SLOW_CALLS, SLOW_FIXTURES, is_slow
+
+    names = {call.rstrip("(") for call in SLOW_CALLS}
+    assert names == {"running_app", "start_app", "sync_playwright"}
+    assert all(callable(getattr(app_server, n)) for n in names - {"sync_playwright"})
+
+    starts = starts_the_app  # (at module level: this test's own source must not start the app)
+
+    def plain():
+        pass
+
+    def item(fn, marks=(), fixtures=None, names=()):
+        info = SimpleNamespace(name2fixturedefs={k: [SimpleNamespace(func=f)] for k, f in (fixtures or {}).items()})
+        return SimpleNamespace(function=fn, fixturenames=list(names), _fixtureinfo=info,
+                               get_closest_marker=lambda m: m if m in marks else None)
+
+    assert is_slow(item(starts)) and is_slow(item(plain, fixtures={"app": starts}))
+    assert is_slow(item(plain, marks=("browser",))) and is_slow(item(plain, names=sorted(SLOW_FIXTURES)))
+    assert not is_slow(item(plain, fixtures={"photos": plain}, names=["photos"]))

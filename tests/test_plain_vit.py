@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MODEL = Path(__file__).resolve().parents[1] / "vit_demo" / "model"
 
 CHILD = r"""
@@ -34,8 +36,11 @@ model.load_state_dict(sd, strict=True)
 tm = timm.create_model("deit_tiny_patch16_224", pretrained=False).eval()
 tm.load_state_dict(sd, strict=True)
 x = timm.data.create_transform(**timm.data.resolve_data_config({}, model=tm))(Image.open(photo).convert("RGB"))[None]
+seen = []  # the scores at the first block's hook point: formed only where the softmax is explicit (capture)
+hook = model.blocks[0].attn.hook_scores.register_forward_hook(lambda m, a, out: seen.append(out.clone()))
 with torch.no_grad():
     ours, ref, captured = model(x).logits, tm(x), model(x, capture=True)
+hook.remove()
 try:
     VisionTransformer(ViTConfig(embed_dim=192, depth=12, num_heads=3, rope="axial"))
     refusal = None
@@ -46,11 +51,13 @@ print(json.dumps({
     "diff": (ours - ref).abs().max().item(), "captured_diff": (captured.logits - ref).abs().max().item(),
     "top1": [int(ours.argmax()), int(ref.argmax())], "layers": len(captured.attentions),
     "shape": list(captured.attentions[0].shape), "row_sums": captured.attentions[-1].sum(-1).flatten().tolist()[:5],
-    "refusal": refusal,
+    "refusal": refusal, "scores_seen": len(seen),
+    "softmax_of_scores": (seen[0].softmax(-1) - captured.attentions[0]).abs().max().item(),
 }))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_vit_and_config_alone_load_deit_tiny_and_match_timm(tmp_path: Path, deit_tiny_path: Path,
                                                            package_photos: dict[str, Path]) -> None:
     pkg = tmp_path / "somepkg"
@@ -68,15 +75,27 @@ def test_vit_and_config_alone_load_deit_tiny_and_match_timm(tmp_path: Path, deit
     assert out["top1"][0] == out["top1"][1] in (281, 282, 285)  # a cat: tabby, tiger cat, Egyptian cat (conftest)
     assert out["layers"] == 12 and out["shape"] == [1, 3, 197, 197]
     assert all(abs(s - 1) < 1e-5 for s in out["row_sums"])
+    assert out["scores_seen"] == 1 and out["softmax_of_scores"] <= 1e-6
     assert out["refusal"] == ("ViTConfig(rope='axial') needs the rotary position family: import vit_demo.model "
                               "(or vit_demo.model.rope) to register it")
 
 
 def test_vit_py_is_one_page_that_imports_only_its_config() -> None:
+    """One page read in order: the first layer within 70 lines, the layers before the model, the
+    registry after it; the plain attention takes only what it uses (the tokens, the capture flag)."""
     source = (MODEL / "vit.py").read_text()
     assert len(source.splitlines()) <= 400
+    tree = ast.parse(source)
+    line = {n.name: n.lineno for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    line |= {n.target.id: n.lineno for n in tree.body if isinstance(n, ast.AnnAssign)}
+    modules = [n for n in tree.body if isinstance(n, ast.ClassDef) and "nn.Module" in map(ast.unparse, n.bases)]
+    assert modules[0].name == "PatchEmbed" and line["PatchEmbed"] <= 70
+    assert line["PatchEmbed"] < line["Attention"] < line["Mlp"] < line["Block"] < line["VisionTransformer"] < line["PARTS"]
+    attention = next(n for n in modules if n.name == "Attention")
+    forward = next(f for f in attention.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+    assert [a.arg for a in forward.args.args] == ["self", "x", "capture"]
     imported = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or ""))
         elif isinstance(node, ast.Import):
@@ -102,9 +121,9 @@ def test_a_registered_attention_is_picked_and_lrp_finds_it_by_its_attribute(monk
             self.qkv, self.proj = nn.Linear(cfg.embed_dim, 3 * cfg.embed_dim), nn.Linear(cfg.embed_dim, cfg.embed_dim)
             self.attend = PARTS["kernel"]["attend"]
 
-        def forward(self, x, capture=False, rope=None, bias=None, grid=None):
+        def forward(self, x, capture=False):
             q, k, v = self.qkv(x)[:, None].chunk(3, dim=-1)  # [B, 1, N, C]
-            o, attn = self.attend(q, k, v, x.shape[-1] ** -0.5, capture, bias, self.relevance_rule)
+            o, attn = self.attend(q, k, v, x.shape[-1] ** -0.5, capture, None, self.relevance_rule)
             return self.proj(o[:, 0]), attn
 
     monkeypatch.setitem(PARTS["attention"], "", Tagged)

@@ -5,7 +5,8 @@
     model.explain("cat.jpg", method="chefer")     # draws itself in Jupyter
 
 - :func:`load` -> :class:`Model`: :meth:`~Model.predict`, :meth:`~Model.attention`,
-  :meth:`~Model.explain`, :meth:`~Model.verify`;
+  :meth:`~Model.explain`, :meth:`~Model.steps` (one picture through the model, step by step),
+  :meth:`~Model.verify`;
 - :func:`survey` and :func:`atlas`: a whole folder, with the HTML reports of the commands;
 - the results (:mod:`.results`, :mod:`.checks`, :mod:`.folders`): frozen dataclasses of numpy
   arrays and plain values, each with ``_repr_png_`` / ``_repr_html_``, ``.figure()`` and ``.save()``.
@@ -19,8 +20,9 @@ from .folders import AtlasResult, SurveyResult, atlas, survey
 from .inputs import ImageLike, Images
 from .model import DEFAULT_METHOD, LoadError, Model, load
 from .results import Attention, Batch, Comparison, Explanation, Prediction
+from .steps import Steps, StepView
 
 __all__ = [
     "DEFAULT_METHOD", "Attention", "AtlasResult", "Batch", "Comparison", "Explanation", "ImageLike", "Images",
-    "LoadError", "Model", "Prediction", "SurveyResult", "Verification", "atlas", "load", "survey",
+    "LoadError", "Model", "Prediction", "StepView", "Steps", "SurveyResult", "Verification", "atlas", "load", "survey",
 ]

@@ -22,13 +22,14 @@ from ..checkpoints.hf import is_hf_folder
 from ..checkpoints.load import CHECKPOINT_SUFFIXES, LoadedModel, load_model
 from ..checkpoints.timm import HubUnavailableError
 from ..evaluate.srg_saco import measures
-from ..labels import topk
+from ..labels import check_k, topk
 from ..methods.rollout import rollout
 from ..predict import probabilities
 from ..preprocess import preprocess
 from .checks import Verification, verify_image, verify_noise
-from .inputs import Images, read_images
+from .inputs import ImageLike, Images, read_images
 from .results import MEASURES, Attention, Batch, Comparison, Explanation, Prediction
+from .steps import Steps
 
 DEFAULT_METHOD = "lrp-amortised"  # the most faithful map of one backward pass (docs/faithfulness.md)
 
@@ -88,8 +89,10 @@ class Model:
     # ------------------------------------------------------------------------- asking
 
     def predict(self, image: Images, k: int = 5) -> Prediction | Batch[Prediction]:
-        """The top-``k`` classes of each picture: the numbers of ``python -m vit_demo predict --json``."""
+        """The top-``k`` classes of each picture: the numbers of ``python -m vit_demo predict --json``
+        (``k``: 1 or more; above the model's classes, all of them)."""
         self.need_classes("predict")
+        k = check_k(k, self.num_classes)
         pics, single = read_images(image)
         shown = [preprocess(img, self.loaded.input_config(img.size)) for _, img in pics]
         with torch.inference_mode():
@@ -115,8 +118,7 @@ class Model:
         ``faithfulness``: also score each map on its picture (deletion, insertion, SRG, SaCo with
         mean-colour replacement, :func:`vit_demo.evaluate.srg_saco.measures`: some 50 masked forward
         passes per map). Methods: :func:`vit_demo.methods.names`."""
-        names = [method] if isinstance(method, str) else list(method)
-        self.check_methods(names, faithfulness)
+        names = self.check_methods([method] if isinstance(method, str) else list(method), faithfulness)
         cls = None if target is None else class_index(target, self.labels)
         pics, single = read_images(image)
         out = []
@@ -125,19 +127,41 @@ class Model:
             out.append(row[0] if isinstance(method, str) else Comparison(tuple(row)))
         return out[0] if single else Batch(tuple(out))
 
-    def verify(self, image: Images | None = None, tol: float = 1e-4) -> Verification | Batch:
+    def steps(self, image: ImageLike, patch: tuple[int, int] | int | None = None, layer: int = 0, head: int = 0,
+              temperature: float = 1.0) -> Steps:
+        """One picture walked through the model, step by step, every number the model's own: the
+        patch ``(row, col)`` (from 0; None: the one the readout attends to most in the last layer)
+        through the projection, its position, ``layer``'s query meeting every key of ``head``, the
+        softmax at ``temperature`` (1: the model's own), the weighted sum, the MLP, the residual
+        stream, the readout, the logit lens and the logits (:mod:`vit_demo.inside`; one forward
+        pass). A bad patch, layer, head or temperature: ValueError naming the allowed range."""
+        from ..inside import step_through
+
+        pics, single = read_images(image)
+        if not single or len(pics) != 1:
+            raise ValueError("steps walks one picture through the model: give one image, not a list")
+        name, img = pics[0]
+        x, picture = preprocess(img, self.loaded.input_config(img.size))
+        walk = step_through(self.loaded.model, x, patch, layer, head, temperature, picture, self.labels, self.name)
+        return Steps(name, self.name, walk)
+
+    def verify(self, image: Images | None = None, tol: float = 1e-4, precision: str = "fp32") -> Verification | Batch:
         """The scratch model against timm's own on the same weights. No image: ``python -m vit_demo
         verify`` (8 random-noise inputs); a picture: the app's "Compare with timm" on it (logits,
-        top-5 and every layer's attention)."""
+        top-5 and every layer's attention). ``precision``: "fp32" (like with like: both in float32,
+        whatever the module was set to), or "bf16" to see bfloat16's rounding against timm's fp32
+        (labelled so, never a mismatch); the result's ``precision`` and ``compared`` say which."""
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r}: fp32 (the parity check) or bf16 (bfloat16's rounding)")
         if image is None:
-            return verify_noise(self.loaded, self.weights, self.random_init, tol)
+            return verify_noise(self.loaded, self.weights, self.random_init, tol, precision)
         pics, single = read_images(image)
         if self.twin is None:
             from ..checkpoints.verify import timm_twin
 
             weights = self.weights
             self.twin = timm_twin(self.loaded, weights if weights is not None and not is_hf_folder(weights) else None)
-        out = [verify_image(self.loaded, self.twin, name, self.analysis(img), tol) for name, img in pics]
+        out = [verify_image(self.loaded, self.twin, name, self.analysis(img), tol, precision) for name, img in pics]
         return out[0] if single else Batch(tuple(out))
 
     # ------------------------------------------------------------------------- the parts
@@ -152,10 +176,12 @@ class Model:
                              f"{what}; its attention and the class-agnostic maps "
                              f"({', '.join(methods.names(class_specific=False))}) work")
 
-    def check_methods(self, names: list[str], faithfulness: bool) -> None:
-        """Every name registered (ValueError listing the known ones); none that needs classes on a headless model."""
+    def check_methods(self, names: list[str], faithfulness: bool) -> list[str]:
+        """The names as registered (any case: "Chefer" is chefer; ValueError with the names an unknown
+        one may mean and the known ones); none that needs classes on a headless model."""
         if not names:
             raise ValueError(f"no method given; known: {', '.join(methods.names())}")
+        names = [methods.find(n) for n in names]
         specs = [methods.get(n) for n in names]
         needy = [s.name for s in specs if s.class_specific]
         if self.num_classes == 0 and needy:
@@ -164,6 +190,7 @@ class Model:
                              f"maps work: {', '.join(methods.names(class_specific=False))}")
         if faithfulness:
             self.need_classes("measure faithfulness on (the probability of a class as patches go)")
+        return names
 
     def explain_one(self, image: str, a: Analysis, names: list[str], cls: int | None, faithfulness: bool
                     ) -> list[Explanation]:

@@ -1,6 +1,6 @@
 """The one event that spans every section: a new image (or model) is analysed once, then the parts
-of the page above the tabs and the open tab show it (:meth:`Section.show`), slower work follows
-(:meth:`Section.follow_up`), and the open tab draws its lazy pictures (:meth:`Section.lazy`).
+of the page above the tabs and the open tab show it (:meth:`Section.show`), the open tab draws its
+lazy pictures (:meth:`Section.lazy`), and slower pictures follow (:meth:`Section.follow_up`).
 A closed tab is cleared, and shows the analysis when it is opened: an upload draws and sends
 only what can be seen (measured: half of the upload's server time went into pictures of closed
 tabs).
@@ -122,12 +122,18 @@ class UploadFlow:
         return self.on_image(payload, self.ctx.session(rest[-1]).model_key, *rest)
 
     def draw_lazy(self, sess: Session, section: Section | None) -> dict:
-        """The open tab's slower pictures, once per analysis."""
+        """The open tab's slower pictures, once per analysis: claimed before they are drawn, so that
+        the tab's opening and the upload's follow-up, running at once, do not both draw them."""
         if section is None or not sess.ready or sess.rendered.get(section.name) == sess.view_key:
             return {}
-        out = section.lazy(sess)
-        if out:
-            sess.rendered[section.name] = sess.view_key
+        sess.rendered[section.name] = key = sess.view_key
+        try:
+            out = section.lazy(sess)
+        except BaseException:
+            sess.rendered.pop(section.name, None)
+            raise
+        if not out and sess.rendered.get(section.name) == key:
+            sess.rendered.pop(section.name, None)
         return out
 
     def on_lazy(self, sess: Session | None) -> Any:
@@ -150,9 +156,11 @@ class UploadFlow:
         return on_tab
 
     def chain(self, dep: Any) -> Any:
-        """Every section's follow-up, then the open tab's lazy pictures, after ``dep``."""
+        """The open tab's lazy pictures and every section's follow-up, all at once after ``dep`` (each
+        event chained after another waited for the browser's next request: 0.3-1 s at load 10, and the
+        diagnostics' charts waited 4 s for the class maps); returns the lazy pictures' event."""
         for s in self.sections:
-            dep = s.follow_up(dep, self.ctx)
+            s.follow_up(dep, self.ctx)
         return dep.then(friendly(self.on_lazy), [self.state], self.lazy_outputs, api_visibility="private",
                         show_progress="minimal")
 

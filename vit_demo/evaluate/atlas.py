@@ -123,12 +123,11 @@ def run_from(model: VisionTransformer, tokens: Tensor, start: int, grid: tuple[i
     """The logits of ``tokens`` fed to block ``start`` (0-based; ``len(blocks)``: only the final
     norm and the head), the rest of the model as its forward pass runs it (in its precision:
     vit_demo.precision, so that the falls it measures compare like with like)."""
-    rope, bias = model.positions(grid, tokens.device)
+    positions = model.positions(grid, tokens.device)
     x = tokens
     with autocast(tokens.device, runs_bf16(model)):
         for i in range(start, len(model.blocks)):
-            r = rope[i] if rope is not None and model.cfg.rope == "mixed" else rope
-            x, _ = model.blocks[i](x, False, r, bias, grid)
+            x, _ = model.blocks[i](x, False, positions)
         return model.forward_head(model.norm(x))[0]
 
 

@@ -23,10 +23,9 @@ def tokens_after(lm: LoadedModel, x: torch.Tensor, layer: int) -> torch.Tensor:
     with torch.inference_mode():
         t, layout = model.embed(x.to(lm.device))
         t = model.norm_pre(t)
-        rope, bias = model.positions(layout.grid, t.device)
+        positions = model.positions(layout.grid, t.device)
         for i in range(layer):
-            r = rope[i] if rope is not None and model.cfg.rope == "mixed" else rope
-            t, _ = model.blocks[i](t, False, r, bias, layout.grid)
+            t, _ = model.blocks[i](t, False, positions)
     return t
 
 

@@ -538,7 +538,7 @@ def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_MET
     with the survey so that it imports scikit-learn while the model works (:class:`.child.Child`);
     ``load``: how a picture is read (the app's limits; default :func:`vit_demo.images.load_image`)."""
     t0 = time.perf_counter()
-    registry.get(method)
+    method = registry.find(method)  # any case ("LRP-Amortised"); an unknown name with the names it may mean
     require_classifier(lm, "a survey needs predictions")
     with folder_job(lm, images, labels, limit) as (pictures, folder, dist), ExitStack() as stack:
         child = stack.enter_context(Child(CLUSTERING, "The survey's clustering")) if isolated and dist.main else None

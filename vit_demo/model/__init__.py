@@ -3,8 +3,9 @@ module of its own.
 
 - ``vit.py``: the plain ViT (Dosovitskiy et al., ICLR 2021), with DeiT's distillation token,
   register tokens (DINOv2), LayerScale (DeiT-III, DINOv2), average / max pooling with ``fc_norm``,
-  the pre-norm before the blocks (CLIP); and the registry the families put their parts in.
-  With ``config.py`` (ViTConfig) beside it, it stands alone.
+  the pre-norm before the blocks (CLIP); after them, its outputs, the hook points (``hook_q``,
+  ``hook_k``, ``hook_v``, ``hook_scores`` on every attention, ``hook_hidden`` on every MLP), and the
+  registry the families put their parts in. With ``config.py`` (ViTConfig) beside it, it stands alone.
 - ``capture.py``: every layer's attention probabilities at little more than a plain pass's cost
   (one buffer for all layers, scores written into it, the softmax in place); one ``attend`` for
   every attention of every family.
@@ -30,7 +31,9 @@ Parameter names follow timm's state_dict layout of each family (``blocks.0.ls1.g
 ViT, ``blocks.0.gamma_1`` in EVA and BEiT), so porting is a checked copy (see checkpoints/timm.py).
 Nothing here imports timm: timm is the reference we compare against, not a building block.
 
-Importing this package registers every family; ``vit_demo.model.vit`` alone builds the plain ViT only.
+Importing any module of this package, ``vit_demo.model.vit`` too, runs this file first, which
+registers every family (and capture.py's ``attend`` over vit.py's). Only vit.py copied out with
+config.py builds the plain ViT alone, and names the family module a config would need.
 """
 
 from __future__ import annotations
@@ -49,9 +52,11 @@ from .vit import (
     PARTS,
     Attention,
     Block,
+    HookPoint,
     LayerScale,
     Mlp,
     PatchEmbed,
+    Positions,
     TokenLayout,
     VisionTransformer,
     ViTOutput,
@@ -62,8 +67,8 @@ from .vit import (
 
 __all__ = [
     "ACTIVATIONS", "PARTS", "POOLS", "Attention", "AttentionPool", "Block", "ConvStem", "ConvStemEmbed", "DiffAttention",
-    "GatedMlp",
-    "LayerScale", "Mlp", "ParallelScalingBlock", "ParallelThingsBlock", "PatchEmbed", "QuickGELU", "RMSNorm",
+    "GatedMlp", "HookPoint",
+    "LayerScale", "Mlp", "ParallelScalingBlock", "ParallelThingsBlock", "PatchEmbed", "Positions", "QuickGELU", "RMSNorm",
     "RelPosMlp", "RelPosTable", "RotaryEmbedding", "TokenLayout", "VariantAttention", "ViTConfig", "ViTOutput",
     "VisionTransformer", "WindowAttention", "diff_lambda", "make_act", "make_norm", "resample_pos_embed",
     "scores_into", "window_map",

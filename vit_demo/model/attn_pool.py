@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .config import ViTConfig
-from .vit import PARTS, Mlp, make_act, make_norm, register
+from .vit import PARTS, HookPoint, Mlp, make_act, make_norm, register
 
 
 class AttentionPool(nn.Module):
@@ -37,6 +37,7 @@ class AttentionPool(nn.Module):
         self.proj = nn.Linear(C, C)
         self.norm = make_norm(cfg)
         self.mlp = Mlp(C, cfg.map_mlp_hidden or cfg.mlp_hidden, make_act(cfg.act))
+        self.hook_q, self.hook_k, self.hook_v, self.hook_scores = HookPoint(), HookPoint(), HookPoint(), HookPoint()
         self.attend = PARTS["kernel"]["attend"]
 
     def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -45,7 +46,8 @@ class AttentionPool(nn.Module):
         H, D = self.num_heads, self.head_dim
         q = self.q(self.latent.expand(B, -1, -1)).reshape(B, 1, H, D).transpose(1, 2)  # [B, H, 1, D]
         k, v = self.kv(x).reshape(B, N, 2, H, D).permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, N, D]
-        x, attn = self.attend(q, k, v, self.scale, capture, None, self.relevance_rule)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        x, attn = self.attend(q, k, v, self.scale, capture, None, self.relevance_rule, self.hook_scores)
         x = self.proj(x.transpose(1, 2).reshape(B, 1, C))
         x = x + self.mlp(self.norm(x))
         return x[:, 0], attn

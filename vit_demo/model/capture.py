@@ -1,6 +1,6 @@
-"""The capture path's speed (issue 30): every layer's attention probabilities at the cost of little
-more than a plain forward pass. Registered as the model's attention kernel (vit.py's ``attend`` and
-``capture_slots`` give the same numbers, slower):
+"""The capture path's speed: every layer's attention probabilities at the cost of little more than a
+plain forward pass. Registered over vit.py's ``attend`` and ``capture_slots`` as the model's attention
+kernel (those give the same numbers, slower, and run only where vit.py is copied alone):
 
 - without autograd the probabilities of all L layers go into one [L, B, H, N, N] tensor, each block
   writing into its slot (``capture_slots``): the allocator keeps one block that size for the next
@@ -10,7 +10,8 @@ more than a plain forward pass. Registered as the model's attention kernel (vit.
   numbers still in cache (``scores_into``, ``probabilities``);
 - one :func:`attend` for every attention of every family: the fused kernel when nothing is
   captured, the explicit softmax (into the slot when there is one) when something is, or when it
-  is faster (bfloat16 on a CPU, :func:`explicit_is_faster`).
+  is faster (bfloat16 on a CPU, :func:`explicit_is_faster`); there the scores pass the attention's
+  ``hook_scores`` before the softmax (a hook that keeps them copies them: the softmax runs in place).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .vit import register
+from .vit import HookPoint, register
 
 
 def scores_into(capture: bool | torch.Tensor, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -43,10 +44,12 @@ def scores_into(capture: bool | torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
 
 
 def probabilities(q: torch.Tensor, k: torch.Tensor, scale: float, capture: bool | torch.Tensor = True,
-                  bias: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) [B, H, N, M], in place in ``capture`` when it is a slot that fits."""
+                  bias: torch.Tensor | None = None, hook_scores: HookPoint | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale + bias) [B, H, N, M], in place in ``capture`` when it is a slot that fits;
+    the scores pass ``hook_scores`` (the attention's) before the softmax."""
     attn = scores_into(capture, q, k, scale)
     attn = attn if bias is None else attn.add_(bias)
+    attn = attn if hook_scores is None else hook_scores(attn)
     return torch.softmax(attn, -1, out=attn) if attn is capture else attn.softmax(dim=-1)
 
 
@@ -59,15 +62,17 @@ def explicit_is_faster(q: torch.Tensor) -> bool:
 
 @register("kernel", "attend")
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, capture: bool | torch.Tensor = False,
-           bias: torch.Tensor | None = None, rule: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+           bias: torch.Tensor | None = None, rule: Callable | None = None, hook_scores: HookPoint | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(q k^T * scale + bias) v: q [B, H, N, D], k and v [B, H, M, D] -> [B, H, N, D], and the
     probabilities [B, H, N, M] when ``capture`` (True, or a slot to write them into) is not False.
-    ``rule``: LRP's rule for q, k, v (methods/lrp.py), None outside its explanation mode."""
+    ``rule``: LRP's rule for q, k, v (methods/lrp.py), None outside its explanation mode; ``hook_scores``:
+    the attention's point the scores pass before the softmax, where it is explicit."""
     if rule is not None:  # the same values, gradients shaped by the rule
         q, k, v = rule(q, k, v)
     if capture is False and not explicit_is_faster(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias), None
-    attn = probabilities(q, k, scale, True if capture is False else capture, bias)
+    attn = probabilities(q, k, scale, True if capture is False else capture, bias, hook_scores)
     return attn @ v, None if capture is False else attn
 
 

@@ -209,7 +209,7 @@ class ViTConfig:
         if self.rope or self.rel_pos in ("table", "mlp"):
             return "rope" if self.rope else "relpos"
         variant = self.qv_bias or not self.qkv_fused or self.kv_heads or self.qk_norm or self.attn_norm
-        return "variant" if variant else ""
+        return "variant" if variant or self.rel_pos else ""  # a bias shared by the blocks: the variant reads it
 
     @property
     def mlp_kind(self) -> str:

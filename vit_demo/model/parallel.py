@@ -19,7 +19,7 @@ from torch import nn
 from .capture import probabilities
 from .config import ViTConfig
 from .variants import RMSNorm, VariantAttention
-from .vit import PARTS, LayerScale, make_act, make_norm, register
+from .vit import PARTS, HookPoint, LayerScale, Positions, make_act, make_norm, register
 
 
 def add_diff_params(m: nn.Module, d: int, index: int) -> None:
@@ -42,9 +42,11 @@ def diff_attend(m: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Differential attention with ``m``'s parameters: q, k, v [B, H, N, 2d] (each head's query
     and key in two halves of d) -> the heads' output [B, H, N, 2d], RMSNorm-ed and scaled by
-    1 - lambda_init, and, captured, the map softmax1 - lambda softmax2 [B, H, N, N]."""
+    1 - lambda_init, and, captured, the map softmax1 - lambda softmax2 [B, H, N, N]. q and k pass
+    ``m``'s hook points as [B, H, 2, N, d], the two maps' scores as [B, H, 2, N, N] (captured)."""
     B, H, N, D = q.shape
     q, k = (norm(t.reshape(B, H, N, 2, D // 2).transpose(2, 3)) for norm, t in ((m.q_norm, q), (m.k_norm, k)))
+    q, k, v = m.hook_q(q), m.hook_k(k), m.hook_v(v)
     if m.relevance_rule is not None:  # q, k [B, H, 2, N, d]
         q, k, v = m.relevance_rule(q, k, v)
     lam = diff_lambda(m).type_as(q)
@@ -52,7 +54,7 @@ def diff_attend(m: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         (o1, _), (o2, _) = (m.attend(q[:, :, i], k[:, :, i], v, (D // 2) ** -0.5) for i in (0, 1))
         attn, x = None, o1 - lam * o2
     else:  # the map itself mixes the values, so that gradients reach it
-        s = probabilities(q, k, (D // 2) ** -0.5)  # [B, H, 2, N, N]
+        s = probabilities(q, k, (D // 2) ** -0.5, True, None, m.hook_scores)  # [B, H, 2, N, N]
         attn = s[:, :, 0] - lam * s[:, :, 1]
         x = attn @ v
     return m.sub_norm(x) * (1 - m.lambda_init), attn
@@ -71,9 +73,7 @@ class DiffAttention(VariantAttention):
         self.k_norm = make_norm(cfg, d) if cfg.qk_norm else nn.Identity()
         add_diff_params(self, d, index)
 
-    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, N, _ = x.shape
         q, k, v = self.project(x)
         x, attn = diff_attend(self, q, k, v, capture)
@@ -105,6 +105,8 @@ class ParallelScalingBlock(nn.Module):
             add_diff_params(self, d, index)
         self.diff = cfg.diff_attn
         self.mlp_act = make_act(cfg.act)
+        self.hook_q, self.hook_k, self.hook_v, self.hook_scores = HookPoint(), HookPoint(), HookPoint(), HookPoint()
+        self.hook_hidden = HookPoint()  # the MLP half's hidden activation [B, N, hidden]
         fused = cfg.fused_out_proj or cfg.diff_attn
         self.out_proj = nn.Linear(C + hidden, C, bias=cfg.proj_bias) if fused else None
         self.attn_out_proj = None if fused else nn.Linear(C, C, bias=cfg.proj_bias)
@@ -117,17 +119,18 @@ class ParallelScalingBlock(nn.Module):
         """The norm of the block's input (what GradCAM reads, as a plain block's norm1)."""
         return self.in_norm
 
-    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, positions: Positions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As the plain block's; ``positions`` is always None (no position family comes with this block)."""
         B, N, C = x.shape
         m, q, k, v = self.in_proj(self.in_norm(x)).split(self.split, dim=-1)
-        m = self.mlp_act(m if self.mlp_bias is None else m + self.mlp_bias)
+        m = self.hook_hidden(self.mlp_act(m if self.mlp_bias is None else m + self.mlp_bias))
         q, k, v = (t.reshape(B, N, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # [B, H, N, D]
-        if self.diff:
+        if self.diff:  # q, k, v pass the hook points inside, q and k as halves
             a, attn = diff_attend(self, q, k, v, capture)
         else:
-            a, attn = self.attend(self.q_norm(q), self.k_norm(k), v, self.scale, capture, None, self.relevance_rule)
+            q, k, v = self.hook_q(self.q_norm(q)), self.hook_k(self.k_norm(k)), self.hook_v(v)
+            a, attn = self.attend(q, k, v, self.scale, capture, None, self.relevance_rule, self.hook_scores)
         a = a.transpose(1, 2).reshape(B, N, C)
         y = self.out_proj(torch.cat([a, m], dim=-1)) if self.out_proj is not None else (
             self.attn_out_proj(a) + self.mlp_out_proj(m))
@@ -158,19 +161,20 @@ class ParallelThingsBlock(nn.Module):
         """The first branch's norm of the block's input (what GradCAM reads, as a plain block's norm1)."""
         return self.attns[0]["norm"]
 
-    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, positions: Positions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As the plain block's; ``positions`` is always None (no position family comes with this block)."""
         B, N, _ = x.shape
         attn = None
         if capture is not False:  # every branch's heads in one softmax: one captured tensor
             parts = []
-            for b in self.attns:
-                q, k, v = b["attn"].project(b["norm"](x))
-                parts.append((b["attn"].q_norm(q), b["attn"].k_norm(k), v))
+            for b in self.attns:  # each branch's q, k, v pass its hook points, the scores the first branch's
+                a = b["attn"]
+                q, k, v = a.project(b["norm"](x))
+                parts.append((a.hook_q(a.q_norm(q)), a.hook_k(a.k_norm(k)), a.hook_v(v)))
             q, k, v = (torch.cat(t, dim=1) for t in zip(*parts))  # [B, n*H, N, D]
             first = self.attns[0]["attn"]
-            o, attn = first.attend(q, k, v, first.scale, True, None, first.relevance_rule)
+            o, attn = first.attend(q, k, v, first.scale, True, None, first.relevance_rule, first.hook_scores)
             outs = [b["ls"](b["attn"].proj(b["attn"].norm(o_i.transpose(1, 2).reshape(B, N, -1))))
                     for b, o_i in zip(self.attns, o.chunk(len(self.attns), dim=1))]
         else:

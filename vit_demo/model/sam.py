@@ -11,7 +11,7 @@ from torch import nn
 
 from .config import ViTConfig
 from .variants import VariantAttention
-from .vit import register
+from .vit import Positions, register
 
 
 def window_partition(x: torch.Tensor, w: int) -> torch.Tensor:
@@ -77,20 +77,21 @@ class WindowAttention(VariantAttention):
         self.rel_pos_h = nn.Parameter(torch.zeros(2 * gh - 1, self.head_dim)) if decomposed else None
         self.rel_pos_w = nn.Parameter(torch.zeros(2 * gw - 1, self.head_dim)) if decomposed else None
 
-    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, positions: Positions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As the plain attention's, on ``positions.grid`` (None: the trained grid); q, k, v pass their
+        hook points per window [B * windows, H, w*w, D] (the whole grid in a global block)."""
         B, N, C = x.shape
-        grid, w = grid or self.grid, self.window
+        grid, w = positions.grid if positions is not None else self.grid, self.window
         t = x.reshape(B, *grid, C)
         t = window_partition(t, w) if w else t  # [B', h, w, C]: windows or the whole grid
         size = (t.shape[1], t.shape[2])
         q, k, v = self.project(t.flatten(1, 2))  # [B', H, h*w, D]
-        q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = self.hook_q(self.q_norm(q)), self.hook_k(self.k_norm(k)), self.hook_v(v)
         if self.relevance_rule is not None:  # before the bias, which reads q
             q, k, v = self.relevance_rule(q, k, v)
         bias = decomposed_bias(q, self.rel_pos_h, self.rel_pos_w, size) if self.rel_pos_h is not None else None
-        o, attn = self.attend(q, k, v, self.scale, capture, bias)
+        o, attn = self.attend(q, k, v, self.scale, capture, bias, None, self.hook_scores)
         o = o.transpose(1, 2).flatten(2)  # [B', h*w, C]: the heads side by side
         if w:
             o = window_unpartition(o.reshape(-1, *size, C), w, grid)

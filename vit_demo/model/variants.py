@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .config import ViTConfig
-from .vit import PARTS, Attention, Block, make_act, make_norm, register
+from .vit import PARTS, Attention, Block, HookPoint, Positions, make_act, make_norm, register
 
 
 @register("norm", "rmsnorm")
@@ -90,19 +90,22 @@ class VariantAttention(Attention):
         """This block's relative position bias [1, H, N, N] plus the shared one: here the shared one."""
         return shared
 
-    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, positions: Positions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As the plain attention's; ``positions``: the grid, a rotary table, a relative bias shared by the
+        blocks (VisionTransformer.positions; None: the trained grid, no rotation, no shared bias)."""
         B, N, _ = x.shape
+        p = positions or Positions(self.grid, None, None)
         q, k, v = self.project(x)
         q, k = self.q_norm(q), self.k_norm(k)
-        if rope is not None:  # rope.py: the patch tokens turned by their 2-D position
-            q, k = self.turn(q, k, rope)
+        if p.rope is not None:  # rope.py: the patch tokens turned by their 2-D position
+            q, k = self.turn(q, k, p.rope)
         if self.kv_heads != self.num_heads:  # grouped-query attention: each k/v head serves a group of q heads
             k = k.repeat_interleave(self.num_heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.num_heads // self.kv_heads, dim=1)
-        bias = self.position_bias(grid or self.grid, bias)
-        o, attn = self.attend(q, k, v, self.scale, capture, bias, self.relevance_rule)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)  # as they enter the scores: normed, turned, repeated
+        bias = self.position_bias(p.grid, p.bias)
+        o, attn = self.attend(q, k, v, self.scale, capture, bias, self.relevance_rule, self.hook_scores)
         return self.proj(self.norm(o.transpose(1, 2).reshape(B, N, -1))), attn
 
 
@@ -125,6 +128,7 @@ class GatedMlp(nn.Module):
         else:
             self.fc1 = nn.Linear(dim, 2 * hidden if kind == "glu" else hidden, bias=bias)
         self.act = act
+        self.hook_hidden = HookPoint()  # the hidden activation [B, N, hidden]: act(fc1), or act(gate) * value
         self.norm = norm or nn.Identity()
         self.fc2 = nn.Linear(hidden, dim, bias=bias)
 
@@ -137,12 +141,12 @@ class GatedMlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "mlp":
-            return self.fc2(self.norm(self.act(self.fc1(x))))
+            return self.fc2(self.norm(self.hook_hidden(self.act(self.fc1(x)))))
         gate, value = (self.fc1_g(x), self.fc1_x(x)) if self.kind == "swiglu" else self.fc1(x).chunk(2, dim=-1)
         gate = self.act(gate)
         if self.relevance_rule is not None:  # same values, gradients shaped by an LRP rule
             gate, value = self.relevance_rule(gate, value)
-        return self.fc2(self.norm(gate * value))
+        return self.fc2(self.norm(self.hook_hidden(gate * value)))
 
 
 @register("block", "variant")
@@ -163,14 +167,13 @@ class VariantBlock(Block):
         self.gamma_1 = nn.Parameter(torch.full((C,), 1e-5)) if on_block else None
         self.gamma_2 = nn.Parameter(torch.full((C,), 1e-5)) if on_block and not cfg.layer_scale_attn_only else None
 
-    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, rope: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, grid: tuple[int, int] | None = None
+    def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, positions: Positions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h = x if self.post_norm else self.norm1(x)
+        a, attn = self.attn(h, capture) if positions is None else self.attn(h, capture, positions)
         if self.post_norm:
-            a, attn = self.attn(x, capture, rope, bias, grid)
             x = x + self.norm1(a)
             return x + self.norm2(self.mlp(x)), attn
-        a, attn = self.attn(self.norm1(x), capture, rope, bias, grid)
         x = x + (self.ls1(a) if self.gamma_1 is None else self.gamma_1 * a)
         m = self.mlp(self.norm2(x))
         return x + (self.ls2(m) if self.gamma_2 is None else self.gamma_2 * m), attn

@@ -28,8 +28,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from ..images import IMAGE_SUFFIXES, ImageError, load_image
+from ..images import IMAGE_SUFFIXES, WORK_PIXELS, ImageError, load_image
 from ..preprocess import DataConfig, model_input_image
+from ..progress import report
 
 SHAPES = ("circle", "square", "triangle", "star")  # the default classes
 MORE_SHAPES = ("hexagon", "cross", "heart", "moon")  # further classes, on request (``--classes``)
@@ -470,7 +471,9 @@ def _as_uint8(pic: Image.Image) -> torch.Tensor:
 def load_folder(index: FolderIndex, dc: DataConfig, val_split: float, seed: int, store_size: int,
                 progress: bool = True, warn=None) -> TrainData:
     """Read every picture once: training ones to ``store_size`` squares, validation ones through
-    the eval transform. Unreadable files are skipped with one warning line each."""
+    the eval transform; each reduced at load to :data:`~vit_demo.images.WORK_PIXELS`, as the app
+    reads an upload (a 40-MP float TIFF never becomes a 40-MP float64 copy: 2.3 GB at the peak of a
+    training child before). Unreadable files are skipped with one warning line each."""
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     train_idx, val_idx = split_indices(index.targets, val_split, seed)
     is_val = set(val_idx)
@@ -480,8 +483,10 @@ def load_folder(index: FolderIndex, dc: DataConfig, val_split: float, seed: int,
 
     tx, ty, vx, vy, skipped = [], [], [], [], 0
     for i in tqdm(range(len(index.files)), desc="reading", unit="img", disable=not progress, leave=False):
+        if i % 16 == 0:
+            report(i / len(index.files), "decoding the pictures", done=i, total=len(index.files))
         try:
-            img = load_image(index.files[i])
+            img = load_image(index.files[i], reduce_to=WORK_PIXELS)
         except ImageError as e:
             warn(f"warning: skipped {index.files[i]}: {e}")
             skipped += 1
