@@ -177,7 +177,7 @@ def test_concept_addition_stamps_the_concept_s_own_patches(folder: tuple[Path, o
         t = torch.from_numpy(e)[None]
         with torch.no_grad():
             for blk in model.blocks:
-                t = blk(t, False, None, None, (4, 4))[0]
+                t = blk(t, False, model.positions((4, 4), t.device))[0]
             z = model.forward_head(model.norm(t))[0][0].numpy()
         assert rises[i] == pytest.approx(z - logits[i], abs=1e-4) and preds[i] == z.argmax()
     assert np.abs(rises).max() > 1e-3
