@@ -108,3 +108,30 @@ def test_a_survey_without_distinct_groups_says_so() -> None:
     assert plain_notes(recs, "pca", groups, clusters, "predicted class") == [
         "Too few pictures per predicted class to find clusters (a group needs at least 8): each predicted class is "
         "one cluster."]
+
+
+@pytest.mark.slow  # DeiT-Tiny's maps of 36 photos
+def test_a_zip_of_animal_folders_for_deit_tiny(sample_images: list[Path], tmp_path: Path) -> None:
+    """The reported case on the real model: photos in bird/, dog/, reptile/ (none of DeiT-Tiny's
+    1000 classes). No accuracy, the note says why, the clusters are the folders' (a few, not one per
+    predicted class); the same photos loose are pooled into a few clusters too."""
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.evaluate.grouping import cluster_cap
+    from vit_demo.evaluate.survey import survey
+
+    folders = {"bird": range(7, 25), "dog": range(151, 269), "reptile": range(33, 69)}  # ImageNet class indices
+    (tmp_path / "loose").mkdir()
+    for name, idx in folders.items():
+        (tmp_path / "my_photos" / name).mkdir(parents=True)
+        for i in list(idx)[:: len(idx) // 12][:12]:
+            shutil.copy(sample_images[i], tmp_path / "my_photos" / name / sample_images[i].name)
+            shutil.copy(sample_images[i], tmp_path / "loose" / f"photo{i}.jpg")  # loose, unlabelled
+    lm = load_model(device="cpu", progress=False)
+    res = survey(lm, tmp_path / "my_photos", progress=False)
+    assert (res["count"], res["accuracy"], res["grouped_by"]) == (36, None, "folder")
+    assert res["notes"][0].startswith("No accuracy: the folders (bird, dog, reptile) are not classes of "
+                                      f"{lm.name} (1000 classes)")
+    assert {c["class"] for c in res["clusters"]} == {"bird", "dog", "reptile"} and len(res["clusters"]) <= 9
+    loose = survey(lm, tmp_path / "loose", progress=False)
+    assert loose["count"] == 36 and len({im["predicted"] for im in loose["images"]}) > 20
+    assert len(loose["clusters"]) <= cluster_cap(36) == 8
