@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 import vit_demo
-from vit_demo.api import Attention, Batch, Comparison, Explanation, LoadError, Model, Prediction, Verification
+from vit_demo.api import Attention, Comparison, Explanation, LoadError, Model, Prediction, Results, Verification
 from vit_demo.images import ImageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_predict_equals_the_cli_json(model, cat, cup):
     assert rc == 0
     records = json.loads(out)
     both = model.predict([cat, cup])
-    assert isinstance(both, Batch) and len(both) == 2
+    assert isinstance(both, Results) and len(both) == 2
     for r, ours in zip(records, both):
         assert [t["index"] for t in ours.topk] == [t["index"] for t in r["topk"]]
         assert [t["label"] for t in ours.topk] == [t["label"] for t in r["topk"]]
@@ -115,7 +115,7 @@ def test_every_kind_of_image_gives_the_same_prediction(model, cat):
         assert [p["index"] for p in got.topk] == [p["index"] for p in ref.topk]
         np.testing.assert_allclose(got.probs, ref.probs, atol=1e-6)  # floats in 0..1 round back to the same 8 bits
     batch = model.predict(t[None], k=3)
-    assert isinstance(batch, Batch) and len(batch) == 1 and len(batch[0].labels) == 3
+    assert isinstance(batch, Results) and len(batch) == 1 and len(batch[0].labels) == 3
 
 
 # ----------------------------------------------------------------------------- attention
@@ -165,12 +165,12 @@ def test_explain_equals_the_cli_figure_numbers(model, cat, tmp_path):
 
 @pytest.mark.slow  # the faithfulness protocol
 def test_several_pictures_and_methods_with_their_faithfulness(model, deit_tiny, cat, cup):
-    """explain([img1, img2], method=[...]): a Batch of Comparisons, each map the app's (class_maps);
+    """explain([img1, img2], method=[...]): a Results of Comparisons, each map the app's (class_maps);
     a map's faithfulness: the ``faithfulness --srg-saco`` command's numbers for that picture."""
     from vit_demo.analysis import analyze, class_maps
 
     b = model.explain([cat, cup], method=["chefer", "lrp-gated"])
-    assert isinstance(b, Batch) and all(isinstance(c, Comparison) for c in b)
+    assert isinstance(b, Results) and all(isinstance(c, Comparison) for c in b)
     assert b.maps.shape == (2, 2, 14, 14) and b[1].methods == ["chefer", "lrp-gated"]
     assert [c["chefer"].label for c in b] == ["Egyptian cat", "espresso"]
     app = class_maps(analyze(deit_tiny, Image.open(cup).convert("RGB")), deit_tiny, 967)

@@ -43,9 +43,18 @@ def slides(deit_tiny, photos):
         return deck.build_slides(deit_tiny, photos, ["cat", "coffee"], width_px=900, seeds=SEEDS)
 
 
+def pptx_sections(path) -> list[tuple[str, int]]:
+    """(section name, number of slides) of a deck written by :func:`vit_demo.present.slides.write_pptx`."""
+    from pptx import Presentation
+
+    p14 = "{http://schemas.microsoft.com/office/powerpoint/2010/main}"
+    root = Presentation(str(path)).part._element
+    return [(s.get("name"), len(s.findall(f"{p14}sldIdLst/{p14}sldId"))) for s in root.iter(f"{p14}section")]
+
+
 @pytest.mark.slow  # the deck: the faithfulness protocol
 def test_talk_order_titles_pictures_and_notes(slides):
-    assert len(slides) == deck.slide_count(2) == 25
+    assert len(slides) == len(deck.slide_costs(2)) == 25
     titles = [s.title for s in slides]
     # titled by what the model answers, not by the file's name (which is in the subtitle and the section)
     assert titles[0].startswith("What the model sees: “") and "cat" in titles[0]
@@ -141,7 +150,7 @@ def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
             assert 0 <= sh.left and sh.left + sh.width <= prs.slide_width
             assert 0 <= sh.top and sh.top + sh.height <= prs.slide_height
         assert sl.notes_slide.notes_text_frame.text == s.notes
-    assert slides_io.pptx_sections(path) == [("Image: cat", 7), ("Step inside: cat", 4), ("Image: coffee", 7),
+    assert pptx_sections(path) == [("Image: cat", 7), ("Step inside: cat", 4), ("Image: coffee", 7),
                                              ("Step inside: coffee", 4), ("Comparison", 1), ("The model", 2)]
 
 
@@ -149,7 +158,7 @@ def test_pptx_opens_with_sections_pictures_and_notes(slides, tmp_path):
 def test_progress_names_every_slide_in_order(slides):
     """The deck reports "slide k of n" for every slide, in order, the share only growing, and the
     forward passes of the faithfulness slide inside its own part of the bar."""
-    n = deck.slide_count(2)
+    n = len(deck.slide_costs(2))
     shares = [s for s, _ in REPORTS]
     assert shares == sorted(shares) and shares[0] == 0.0 and shares[-1] < 1.0
     firsts = [text for _, text in REPORTS if " · " not in text]
@@ -211,8 +220,8 @@ def test_deck_command(deit_tiny_path, tmp_path, capsys):
     assert main(["deck", str(img), "--weights", str(deit_tiny_path), "--out", str(out), "--width", "600",
                  "--random-orders", "1", "--format", "both"]) == 0
     printed = capsys.readouterr()
-    assert f"wrote {out} ({deck.slide_count(1)} slides)" in printed.out  # PowerPoint and PDF from one run
-    assert f"wrote {out.with_suffix('.pdf')} ({deck.slide_count(1)} slides)" in printed.out
+    assert f"wrote {out} ({len(deck.slide_costs(1))} slides)" in printed.out  # PowerPoint and PDF from one run
+    assert f"wrote {out.with_suffix('.pdf')} ({len(deck.slide_costs(1))} slides)" in printed.out
     assert "slide 13 of 13" in printed.err  # the progress bar names the slides
     assert "checked against timm: Identical to 0.0001, both in fp32: max logit difference" in printed.out
     assert out.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
@@ -242,7 +251,7 @@ def test_pdf_writer_places_text_and_pictures(tmp_path):
         assert pdf.text_width(line, 12) <= 90 < pdf.text_width(f"{line} {after.split()[0]}", 12)
     pic = Image.new("RGB", (40, 20), (255, 0, 0))
     pic.paste((0, 0, 255), (20, 0, 40, 20))  # red | blue
-    pages = [pdf.Page([pdf.Text("“Tabby” × 3 – café", 20, 10, 24, weight="bold")], [pdf.Picture(pic, (100, 100, 200, 100))]),
+    pages = [pdf.Page([pdf.Text("“Tabby” × 3 – café", 20, 10, 24, weight="bold")], [pdf.PlacedImage(pic, (100, 100, 200, 100))]),
              pdf.Page([pdf.Text("The model", 380, 10, 12, align="right")])]
     data = pdf.write(pages, tmp_path / "talk.pdf", (400, 300), title="Talk ×").read_bytes()
     assert data.startswith(b"%PDF-1.4") and b"/Count 2" in data and data.endswith(b"%%EOF\n")

@@ -92,7 +92,7 @@ def test_slug_follows_github() -> None:
     """Headings of these pages and the anchors GitHub's rule gives them."""
     assert slug("Whole folder: is the model right for the wrong reason?") == \
         "whole-folder-is-the-model-right-for-the-wrong-reason"
-    assert slug("Photos: the training size (issue 46)") == "photos-the-training-size-issue-46"
+    assert slug("Photos: the training size (at 48 px)") == "photos-the-training-size-at-48-px"
     assert slug("The named API (gradio_client)") == "the-named-api-gradio_client"
     assert slug("Agents (MCP)") == "agents-mcp"
     assert slug("For a lecture, in four steps") == "for-a-lecture-in-four-steps"

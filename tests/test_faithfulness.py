@@ -10,8 +10,16 @@ import torch
 from conftest import load_photos
 
 from vit_demo import methods
-from vit_demo.evaluate.curves import deletion_insertion, patch_order
+from vit_demo.evaluate.curves import curves, patch_order
 from vit_demo.evaluate.faithfulness import evaluate, format_results, spread
+
+
+def deletion_insertion(model, x, saliency, target, per_step=None):
+    """Deletion and insertion curves [B, S + 1] of one map per image (``saliency`` [B, gh, gw]),
+    through the package's batched :func:`curves`; ``per_step`` defaults to one grid row."""
+    t = torch.as_tensor(target, dtype=torch.long, device=x.device).reshape(-1).expand(x.shape[0])
+    d, i = curves(model, x, patch_order(saliency)[:, None], t, per_step or saliency.shape[-1])
+    return d[:, 0], i[:, 0]
 
 
 def naive_curves(model, x, saliency, target, per_step):

@@ -90,8 +90,8 @@ def test_vit_py_is_one_page_that_imports_only_its_config() -> None:
     line |= {n.target.id: n.lineno for n in tree.body if isinstance(n, ast.AnnAssign)}
     modules = [n for n in tree.body if isinstance(n, ast.ClassDef) and "nn.Module" in map(ast.unparse, n.bases)]
     assert modules[0].name == "PatchEmbed" and line["PatchEmbed"] <= 70
-    assert line["PatchEmbed"] < line["Attention"] < line["Mlp"] < line["Block"] < line["VisionTransformer"] < line["PARTS"]
-    attention = next(n for n in modules if n.name == "Attention")
+    assert line["PatchEmbed"] < line["SelfAttention"] < line["Mlp"] < line["Block"] < line["VisionTransformer"] < line["PARTS"]
+    attention = next(n for n in modules if n.name == "SelfAttention")
     forward = next(f for f in attention.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
     assert [a.arg for a in forward.args.args] == ["self", "x", "capture"]
     imported = set()

@@ -20,7 +20,8 @@ import torch
 from conftest import random_shapes_checkpoint
 from PIL import Image
 
-from vit_demo.train.data import DataError, Shortcut, make_shapes, read_watermarks, watermark_box
+from vit_demo.data.annotations import DataError, read_watermarks
+from vit_demo.train.data import Shortcut, make_shapes, watermark_box
 
 ROOT = Path(__file__).resolve().parent.parent
 

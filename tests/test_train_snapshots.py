@@ -136,8 +136,8 @@ def test_the_live_child_tells_its_run_in_order(tmp_path: Path, monkeypatch: pyte
     live.child(pipe, opts, str(tmp_path / "snaps"), 1, torch.get_num_threads(), 600.0, 0)
     kinds = [k for k, _ in sent]
     assert pipe.closed and kinds[-1] == "done", sent[-1]
-    assert [k for k in kinds if k != "log"] == ["frame", "epoch", "frame", "epoch", "frame", "done"]
-    assert kinds.index("log") < kinds.index("epoch")
+    assert [k for k in kinds if k not in ("log", "stage")] == ["plan", "frame", "epoch", "frame", "epoch", "frame", "done"]
+    assert kinds.index("log") < kinds.index("epoch") and kinds.index("stage") < kinds.index("frame")
     frames = [m for k, m in sent if k == "frame"]
     assert frames[0]["names"] == ["digit0", "digit3", "digit6", "digit9"] and len(frames[0]["pictures"]) == 4
     assert all(f["pictures"] is None for f in frames[1:])

@@ -148,14 +148,14 @@ def class_maps(analysis: Analysis, lm: LoadedModel, cls: int | None = None, name
         return analysis.class_maps.setdefault(cls, {})  # the record's own dict: on_demand_map adds to it
 
 
-def start_class_maps(analysis: Analysis, lm: LoadedModel, cls: int | None = None) -> MapJob | None:
-    """Start computing the class-specific maps of ``cls`` (default: top-1) in the background, at
+def start_class_maps(analysis: Analysis, lm: LoadedModel) -> MapJob | None:
+    """Start computing the class-specific maps of the top-1 class in the background, at
     once (the app: as soon as the browser has an upload's first pictures, so that they are ready, or
     nearly, when a tab shows them); returns the job (None: they are cached already, or the model has no classifier).
     :func:`class_maps` and :func:`maps_so_far` read them."""
     if lm.model.cfg.num_classes == 0:
         return None
-    _, jobs = _jobs_for(analysis, lm, cls, None, here=False)
+    _, jobs = _jobs_for(analysis, lm, None, None, here=False)
     return jobs[-1] if jobs else None
 
 

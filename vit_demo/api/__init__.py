@@ -19,10 +19,10 @@ from .checks import Verification
 from .folders import AtlasResult, SurveyResult, atlas, survey
 from .inputs import ImageLike, Images
 from .model import DEFAULT_METHOD, LoadError, Model, load
-from .results import Attention, Batch, Comparison, Explanation, Prediction
+from .results import Attention, Comparison, Explanation, Prediction, Results
 from .steps import Steps, StepView
 
 __all__ = [
-    "DEFAULT_METHOD", "Attention", "AtlasResult", "Batch", "Comparison", "Explanation", "ImageLike", "Images",
+    "DEFAULT_METHOD", "Attention", "AtlasResult", "Results", "Comparison", "Explanation", "ImageLike", "Images",
     "LoadError", "Model", "Prediction", "StepView", "Steps", "SurveyResult", "Verification", "atlas", "load", "survey",
 ]

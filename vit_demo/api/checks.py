@@ -89,8 +89,10 @@ def verify_noise(lm: LoadedModel, weights: Path | None, random_init: bool, tol: 
     else:
         text = (f"{precision}'s rounding, as expected, on {r['inputs']} ({r['compared']}; both in fp32 is the parity "
                 f"check): {numbers}")
-    return Verification(r["model"], r["reference"], r["inputs"], bool(r["passed"]), tol, r["max_abs_logit_diff"],
-                        r["max_abs_prob_diff"], r["top1_agreement"], text, report=r, precision=precision)
+    return Verification(model=r["model"], reference=r["reference"], inputs=r["inputs"], passed=bool(r["passed"]),
+                        tolerance=tol, max_abs_logit_diff=r["max_abs_logit_diff"],
+                        max_abs_prob_diff=r["max_abs_prob_diff"], top1_agreement=r["top1_agreement"], verdict=text,
+                        report=r, precision=precision)
 
 
 def verify_image(lm: LoadedModel, twin: Any, name: str, a: Analysis, tol: float, precision: str = "fp32") -> Verification:
@@ -99,6 +101,8 @@ def verify_image(lm: LoadedModel, twin: Any, name: str, a: Analysis, tol: float,
     c = compare_one(lm.model, twin, a.x, k=5, repeats=1, precision=precision)
     c["verdict"] = verdict(c, tol)
     passed = c["verdict"].startswith("Identical")
-    return Verification(lm.name, "timm", name, passed, tol, c["max_abs_logit_diff"], c["max_abs_prob_diff"],
-                        float(c["top1_agree"]), c["verdict"], tuple(c["layer_attn_max_diff"]), tuple(c["scratch_topk"]),
-                        tuple(c["timm_topk"]), np.asarray(a.picture), report=c, precision=precision)
+    return Verification(model=lm.name, reference="timm", inputs=name, passed=passed, tolerance=tol,
+                        max_abs_logit_diff=c["max_abs_logit_diff"], max_abs_prob_diff=c["max_abs_prob_diff"],
+                        top1_agreement=float(c["top1_agree"]), verdict=c["verdict"],
+                        layer_attn_max_diff=tuple(c["layer_attn_max_diff"]), scratch_topk=tuple(c["scratch_topk"]),
+                        timm_topk=tuple(c["timm_topk"]), picture=np.asarray(a.picture), report=c, precision=precision)

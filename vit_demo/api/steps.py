@@ -25,9 +25,9 @@ from ..viz.strips import Pen, label_image, stack, wrapped
 from .drawable import Drawable, img_tag, picture_figure
 
 
-def headed(title: str, text: str, picture: Image.Image, scale: float = 1.0) -> Image.Image:
+def headed(title: str, text: str, picture: Image.Image) -> Image.Image:
     """A step's picture under its title and text (the inline picture of a notebook)."""
-    pen = Pen(scale)
+    pen = Pen()
     width = max(picture.width, pen(900))
     lines = [label_image(title, pen, 17, bold=True, width=width)]
     lines += [label_image(line, pen, 13, colour=(85, 85, 85), width=width) for line in wrapped(text, pen.font(13), width)]
@@ -116,7 +116,7 @@ class Steps(Drawable):
 
     def with_temperature(self, temperature: float) -> Steps:
         """The same walk with the softmax at ``temperature`` (no forward pass; 1: the model's own)."""
-        return Steps(self.image, self.model, self.walk.with_temperature(temperature))
+        return Steps(image=self.image, model=self.model, walk=self.walk.with_temperature(temperature))
 
     def to_json(self, parameters: bool = False) -> dict[str, Any]:
         """The steps and the values as plain JSON (the projection's weights only with ``parameters``)."""

@@ -155,13 +155,13 @@ _view_lock = threading.Lock()
 VIEWS_MB = 256  # the pictures sent to the browser (Gradio serves them from there; the oldest go first)
 
 
-def sweep(folder: Path, max_age_s: float, suffixes: tuple[str, ...] | None = None) -> None:
-    """Remove the files in ``folder`` older than ``max_age_s`` seconds (only those ending in one of
-    ``suffixes``, when given); files that vanish or cannot be removed meanwhile are left alone."""
+def sweep(folder: Path, max_age_s: float) -> None:
+    """Remove the files in ``folder`` older than ``max_age_s`` seconds; files that vanish or cannot
+    be removed meanwhile are left alone."""
     now = time.time()
     for f in folder.iterdir():
         try:
-            if (suffixes is None or f.suffix in suffixes) and f.is_file() and now - f.stat().st_mtime > max_age_s:
+            if f.is_file() and now - f.stat().st_mtime > max_age_s:
                 f.unlink()
         except OSError:
             pass

@@ -421,11 +421,6 @@ class ModelRegistry:
     def is_loaded(self, key: str) -> bool:
         return ("model", key) in self._models
 
-    @property
-    def models_nbytes(self) -> int:
-        """Bytes the loaded models and twins hold now."""
-        return self._models.nbytes
-
     def needs_download(self, key: str) -> bool:
         """A hub model whose weights are not on disk yet: picking it downloads them (once)."""
         spec = self.spec(key)

@@ -119,13 +119,13 @@ def timed(fn: Any, x: torch.Tensor) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def time_both(f: Any, g: Any, x: torch.Tensor, runs: int = TIMING_RUNS) -> tuple[Any, Any, float, float]:
-    """``f(x)``, ``g(x)`` (their first outputs) and the median seconds of each over ``runs`` runs,
+def time_both(f: Any, g: Any, x: torch.Tensor) -> tuple[Any, Any, float, float]:
+    """``f(x)``, ``g(x)`` (their first outputs) and the median seconds of each over :data:`TIMING_RUNS` runs,
     interleaved, the order alternating (f g, g f, f g): a machine that slows down or speeds up
     meanwhile weighs on both alike, and neither always runs second on warm caches."""
     outs: list[Any] = [None, None]
     times: list[list[float]] = [[], []]
-    for i in range(runs):
+    for i in range(TIMING_RUNS):
         for j in ((0, 1) if i % 2 == 0 else (1, 0)):
             out, t = timed((f, g)[j], x)
             times[j].append(t)

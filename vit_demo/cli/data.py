@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..data.annotations import BOXES_FILE
 from ..train.builtin import make_digits
-from ..train.data import BOXES_FILE, CORNERS, MARKS, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
+from ..train.data import CORNERS, MARKS, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
 from .common import add_output
 
 

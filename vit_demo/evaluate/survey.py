@@ -41,12 +41,12 @@ from PIL import Image
 from torch import Tensor
 
 from .. import methods as registry
+from ..data.annotations import BOXES_FILE, read_boxes, read_watermarks
 from ..distributed.torchrun import Dist, finish, gather_objects, init_distributed
 from ..images import ImageError, find_images, load_image
 from ..labels import class_from_filename
 from ..preprocess import DataConfig, preprocess
 from ..progress import batches, check, report
-from ..train.data import BOXES_FILE, read_boxes, read_watermarks
 from .child import Child
 from .clusters import MIN_TO_SPLIT, arrange, cluster_maps
 from .faithfulness import spread

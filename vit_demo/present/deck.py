@@ -528,9 +528,3 @@ def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target
     with bar.slide():
         slides.append(closing_slide(lm, width_px))
     return slides
-
-
-def slide_count(images: int, atlas: bool = False) -> int:
-    """Slides in a deck of ``images`` images: seven per image and four to step inside it, a comparison
-    when there are several, the atlas's heads when an atlas is given, the timm check and the closing slide."""
-    return PER_IMAGE * images + (1 if images > 1 else 0) + (1 if atlas else 0) + 2

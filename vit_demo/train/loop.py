@@ -29,6 +29,7 @@ from torch import nn
 
 from ..checkpoints.files import save
 from ..checkpoints.load import load_model, resolve_device
+from ..data.annotations import DataError
 from ..distributed.torchrun import Dist, init_distributed
 from ..model import VisionTransformer
 from ..preprocess import DataConfig
@@ -47,7 +48,7 @@ from .budget import (
     seconds_per_step,
 )
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
-from .data import DataError, FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
+from .data import FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
 from .fast import fast_input, fast_layout, plain_layout, step_context, use_bf16
 from .recipe import (
     STEMS,

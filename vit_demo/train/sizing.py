@@ -12,7 +12,7 @@ largest (an ample one costs two), then halfway between (:func:`largest_fit`). No
 smallest. The probes' models come from a forked random state, so the run itself
 is the one that ``--img-size`` with the chosen size gives.
 
-Small pictures keep their size, but under a short budget not always their grid (issue 43): when
+Small pictures keep their size, but under a short budget (two minutes) not always their grid: when
 the budget holds fewer than :data:`FINE_GRID_EPOCHS` epochs of the default grid (about 8 patches a
 side), the conv stem cuts them into patches twice as large (:func:`~.recipe.coarse_patch`: 32-px
 shapes in a 4x4 grid of 8-px patches), a step about 3 times cheaper. On five unlike 32-px sets, in
@@ -109,10 +109,10 @@ def probe_step(size: int, num_classes: int, stem: str, patch_size: int | None, r
                                 scratch_data_config(size), recipe.augment, device, bf16, steps=SIZE_PROBE_STEPS)
 
 
-def default_step(device: torch.device, bf16: bool, size: int = 32, batch: int = 64) -> Callable[[], None]:
-    """One training step a call of the default from-scratch model at ``size`` px (4 classes) on random
+def default_step(device: torch.device, bf16: bool) -> Callable[[], None]:
+    """One training step a call of the default from-scratch model at 32 px (4 classes, batch 64) on random
     pixels, built in a random state of its own: what :func:`~.budget.fastest_threads` times."""
-    recipe = scratch_recipe()
+    recipe, size, batch = scratch_recipe(), 32, 64
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(size)
         model = VisionTransformer(scratch_config(size, 4, stem="conv")).init_weights()

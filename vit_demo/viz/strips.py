@@ -32,39 +32,42 @@ class Pen:
         return text_font(self(size), bold)
 
 
-def signed_colours(values: np.ndarray, limit: float | None = None, cmap: str = DIVERGING) -> np.ndarray:
-    """uint8 RGB of signed ``values`` on a scale symmetric about 0 (``limit``: the largest |value|)."""
+def signed_colours(values: np.ndarray, limit: float | None = None) -> np.ndarray:
+    """uint8 RGB of signed ``values`` in :data:`DIVERGING` colours, on a scale symmetric about 0
+    (``limit``: the largest |value|)."""
     v = as_array(values)
     m = float(np.nanmax(np.abs(v))) if limit is None else float(limit)
-    return colorize(0.5 + 0.5 * v / (m if m > 0 else 1.0), cmap)
+    return colorize(0.5 + 0.5 * v / (m if m > 0 else 1.0), DIVERGING)
 
 
-def matrix_image(m: np.ndarray, size: tuple[int, int], limit: float | None = None, cmap: str = DIVERGING) -> Image.Image:
+def matrix_image(m: np.ndarray, size: tuple[int, int], limit: float | None = None) -> Image.Image:
     """A matrix [rows, cols] of signed numbers as a ``size`` (width, height) picture, each number a
-    flat cell (resampled by nearest; more numbers than pixels: every k-th row or column shown)."""
+    flat cell in :data:`DIVERGING` colours (resampled by nearest; more numbers than pixels: every k-th
+    row or column shown)."""
     a = as_array(m)
     a = a.reshape(1, -1) if a.ndim == 1 else a
     w, h = size
     rows = np.minimum((np.arange(h) + 0.5) * a.shape[0] / h, a.shape[0] - 1).astype(int)
     cols = np.minimum((np.arange(w) + 0.5) * a.shape[1] / w, a.shape[1] - 1).astype(int)
-    return Image.fromarray(signed_colours(a[rows][:, cols], limit, cmap))
+    return Image.fromarray(signed_colours(a[rows][:, cols], limit))
 
 
-def strip_image(values: np.ndarray, size: tuple[int, int], limit: float | None = None, vertical: bool = False,
-                cmap: str = DIVERGING) -> Image.Image:
+def strip_image(values: np.ndarray, size: tuple[int, int], limit: float | None = None, vertical: bool = False
+                ) -> Image.Image:
     """A vector as a strip of coloured cells, ``size`` (width, height), left to right (or top to bottom)."""
     v = as_array(values).reshape(-1)
-    return matrix_image(v[:, None] if vertical else v[None, :], size, limit, cmap)
+    return matrix_image(v[:, None] if vertical else v[None, :], size, limit)
 
 
-def framed(img: Image.Image, colour: tuple[int, int, int] = (136, 136, 136), width: int = 1) -> Image.Image:
+def framed(img: Image.Image, width: int = 1) -> Image.Image:
+    """``img`` with a grey frame ``width`` pixels wide, drawn in place."""
     draw = ImageDraw.Draw(img)
-    draw.rectangle((0, 0, img.width - 1, img.height - 1), outline=colour, width=width)
+    draw.rectangle((0, 0, img.width - 1, img.height - 1), outline=(136, 136, 136), width=width)
     return img
 
 
 def grid_map_image(values: np.ndarray, cell: int, cmap: str = "inferno", mark: int | None = None,
-                   numbers: bool = True, pen: Pen | None = None, signed: bool = False) -> Image.Image:
+                   numbers: bool = True, pen: Pen | None = None) -> Image.Image:
     """A map [gh, gw] as flat cells of ``cell`` pixels, coloured by value (its own min..max; NaN:
     grey, no number), each cell's number written when it fits (``numbers``), ``mark`` (a row-major
     index) outlined in cyan."""
@@ -73,10 +76,7 @@ def grid_map_image(values: np.ndarray, cell: int, cmap: str = "inferno", mark: i
     gh, gw = a.shape
     ok = np.isfinite(a)
     lo, hi = (float(a[ok].min()), float(a[ok].max())) if ok.any() else (0.0, 1.0)
-    if signed:
-        colours = signed_colours(np.where(ok, a, 0))
-    else:
-        colours = colorize(np.where(ok, (a - lo) / (hi - lo if hi > lo else 1.0), 0), cmap)
+    colours = colorize(np.where(ok, (a - lo) / (hi - lo if hi > lo else 1.0), 0), cmap)
     colours[~ok] = EMPTY
     img = Image.fromarray(colours).resize((gw * cell, gh * cell), Image.Resampling.NEAREST)
     draw = ImageDraw.Draw(img)

@@ -63,7 +63,6 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from .clients import client_group
 
 HEADER_SECONDS = 10.0  # to send a request's headers (a browser sends them at once)
-PER_ADDRESS = 100  # connections one client may hold open, when exposed (a browser opens about 6)
 BODY_RATE = 16 << 10  # bytes a second a request body must keep up on average, after its grace
 FD_SHARE = 0.6  # of the process's file limit: connections of all clients together (the rest: the app's own files)
 STREAM_SHARE = 0.5  # of the connections' share: response streams of all clients together (heartbeats, event streams)

@@ -72,7 +72,6 @@ Send = Callable[[dict], Awaitable[None]]
 
 MAX_BODY = 1 << 20  # bytes of a request body (not an upload)
 MAX_ERROR = 300  # bytes of an error response's body
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CLOSED_ROUTES = ("/gradio_api/process_recording", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit",
                  "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/",
                  "/gradio_api/deep_link")

@@ -147,7 +147,7 @@ def need_comparison(sess: Session) -> dict:
 
 
 class CompareTab(Section):
-    name, title = "timm", "Compare with timm"
+    name, title = "compare", "Compare with timm"
 
     def layout(self, ctx: Context) -> None:
         gr.Markdown("timm's own model, loaded with **the same weights file** (timm reads the file itself, so a "

@@ -240,7 +240,7 @@ def start_index(value: Any, depth: int) -> int:
 
 
 class RelevanceTab(Section):
-    name, title = "methods", "Rollout & relevance"
+    name, title = "relevance", "Rollout & relevance"
 
     def layout(self, ctx: Context) -> None:
         with gr.Row():
