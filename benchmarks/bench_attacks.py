@@ -49,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "evaluate")]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402

@@ -4,8 +4,8 @@
 queue for ANY event by its index (``POST gradio_api/queue/join``: public or "private", an
 attacker sees them all in ``/config``), and read the session's event stream
 (``GET gradio_api/queue/data``) until the event completes. Extra headers (``Host``,
-``X-Forwarded-For``) go with every request. Used by the security tests (tests/test_app_guard.py,
-tests/test_app_lanes.py, ...) and by ``benchmarks/bench_attacks.py``.
+``X-Forwarded-For``) go with every request. Used by the security tests (tests/security/test_app_guard.py,
+tests/security/test_app_lanes.py, ...) and by ``benchmarks/bench_attacks.py``.
 """
 
 from __future__ import annotations

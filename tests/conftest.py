@@ -14,7 +14,7 @@ from vit_demo.model import VisionTransformer, ViTConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 # --precision auto means fp32 in the tests on every machine, so that every parity test runs in float32 as before;
-# tests/test_precision.py asks for bf16 by name (VIT_DEMO_NO_BF16=0 runs the suite with the detection on)
+# tests/model/test_precision.py asks for bf16 by name (VIT_DEMO_NO_BF16=0 runs the suite with the detection on)
 os.environ.setdefault("VIT_DEMO_NO_BF16", "1")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
@@ -68,7 +68,7 @@ def deit_tiny_timm(deit_tiny_path: Path):
 
 
 # Photos that ship inside installed packages (public domain / permissively licensed), with the
-# top-1 classes the embedded DeiT-Tiny gives them (checked: see tests/test_defaults.py).
+# top-1 classes the embedded DeiT-Tiny gives them (checked: see tests/model/test_defaults.py).
 PACKAGE_PHOTOS: dict[str, tuple[str, str]] = {
     "chelsea": ("skimage", "data/chelsea.png"),  # a tabby cat
     "coffee": ("skimage", "data/coffee.png"),  # a cup of espresso
@@ -186,7 +186,7 @@ def app(deit_tiny_path: Path):
 
 # ----------------------------------------------------------------------------- the app attacked over HTTP
 
-# One server per mode for the whole run, shared by tests/test_app_guard.py and tests/test_app_mcp.py
+# One server per mode for the whole run, shared by tests/security/test_app_guard.py and tests/app/test_app_mcp.py
 # (each started its own: two starts saved). Both serve the MCP tools. A test that spends an
 # address's share (its upload budget, its places in the queue) calls from a loopback address of
 # its own (127.0.0.x), so that the others still find theirs.

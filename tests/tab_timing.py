@@ -6,7 +6,7 @@ A fresh page, the photo dropped on the upload, the tab clicked at once, and the 
 until the tab is finished: for "Rollout & relevance", its caption says nothing is being computed and
 both tile pictures (the methods side by side, the relevance row) are loaded; for "Model
 diagnostics", both charts are loaded. :func:`grey_share` then checks from the pixels that no tile is
-still a "computing..." placeholder. Used by tests/test_app_speed.py and benchmarks/bench_tabs.py.
+still a "computing..." placeholder. Used by tests/app/test_app_speed.py and benchmarks/bench_tabs.py.
 """
 
 from __future__ import annotations

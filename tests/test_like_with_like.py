@@ -10,7 +10,7 @@ faithfulness) only for the model they were measured on, never for a model traine
 small refusals a user meets: ``k`` below 1, a method name in another case or misspelt.
 
 The suite runs with $VIT_DEMO_NO_BF16=1 (tests/conftest.py): bf16 is asked for by name here, as
-tests/test_precision.py does (it runs on any CPU, emulated where not native)."""
+tests/model/test_precision.py does (it runs on any CPU, emulated where not native)."""
 
 from __future__ import annotations
 

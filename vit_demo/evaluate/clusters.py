@@ -34,7 +34,7 @@ Why this affinity: with scikit-learn's k-nearest-neighbour graph (10 neighbours)
 split one homogeneous group of 30 synthetic maps in two and one of 100 in three, and found 8
 clusters in two groups of 200; with local scaling it found 1, 1 and 2 (and 2 and 3 for two and
 three groups of 12-30, 1 for Dirichlet noise), on two seeds (measured with the Hellinger distance
-used before; ``tests/test_survey.py`` checks the same with this one).
+used before; ``tests/evaluate/test_survey.py`` checks the same with this one).
 
 Why the ratio: the largest gap alone always finds some k, also where the maps form a continuum.
 The default-trained watermark model of the lesson (seed 0) calls 89 of the 90 marked test circles

@@ -130,7 +130,7 @@ def test_label_target_needs_wnid_names(deit_tiny, package_photos, tmp_path):
         evaluate(deit_tiny, [odd], ["no-such-method"], progress=False)
 
 
-ATTENTION_METHODS = ("attention", "rollout", "grad-rollout", "chefer")  # the LRP family: tests/test_lrp.py
+ATTENTION_METHODS = ("attention", "rollout", "grad-rollout", "chefer")  # the LRP family: tests/methods/test_lrp.py
 
 
 @pytest.mark.slow  # the faithfulness protocol on 100 photos
@@ -177,7 +177,7 @@ def test_merged_runs_equal_one_run(deit_tiny, package_photos):
     import importlib.util
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "merge_faithfulness.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "merge_faithfulness.py"
     spec = importlib.util.spec_from_file_location("merge_faithfulness", script)
     merge_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(merge_module)

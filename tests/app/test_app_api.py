@@ -47,8 +47,8 @@ ENDPOINTS = {
     "/analyze": ["image", "model"],
     "/attention": ["layer", "head", "query", "patch", "cmap", "alpha", "smooth"],
     "/compare": ["k"],
-    "/train": ["dataset", "minutes", "zip"],  # the Train tab's run (tests/test_app_train.py)
-    "/steps": ["image", "row", "col", "layer", "head", "temperature"],  # Step inside (tests/test_app_inside.py)
+    "/train": ["dataset", "minutes", "zip"],  # the Train tab's run (tests/app/test_app_train.py)
+    "/steps": ["image", "row", "col", "layer", "head", "temperature"],  # Step inside (tests/app/test_app_inside.py)
 }
 TOOLS = {  # --mcp: the tools' events (their parameters are the MCP tools')
     "/tool_predict": ["image", "k", "model"],
@@ -255,7 +255,7 @@ def test_server_healthy(app) -> None:
 
 def test_random_weights_model_stays_on_the_menu(app, package_photos: dict[str, Path]) -> None:
     """The random-weights model is still offered (for teaching), and says so when it runs. (With
-    no flags the app opens on the embedded checkpoint: tests/test_app_models.py.)"""
+    no flags the app opens on the embedded checkpoint: tests/app/test_app_models.py.)"""
     c = new_client(app)
     out = c.predict(handle_file(str(package_photos["coffee"])), "random:deit_tiny_patch16_224", api_name="/analyze")
     assert "Random weights" in out[STATUS] and "random weights" in out[0]

@@ -26,7 +26,7 @@ from PIL import Image
 from vit_demo.images import ImageError, load_image
 from vit_demo.preprocess import DataConfig, preprocess, to_tensor
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DC = DataConfig()  # deit_tiny's: 224 px, crop_pct 0.9, bicubic, ImageNet mean/std
 
 

@@ -27,7 +27,7 @@ from vit_demo.train.sizing import (
     wanted_epochs,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 SIZES = [(500, 375), (500, 333), (333, 500), (640, 480), (375, 500), (500, 375)]  # w x h: landscape and portrait
 

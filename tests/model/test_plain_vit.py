@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-MODEL = Path(__file__).resolve().parents[1] / "vit_demo" / "model"
+MODEL = Path(__file__).resolve().parents[2] / "vit_demo" / "model"
 
 CHILD = r"""
 import importlib.util, json, sys

@@ -16,7 +16,7 @@ from vit_demo.checkpoints.files import read_checkpoint, save
 from vit_demo.checkpoints.load import from_checkpoint, load_model
 from vit_demo.checkpoints.timm import HubUnavailableError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow  # a fresh interpreter

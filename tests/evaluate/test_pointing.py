@@ -20,7 +20,7 @@ from vit_demo.evaluate.pointing import score_maps
 from vit_demo.preprocess import DataConfig, model_input_image
 from vit_demo.train.data import make_shapes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("size, dc", [((32, 32), DataConfig(input_size=(32, 32), crop_pct=1.0)),

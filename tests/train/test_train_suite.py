@@ -16,7 +16,7 @@ from PIL import Image
 
 from vit_demo.train.data import index_folder
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
 
 from heldout_data import MAKERS as HELD_OUT  # noqa: E402

@@ -31,7 +31,7 @@ def test_stale_folders_go_live_ones_stay(tmp_path: Path) -> None:
     gone, and an old version's folder unused for six hours, are removed; a recent old one stays."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from vit_demo.app.server.workspace import Workspace
         w = Workspace({str(tmp_path)!r})
         print(w.root, flush=True)
@@ -66,7 +66,7 @@ def test_a_starting_app_is_never_taken_for_a_dead_one(tmp_path: Path) -> None:
     then failed with FileNotFoundError, as an app did in a CI run: its gradio/views/ gone)."""
     maker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from vit_demo.app.server.workspace import Workspace
         made = [Workspace({str(tmp_path)!r}) for _ in range(300)]
         print(len(made), flush=True)
@@ -314,7 +314,7 @@ def test_thread_heaps_are_counted() -> None:
     """benchmarks/bench_attacks.py counts glibc's heaps of the threads (docs/security.md: 10 of
     them, 275 MiB, after 200 sessions): 8 threads that allocate get 8 heaps of their own, and
     none beyond one more when glibc may make only 2 (MALLOC_ARENA_MAX)."""
-    code = HEAPS_PROBE.format(tests=str(Path(__file__).resolve().parent))
+    code = HEAPS_PROBE.format(tests=str(Path(__file__).resolve().parents[1]))
     counts = []
     for cap in ({}, {"MALLOC_ARENA_MAX": "2"}):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -451,7 +451,7 @@ def test_the_soft_file_limit_is_raised_to_the_hard_one() -> None:
     lines = {}
     for soft, top in ((512, hard), (1024, 1024)):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                             cwd=Path(__file__).resolve().parents[1],
+                             cwd=Path(__file__).resolve().parents[2],
                              preexec_fn=lambda s=soft, t=top: resource.setrlimit(resource.RLIMIT_NOFILE, (s, t)))
         assert out.returncode == 0, out.stderr[-2000:]
         lines[soft] = out.stdout.strip()

@@ -16,7 +16,7 @@ from vit_demo.checkpoints import load as weights
 from vit_demo.checkpoints.files import CheckpointError
 from vit_demo.checkpoints.load import DEFAULT_SHA256, default_checkpoint, load_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_default_checkpoint_is_verified() -> None:

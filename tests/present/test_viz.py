@@ -23,7 +23,7 @@ from vit_demo.methods.attention import cls_attention, head_maps, mean_attention_
 from vit_demo.methods.rollout import rollout
 from vit_demo.preprocess import preprocess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

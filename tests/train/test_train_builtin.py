@@ -11,7 +11,7 @@ import numpy as np
 from vit_demo.train.builtin import SHAPES_SIZE, SHAPES_STYLE
 from vit_demo.train.data import SHAPES, render_shape
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "training.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
 
 def background_noise(n: int = 60) -> list[float]:

@@ -1,6 +1,6 @@
 """The convolutional stem (a scratch-model option, Xiao et al. 2021): off by default and for every
 port (the plain model's modules and keys are unchanged), saved and loaded strictly, compared with
-timm from the tokens on (tests/test_stem_twin.py), and every explanation method runs on it; LRP's gamma rule for its 3x3
+timm from the tokens on (tests/model/test_stem_twin.py), and every explanation method runs on it; LRP's gamma rule for its 3x3
 stride-2 convolutions equals the linear gamma rule applied to the unfolded patches."""
 
 from __future__ import annotations

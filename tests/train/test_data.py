@@ -28,7 +28,7 @@ from vit_demo.train.data import (
 )
 from vit_demo.train.recipe import scratch_data_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shapes_are_deterministic_and_boxed(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from vit_demo.train.budget import epochs_for, format_eta
 from vit_demo.train.data import DataError, check_class_sizes, index_folder, make_shapes
 from vit_demo.train.recipe import scratch_size
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
 

@@ -36,7 +36,7 @@ from vit_demo.train.recipe import (
     with_new_head,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ["--patch-size", "8", "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--val-split", "0.2", "--seed", "3",
          "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

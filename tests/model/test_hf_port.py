@@ -20,7 +20,7 @@ from vit_demo.cli.main import main
 
 transformers = pytest.importorskip("transformers", reason="optional: pip install -c requirements.txt -e \".[crosscheck]\"")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FRUIT = ["apple", "banana", "cherry", "damson", "elderberry"]
 SMALL = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96, image_size=32,
              patch_size=8, initializer_range=0.3, id2label=dict(enumerate(FRUIT)),

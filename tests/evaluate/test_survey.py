@@ -23,7 +23,7 @@ from PIL import Image
 from vit_demo.data.annotations import DataError, read_watermarks
 from vit_demo.train.data import Shortcut, make_shapes, watermark_box
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

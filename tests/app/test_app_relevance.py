@@ -30,7 +30,7 @@ def test_relevance_row(deit_tiny, package_photos):
     rel = relevance_maps(a, deit_tiny, 7)
     assert [t.split("\n")[0] for t in rel] == [methods.get(k).title for k in single]
     cm = class_maps(a, deit_tiny, 7)
-    for key in ("gradcam", "lrp-gated"):  # lrp-gated recomputes lrp and grad-rollout; attnlrp: tests/test_lrp.py
+    for key in ("gradcam", "lrp-gated"):  # lrp-gated recomputes lrp and grad-rollout; attnlrp: tests/methods/test_lrp.py
         want = methods.get(key)(deit_tiny.model, a.x, 7)[0].numpy()
         np.testing.assert_allclose(cm[key], want, atol=1e-6, rtol=1e-4)
     assert relevance_pending(a, 7) == []

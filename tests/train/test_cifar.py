@@ -19,7 +19,7 @@ from vit_demo.train.cifar import cifar_layout, load_cifar_dir
 from vit_demo.train.data import EASY, DataError, render_shape
 from vit_demo.train.recipe import scratch_data_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["star", "circle", "triangle", "square"]  # not sorted: the order must come from the meta file
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hub_server import fake_hub
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAME = "vit_tiny_patch16_224"  # timm fetches timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k/model.safetensors
 
 

@@ -8,10 +8,10 @@ against the running app, in both modes: local (the default, 127.0.0.1) and ``--e
   answer does not tell whether a file exists. Control: the uploaded file itself is served.
 - Local mode answers only requests addressed to 127.0.0.1 / localhost (or ``--allowed-host``):
   a DNS-rebinding page (``Host: evil.example``) gets nothing, not even a checkpoint loaded by path.
-- ``X-Forwarded-For`` is believed only from ``--trusted-proxy`` (tests/test_app_lanes.py has
+- ``X-Forwarded-For`` is believed only from ``--trusted-proxy`` (tests/security/test_app_lanes.py has
   the trusted case).
 One server per mode (tests/conftest.py's ``local_app`` and ``exposed_app``, shared with
-tests/test_app_mcp.py).
+tests/app/test_app_mcp.py).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_local_app_answers_its_own_names(local_app) -> None:
 def test_forwarded_for_is_not_believed_without_trusted_proxy(exposed_app, tmp_path) -> None:
     """Uploads from one address, each with its own X-Forwarded-For: without --trusted-proxy they
     all count against 127.0.0.1's upload budget (--upload-budget-mb 2), so it runs out (with the
-    proxy trusted, each header is its own client: tests/test_app_lanes.py)."""
+    proxy trusted, each header is its own client: tests/security/test_app_lanes.py)."""
     import numpy as np
     from PIL import Image
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 VIZ_NAMES = [  # vit_demo.viz's public names when it was one file (viz.py), before the split
     "ACCENT", "FIGURE_FORMATS", "HIGHLIGHT", "LABEL_SIZE", "MUTED_COLOR", "PANEL_TITLE_SIZE", "Picture", "TEXT_COLOR",

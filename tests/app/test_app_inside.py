@@ -4,7 +4,7 @@
   that sums to 1, the Python API's numbers, the softmax at the temperature asked (clamped to its
   range), 13 pictures; a bad request is one line naming the allowed range, and nothing runs;
 - exposed, ``/steps`` keeps the limits of the page's other events (files, the upload size, each
-  client's share of the queue) and the ``steps`` tool those of the other tools (tests/test_app_mcp.py
+  client's share of the queue) and the ``steps`` tool those of the other tools (tests/app/test_app_mcp.py
   runs its exposed checks on every tool);
 - in Chromium, the tab draws at least 8 finished step pictures within 30 s of an upload; a click on a
   patch of step 1 follows it (the same query patch as the Attention tab's); the layer and the
@@ -31,7 +31,7 @@ from PIL import Image
 
 from vit_demo.inside import STEPS, StepError
 
-SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 VALUES = ("image", "pixels", "patch_vector", "embedding", "position", "position_similarity", "query", "keys", "values",
           "scores", "attention", "head_output", "residual_norms", "mlp_hidden", "lens", "logits")
 

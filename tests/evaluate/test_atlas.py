@@ -18,7 +18,7 @@ from conftest import small_shapes_vit
 from vit_demo.model import VisionTransformer
 from vit_demo.train.data import Shortcut, make_shapes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("kw", [{"reg_tokens": 2}, {"class_token": False, "global_pool": "avg"}])

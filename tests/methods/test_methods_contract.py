@@ -20,7 +20,7 @@ from vit_demo import methods
 from vit_demo.methods.perturb import CausalSettings, RiseSettings
 from vit_demo.model import VisionTransformer, ViTConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 B = 3
 
 
