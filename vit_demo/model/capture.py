@@ -168,13 +168,14 @@ class LeanBlock(Block):
     """vit.py's pre-norm block, the same parameters and numbers. Without autograd, with vit.py's own
     attention and MLP and no hook on any of its parts, ``forward`` calls the parts' ``forward``
     directly, multiplies by packed weights under bfloat16 (:func:`products`) and hands the attention
-    kernel no ``hook_scores``; otherwise it is vit.py's ``Block.forward``."""
+    kernel no ``hook_scores``; otherwise (and under ``torch.compile``, which traces vit.py's block) it
+    is vit.py's ``Block.forward``."""
 
     def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, positions: Positions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attn, mlp = self.attn, self.mlp
         if (positions is not None or torch.is_grad_enabled() or type(attn) is not Attention or type(mlp) is not Mlp
-                or attn.relevance_rule is not None):
+                or attn.relevance_rule is not None or torch.compiler.is_compiling()):  # compiled: torch's fusions
             return super().forward(x, capture, positions)
         parts = (self.norm1, self.ls1, self.norm2, mlp.act, self.ls2)
         if hooked(attn, attn.qkv, attn.proj, attn.hook_q, attn.hook_k, attn.hook_v, attn.hook_scores, mlp, mlp.fc1,
