@@ -227,13 +227,16 @@ def guard_server(lim, share: bool = False) -> None:
     bodies at a minimum rate; all connections together within a share of the file limit;
     exposed, at most ``connections_per_address`` open connections per client (not for a trusted
     proxy, nor for the share tunnel, which connects from this computer for every visitor);
-    repeated log lines dropped beyond 20 a minute."""
-    from vit_demo.app.server.connections import ConnectionRules, guard_connections
+    repeated log lines dropped beyond 20 a minute. The soft file limit is raised to the hard one
+    first, and the start-up line says the limit."""
+    from vit_demo.app.server.connections import ConnectionRules, describe, guard_connections, raise_file_limit
     from vit_demo.app.server.quietlog import quiet_repeats
 
     exempt = (*lim.trusted_proxies, *(("127.0.0.1", "::1") if share else ()))
     per_address = lim.connections_per_address if lim.exposed else None
-    guard_connections(ConnectionRules(lim.header_seconds, per_address, exempt))
+    rules = ConnectionRules(lim.header_seconds, per_address, exempt)
+    guard_connections(rules)
+    print(describe(rules, *raise_file_limit()), file=sys.stderr, flush=True)
     quiet_repeats()
 
 

@@ -23,8 +23,14 @@ pages``: a TIFF of 50,000 pages. Rows of issue 47 (``app.py --exposed --mcp --jo
 ``chunked`` (uploads with two framings), ``lockout`` (header-only uploads against the
 all-clients total), ``hugezip`` (a zip of 16 64-MP float TIFFs to the survey and the atlas),
 ``atlas100`` (an atlas of 100 photos against the time limit), ``small47`` (echoed MCP values,
-the OpenAPI schema, tool events through the queue, a hub model named by anyone). Takes 5-15
-minutes on 2 cores (the "before" longer: its slow jobs run to the end).
+the OpenAPI schema, tool events through the queue, a hub model named by anyone). Rows of issue
+50 (the same app): ``--only hashes`` (1,100 POSTs with fresh session hashes from one address
+against an analysed visitor's session), ``hugehash`` (1,100 session hashes of 900 KB: RSS 65 s
+after), ``pacedup`` (7 addresses x 100 uploads at 17 KB/s for 60 s, file limit 1,024 soft and
+hard), ``streams`` (700 addresses each holding a heartbeat stream, file limit 1,024),
+``small50`` (/monitoring, the reload watcher, hostile /attention, /compare and /train values),
+``trainpeak`` (the training child's RSS peak on a zip of 40-MP float TIFFs, and on the digits).
+Takes 5-15 minutes on 2 cores (the "before" longer: its slow jobs run to the end).
 """
 
 from __future__ import annotations
@@ -1040,6 +1046,268 @@ def smaller_findings(app, tmp: Path) -> None:
         "download tried" if "download" in out.message or out.success else "refused", out.message[:100])
 
 
+# ----------------------------------------------------------------------------- issue 50: sessions, files, streams
+
+
+def newcomer(url: str, source: str, tmp: Path, timeout: float = 10) -> tuple[bool, bool]:
+    """Whether a new visitor at ``source`` gets /config, and then a /predict of a photo (its
+    upload, its join and its event stream), each within ``timeout`` seconds."""
+    raw = Raw(url, timeout=timeout, source=source)
+    try:
+        config = raw.http.get(url + "config").status_code == 200
+    except Exception:  # noqa: BLE001 - refused, reset, timed out
+        return False, False
+    try:
+        out = raw.call("predict", [file_payload(raw.upload(photo(tmp))), None, 3], timeout=timeout)
+        return config, out.success
+    except Exception:  # noqa: BLE001
+        return config, False
+    finally:
+        raw.close()
+
+
+def analysed_victim(url: str, tmp: Path, source: str) -> Raw:
+    """A visitor at ``source`` whose session has analysed a photo (its /compare answers)."""
+    victim = Raw(url, source=source)
+    out = analyze(victim, victim.upload(photo(tmp)))
+    assert out.success, out.message
+    return victim
+
+
+def fresh_hashes(app, tmp: Path, n: int = 1100) -> None:
+    """Break 1: ``n`` POSTs to /gradio_api/run/predict, each with a fresh session hash, from one
+    address; then the victim's /compare (its analysed picture lives in its session)."""
+    from attacks import run_posts
+
+    victim = analysed_victim(app.url, tmp, "127.0.10.1")
+    before = victim.call("compare", [5, None]).success
+    t0 = time.perf_counter()
+    codes = run_posts(app.url, n, "127.0.10.2")
+    took = time.perf_counter() - t0
+    after = victim.call("compare", [5, None])
+    row(f"{n:,} POST /gradio_api/run/predict with fresh session hashes from one address, then an analysed "
+        "visitor's /compare", "the visitor's session survived" if after.success else
+        f"the visitor's session was forgotten: {after.message[:40]}",
+        f"{', '.join(f'{v} x HTTP {k}' for k, v in sorted(codes.items()))} in {took:.1f} s; /compare before: "
+        f"{'answered' if before else 'failed'}")
+
+
+def huge_hashes(app, tmp: Path, n: int = 1100, size: int = 900_000, wait_s: float = 65) -> None:
+    """Break 2: ``n`` POSTs to /gradio_api/run/predict from one address, each with a session hash
+    of ``size`` characters; the app's RSS before, at its peak and ``wait_s`` seconds after."""
+    from attacks import run_posts
+
+    Raw(app.url).config()
+    time.sleep(5)
+    start = rss_mb(app.proc.pid)
+    t0 = time.perf_counter()
+    codes, rss, _ = watched(app.proc.pid, app.folder(), lambda: run_posts(
+        app.url, n, "127.0.11.1", session=lambda i: f"{i:08d}" + "h" * (size - 8), threads=4))
+    took = time.perf_counter() - t0
+    time.sleep(wait_s)
+    end = rss_mb(app.proc.pid)
+    row(f"{n:,} POST /gradio_api/run/predict with session hashes of {size // 1000} KB from one address",
+        ", ".join(f"{v} x HTTP {k}" for k, v in sorted(codes.items())) + f" in {took:.1f} s",
+        f"RSS {start:,.0f} -> peak {rss:,.0f} -> {end:,.0f} MiB {wait_s:.0f} s after (+{end - start:,.0f})")
+
+
+def file_limit(app, n: int = 1024) -> None:
+    """The app's file limit, soft and hard, lowered to ``n`` (a host whose hard limit is ``n``)."""
+    import resource
+
+    resource.prlimit(app.proc.pid, resource.RLIMIT_NOFILE, (n, n))
+    time.sleep(1.5)  # (the app reads its limit again every second)
+
+
+def newcomers(url: str, tmp: Path, seconds: float, tries: int, net: str, peak: Callable[[], None]) -> tuple[int, int]:
+    """``tries`` new visitors (each from its own address in ``net``.x), spread over ``seconds``:
+    how many got /config and how many /predict; ``peak()`` is called between them."""
+    config = predict = 0
+    t0 = time.monotonic()
+    for i in range(tries):
+        while time.monotonic() - t0 < (i + 1) * seconds / (tries + 1):
+            peak()
+            time.sleep(0.5)
+        got = newcomer(url, f"{net}.{i + 1}", tmp)
+        config, predict = config + got[0], predict + got[1]
+    while time.monotonic() - t0 < seconds:
+        peak()
+        time.sleep(0.5)
+    return config, predict
+
+
+def paced_uploads(app, tmp: Path, addresses: int = 7, per_address: int = 100, rate: int = 17 << 10,
+                  hold_s: float = 60, limit: int = 1024, reopen: bool = False) -> None:
+    """Break 3: at a file limit of ``limit`` (soft and hard), ``addresses`` x ``per_address`` uploads
+    declaring 25 MB and sent at ``rate`` bytes a second (within the 16 KB/s rule; ``reopen``:
+    each reopened when closed) for ``hold_s`` seconds, then cut; new visitors' /config and
+    /predict meanwhile, the app's open files, and its folder after."""
+    from attacks import PacedUploads, open_files
+
+    file_limit(app, limit)
+    folder = app.folder()
+    before, fds0 = folder_bytes(folder), open_files(app.proc.pid)
+    top = [fds0]
+    log0 = app.log_path.read_text(errors="replace").count("Too many open files")
+    attack = PacedUploads(app.port, [f"127.0.12.{i + 1}" for i in range(addresses)], per_address, rate=rate,
+                          reopen=reopen).start()
+    config, predict = newcomers(app.url, tmp, hold_s, 3, "127.0.13",
+                                lambda: top.__setitem__(0, max(top[0], open_files(app.proc.pid))))
+    attack.stop()
+    time.sleep(3)
+    after = folder_bytes(folder)
+    emfile = app.log_path.read_text(errors="replace").count("Too many open files") - log0
+    row(f"{addresses} addresses x {per_address} uploads declaring 25 MB sent at {rate >> 10} KB/s for {hold_s:.0f} s"
+        f"{', reopened when closed' if reopen else ''}, then cut (file limit {limit:,}, soft and hard)",
+        f"new visitors: /config {config} of 3, /predict {predict} of 3; open files {fds0} -> peak {top[0]:,} "
+        f"({top[0] / limit:.0%}); {emfile} 'Too many open files'",
+        f"{attack.opened:,} uploads opened, {attack.closed:,} closed by the server; the app's folder "
+        f"{before / MB:.0f} -> {after / MB:.0f} MiB once the attack ended")
+
+
+class OpenPage(threading.Thread):
+    """A page opened before an attack: its heartbeat held (opened again a second after the server
+    closes it, as the page's own does), and a /predict of its session every ``every_s`` seconds;
+    ``answered`` of ``asked``."""
+
+    def __init__(self, url: str, tmp: Path, source: str, every_s: float = 3.0) -> None:
+        super().__init__(daemon=True)
+        self.raw, self.every_s, self.stopping = Raw(url, timeout=15, source=source), every_s, threading.Event()
+        self.picture = file_payload(self.raw.upload(photo(tmp)))
+        self.asked = self.answered = self.heartbeats = 0
+        self.beat = threading.Thread(target=self.heartbeat, daemon=True)
+
+    def heartbeat(self) -> None:
+        while not self.stopping.is_set():
+            self.heartbeats += 1
+            try:
+                with self.raw.http.stream("GET", self.raw.url + f"gradio_api/heartbeat/{self.raw.session}",
+                                          timeout=None) as r:
+                    for _ in r.iter_lines():
+                        if self.stopping.is_set():
+                            return
+            except Exception:  # noqa: BLE001 - closed by the server
+                pass
+            self.stopping.wait(1.0)
+
+    def run(self) -> None:
+        self.beat.start()
+        while not self.stopping.wait(self.every_s):
+            self.asked += 1
+            try:
+                self.answered += self.raw.call("predict", [self.picture, None, 3], timeout=15).success
+            except Exception:  # noqa: BLE001
+                pass
+
+    def stop(self) -> str:
+        self.stopping.set()
+        self.join(30)
+        return f"{self.answered} of {self.asked} answered, its heartbeat opened {self.heartbeats} times"
+
+
+def held_streams(app, tmp: Path, addresses: int = 700, hold_s: float = 45, limit: int = 1024) -> None:
+    """Break 4: at a file limit of ``limit`` (soft and hard), one heartbeat stream from each of
+    ``addresses`` addresses, reopened when closed, for ``hold_s`` seconds; new visitors' /config
+    and /predict meanwhile (a try every few seconds), a page opened before the attack, the app's
+    open files and CPU."""
+    from attacks import heartbeats, open_files
+
+    file_limit(app, limit)
+    page = OpenPage(app.url, tmp, "127.0.14.200")
+    page.start()
+    time.sleep(3)
+    fds0, cpu0 = open_files(app.proc.pid), cpu_s(app.proc.pid)
+    top = [fds0]
+    sources = [f"127.{20 + i // 250}.{i % 250}.1" for i in range(addresses)]
+    t0 = time.perf_counter()
+    attack = heartbeats(app.port, sources).start()
+    opened = time.perf_counter() - t0
+    held = attack.alive()
+    config, predict = newcomers(app.url, tmp, hold_s, 8, "127.0.14",
+                                lambda: top.__setitem__(0, max(top[0], open_files(app.proc.pid))))
+    held_end, cpu, paged = attack.alive(), cpu_s(app.proc.pid) - cpu0, page.stop()
+    attack.stop()
+    row(f"{addresses} addresses each holding one heartbeat stream (GET /gradio_api/heartbeat/...), reopened when "
+        f"closed, for {hold_s:.0f} s (file limit {limit:,}, soft and hard)",
+        f"new visitors: /config {config} of 8, /predict {predict} of 8; a page opened before: /predict "
+        f"{paged}; streams held: {held} after the opening ({opened:.1f} s), {held_end} at the end; "
+        f"{attack.opened:,} opened, {attack.closed:,} closed by the server",
+        f"open files {fds0} -> peak {top[0]:,} ({top[0] / limit:.0%}); the app's CPU {cpu / hold_s:.0%} of a core")
+
+
+def small50(app, tmp: Path) -> None:
+    """Round 4's smaller findings: /monitoring and the reload watcher on the exposed app; hostile
+    /attention, /compare and /train values; a list of zips to /train."""
+    import httpx
+
+    codes = {}
+    for route in ("monitoring", "monitoring/summary", "gradio_api/dev/reload"):
+        try:
+            with httpx.stream("GET", app.url + route, timeout=5) as r:
+                codes[route] = f"HTTP {r.status_code}"
+        except Exception as e:  # noqa: BLE001
+            codes[route] = type(e).__name__
+    row("Gradio's /monitoring, /monitoring/summary and /gradio_api/dev/reload on the exposed app",
+        ", ".join(f"{k}: {v}" for k, v in codes.items()), "")
+    raw = analysed_victim(app.url, tmp, "127.0.15.1")
+    answers = {"/attention cmap=-1": raw.call("attention", [12, "all", "[class] token", 0, -1, 0.6, True, None]),
+               "/attention alpha='abc'": raw.call("attention", [12, "all", "[class] token", 0, "inferno", "abc", True,
+                                                                None]),
+               "/compare k='abc'": raw.call("compare", ["abc", None])}
+    zips = [file_payload(raw.upload(photo(tmp)))] * 3
+    answers["/train with 3 zips"] = raw.call("train", ["zip", 1, zips, None])
+    row("hostile values: " + ", ".join(answers), "every answer says what is wrong" if all(
+        o.message and "Something went wrong" not in o.message for o in answers.values()) else "a generic or empty answer",
+        "; ".join(f"{k}: {o.message[:60] or '(empty)'}" for k, o in answers.items()))
+
+
+def child_peak(pid: int, work: Callable) -> tuple[object, float]:
+    """``work()`` while the RSS of process ``pid``'s children is sampled: (its result, their peak MiB)."""
+    import psutil
+
+    peak, stop = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            try:
+                kids = psutil.Process(pid).children(recursive=True)
+                peak[0] = max(peak[0], sum(k.memory_info().rss for k in kids) / MB)
+            except psutil.Error:
+                continue
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        return work(), peak[0]
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def training_reads(app, tmp: Path, per_class: int = 3, side: int = 6300) -> None:
+    """Round 4's training finding: /train on a zip of float TIFFs of ``side`` x ``side`` px (40 MP at
+    6300) against /train on the digits: the training child's RSS peak."""
+    import zipfile
+
+    small = np.sin(np.linspace(0, 6, 63, dtype=np.float32))[None, :] * np.cos(np.linspace(0, 4, 63, dtype=np.float32))[:, None]
+    archive = tmp / "floats.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for c, cls in enumerate(("waves", "ripples")):
+            for i in range(per_class):
+                pic = Image.fromarray(small * (c + 1) + i, "F").resize((side, side), Image.Resampling.NEAREST)
+                pic.save(tmp / "f.tif", compression="tiff_adobe_deflate")
+                z.write(tmp / "f.tif", f"set/{cls}/{i}.tif")
+    raw = Raw(app.url, timeout=600)
+    stored = file_payload(raw.upload(archive))
+    peaks = {}
+    for what, data in (("the digits", ["digits", 0.1, None, None]), (f"{2 * per_class} float TIFFs of {side * side / 1e6:.0f} MP",
+                                                                    ["zip", 0.1, stored, None])):
+        out, peaks[what] = child_peak(app.proc.pid, lambda data=data: raw.call("train", data, timeout=600))
+        peaks[what] = f"{peaks[what]:,.0f} MiB" + ("" if out.success else f" ({out.message[:60]})")
+    row(f"/train on a zip of {2 * per_class} float TIFFs of {side} x {side} px ({archive.stat().st_size / MB:.1f} MB), "
+        "and on the digits", "the training child's RSS peak", "; ".join(f"{k}: {v}" for k, v in peaks.items()))
+
+
 # ----------------------------------------------------------------------------- running them
 
 
@@ -1113,6 +1381,19 @@ def run(root: Path, only: set[str] | None) -> None:
             with_app(round3, lambda app: atlas_photos(app, tmp, 30))
         if want("small47"):
             with_app([*round3, "--trusted-proxy", "127.0.0.1"], lambda app: smaller_findings(app, tmp))
+        if want("hashes"):
+            with_app(round3, lambda app: fresh_hashes(app, tmp))
+        if want("hugehash"):
+            with_app(round3, lambda app: huge_hashes(app, tmp))
+        if want("pacedup"):
+            with_app(round3, lambda app: paced_uploads(app, tmp))
+            with_app(round3, lambda app: paced_uploads(app, tmp, reopen=True))
+        if want("streams"):
+            with_app(round3, lambda app: held_streams(app, tmp))
+        if want("small50"):
+            with_app([*round3, "--train-minutes-max", "1"], lambda app: small50(app, tmp))
+        if want("trainpeak"):
+            with_app([*round3, "--train-minutes-max", "1"], lambda app: training_reads(app, tmp))
 
 
 def main() -> None:
@@ -1121,7 +1402,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--only", nargs="*", help="files leaks bodies holds rebinding memory uploads forwarded flood "
                                               "timelimit temp survey unpack connections mcp paths sessions pages "
-                                              "slowbody chunked lockout hugezip atlas100 small47")
+                                              "slowbody chunked lockout hugezip atlas100 small47 "
+                                              "hashes hugehash pacedup streams small50 trainpeak")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()

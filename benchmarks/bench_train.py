@@ -21,9 +21,9 @@
                milliseconds a step and their ratios per picture to the first.
 (g) profile  - where one training step's time goes (indexing, augmentation, forward, loss, backward,
                clipping, AdamW), wall and CPU, at 32 and 8 px, fp32 before and bf16 now.
-(f) suite    - the no-flag recipe on six unlike data sets made offline (benchmarks/suite/suite_data.py: the
+(f) suite    - the no-flag recipe on seven unlike data sets made offline (benchmarks/suite/suite_data.py: the
                project's shapes, a second shape generator, outlines among clutter, scikit-learn's real
-               handwritten digits, glyphs from fonts, procedural textures), each beside logistic
+               handwritten digits, handwriting-like 28x28 digits, glyphs from fonts, procedural textures), each beside logistic
                regression and an RBF-SVM on the raw pixels and a same-size CNN on the same split
                (benchmarks/suite/suite_baselines.py); one markdown table (``--table FILE``). ``--scale``
                shrinks every set (CI runs 0.03 with ``--minutes 0.2``), ``--sets`` picks some.
@@ -407,7 +407,7 @@ SHORT_COLUMNS = ("best", "epochs", "grid", "wall s", "CPU s", "load")  # the sho
 
 
 def suite_makers() -> dict:
-    """Every set the suite can make: the six of ``suite_data`` and the issue-43 ones of ``heldout_data``."""
+    """Every set the suite can make: the seven of ``suite_data`` and the issue-43 ones of ``heldout_data``."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
     import heldout_data
     import suite_data
@@ -500,7 +500,7 @@ def main() -> None:
     ap.add_argument("--held-out", action="store_true", help="scratch: also a set like the issue's held-out one")
     ap.add_argument("--device", default="auto", help="scratch / speed: where to train (default: auto)")
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--sets", default="shapes,blobs,outlines,digits,glyphs,textures",
+    ap.add_argument("--sets", default="shapes,blobs,outlines,digits,digits28,glyphs,textures",
                     help="suite: which data sets (also sdfshapes, heldshapes, heldicons: benchmarks/suite/heldout_data.py)")
     ap.add_argument("--scale", type=float, default=1.0, help="suite: pictures per class, as a share of each set's full size")
     ap.add_argument("--minutes", type=float, help="suite: pass --minutes to train (default: train's own default; 0: only the "

@@ -301,15 +301,18 @@ class Drip:
 
     def __init__(self, port: int, sources: list[str], per_source: int, path: str = "/gradio_api/queue/join",
                  declared: int | None = 1 << 20, every_s: float = 5.0, reopen: bool = True,
-                 upload_bytes: int = 25 << 20) -> None:
+                 upload_bytes: int = 25 << 20, stream: bool = False) -> None:
         self.port, self.sources, self.per_source, self.path = port, sources, per_source, path
         self.declared, self.every_s, self.reopen, self.upload_bytes = declared, every_s, reopen, upload_bytes
+        self.stream = stream  # a GET of ``path`` (a stream the server sends on), each under a session of its own
         self.socks: dict[tuple[str, int], Any] = {}
         self.opened = self.closed = self.refused = 0
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True, name="drip")
 
     def head(self) -> str:
+        if self.stream:
+            return f"GET {self.path}{uuid.uuid4().hex[:16]} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}"
         if self.declared is None:
             return (f"POST /gradio_api/upload HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
                     f"Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: {self.upload_bytes}")
@@ -338,13 +341,13 @@ class Drip:
                     return
                 sock = self.socks.get(key)
                 alive = sock is not None
-                if alive and self.declared is not None:
+                if alive and self.declared is not None and not self.stream:
                     try:
                         sock.sendall(b"[")
                     except OSError:
                         alive = False
                 elif alive:
-                    alive = still_open([sock]) == 1
+                    alive = drained(sock) if self.stream else still_open([sock]) == 1
                 if not alive:
                     if sock is not None:
                         sock.close()
@@ -353,6 +356,8 @@ class Drip:
                         self.open(key)
 
     def alive(self) -> int:
+        if self.stream:
+            return sum(drained(s) for s in list(self.socks.values()))
         return still_open(list(self.socks.values()))
 
     def stop(self) -> None:
@@ -360,6 +365,22 @@ class Drip:
         self.thread.join(30)
         for s in self.socks.values():
             s.close()
+
+
+def drained(sock: Any) -> bool:
+    """Whether the server still holds ``sock`` open, reading away what it sent (a stream's lines;
+    a peek would see them before the end of the stream)."""
+    import socket
+
+    try:
+        sock.setblocking(False)
+        while True:
+            if sock.recv(65536, socket.MSG_DONTWAIT) == b"":
+                return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 def chunked_upload(port: int, nbytes: int, source: str = "127.0.0.1", declared: int = 200,
@@ -407,3 +428,112 @@ def huge_tiff_zip(path: Path, n: int = 16, side: int = 8000) -> Path:
         for i in range(n):
             z.writestr(f"huge/{i:02d}.tif", buf.getvalue())
     return path
+
+
+# ----------------------------------------------------------------------------- streams, slow uploads, session hashes
+
+
+def heartbeats(port: int, sources: list[str], per_source: int = 1, every_s: float = 1.0) -> Drip:
+    """``per_source`` of Gradio's heartbeat streams (``GET /gradio_api/heartbeat/<session>``: a line
+    every 15 s for as long as the connection stays) from each of ``sources``, each reopened (a new
+    session) as the server closes it, until :meth:`Drip.stop`; call ``.start()``."""
+    return Drip(port, sources, per_source, path="/gradio_api/heartbeat/", every_s=every_s, stream=True)
+
+
+class PacedUploads:
+    """``per_source`` uploads from each of ``sources``, each declaring ``declared`` bytes (its honest
+    Content-Length) and sending its body at ``rate`` bytes a second (``reopen``: each reopened as
+    the server closes it), until :meth:`stop` (which cuts those still going); a thread.
+    ``codes``: the statuses of the uploads the server answered."""
+
+    def __init__(self, port: int, sources: list[str], per_source: int, declared: int = 25 << 20,
+                 rate: int = 17 << 10, tick_s: float = 0.25, reopen: bool = True) -> None:
+        self.port, self.sources, self.per_source = port, sources, per_source
+        self.declared, self.rate, self.tick_s, self.reopen = declared, rate, tick_s, reopen
+        self.socks: dict[tuple[str, int], Any] = {}
+        self.sent: dict[tuple[str, int], int] = {}
+        self.opened = self.closed = self.refused = 0
+        self.codes: list[int] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True, name="paced-uploads")
+
+    def open(self, key: tuple[str, int]) -> None:
+        pre = (f"--b0\r\nContent-Disposition: form-data; name=\"files\"; filename=\"p{key[1]}.png\"\r\n"
+               "Content-Type: image/png\r\n\r\n").encode()
+        head = (f"POST /gradio_api/upload HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                f"Content-Type: multipart/form-data; boundary=b0\r\nContent-Length: {self.declared}")
+        try:
+            self.socks[key] = raw_request(self.port, head, key[0], pre, timeout=2)
+            self.sent[key] = len(pre)
+            self.opened += 1
+        except OSError:
+            self.refused += 1
+            self.socks.pop(key, None)
+
+    def start(self) -> PacedUploads:
+        for src in self.sources:
+            for i in range(self.per_source):
+                self.open((src, i))
+        self.thread.start()
+        return self
+
+    def run(self) -> None:
+        chunk, end = os.urandom(max(1, int(self.rate * self.tick_s))), b"\r\n--b0--"
+        while not self.stopping.wait(self.tick_s):
+            for key in [(s, i) for s in self.sources for i in range(self.per_source)]:
+                if self.stopping.is_set():
+                    return
+                sock = self.socks.get(key)
+                try:
+                    if sock is None:
+                        raise OSError
+                    part = chunk[: self.declared - len(end) - self.sent[key]]
+                    sock.sendall(part)
+                    self.sent[key] += len(part)
+                    if self.sent[key] >= self.declared - len(end):  # the whole file: the form's end, its answer
+                        sock.sendall(end)
+                        self.codes.append(status_of(sock, 5))
+                        raise OSError
+                except OSError:
+                    if sock is not None:
+                        sock.close()
+                        self.closed += 1
+                        self.socks.pop(key, None)
+                    if self.reopen:
+                        self.open(key)
+
+    def alive(self) -> int:
+        return still_open(list(self.socks.values()))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+        for s in self.socks.values():
+            s.close()
+
+
+def run_posts(url: str, n: int, source: str, session: Any = None, threads: int = 8) -> dict[int, int]:
+    """``n`` POSTs to ``/gradio_api/run/predict`` from ``source``, each with a fresh session hash
+    (or ``session(i)``'s): how many got each status."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    codes: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def batch(part: range) -> None:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=60) as http:
+            for i in part:
+                hash_ = session(i) if session is not None else uuid.uuid4().hex
+                try:
+                    code = http.post(url + "gradio_api/run/predict",
+                                     json={"data": [], "fn_index": None, "session_hash": hash_}).status_code
+                except Exception:  # noqa: BLE001 - the server closed it
+                    code = 0
+                with lock:
+                    codes[code] = codes.get(code, 0) + 1
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(batch, [range(k, n, threads) for k in range(threads)]))
+    return codes

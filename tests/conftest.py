@@ -109,6 +109,51 @@ def labelled_photos(package_photos: dict[str, Path]) -> list[tuple[Path, frozens
     return [(package_photos[n], PHOTO_TOP1[n]) for n in PHOTO_TOP1]
 
 
+# ----------------------------------------------------------------------------- the fast tier
+
+# ``pytest -m "not slow"`` answers in minutes; CI runs it first, then the rest (``-m slow``). A test is
+# slow when it is marked ``slow`` (or ``browser``), when it or a fixture it uses starts the app in a
+# subprocess or drives a browser (calls one of SLOW_CALLS), or when it uses one of SLOW_FIXTURES
+# (models trained for the test): such a test is marked ``slow`` here, however and whenever it is written.
+SLOW_CALLS = ("running_app(", "start_app(", "sync_playwright(")
+SLOW_FIXTURES = frozenset({"lesson_models"})
+
+
+def _starts_something_slow(fn, seen: dict) -> bool:
+    """Whether ``fn``'s source calls one of :data:`SLOW_CALLS` (cached per function)."""
+    import inspect
+
+    if fn not in seen:
+        try:
+            src = inspect.getsource(fn)
+        except (OSError, TypeError):
+            src = ""
+        seen[fn] = any(call in src for call in SLOW_CALLS)
+    return seen[fn]
+
+
+def is_slow(item, seen: dict | None = None) -> bool:
+    """Whether a collected test belongs to the slow tier (see :data:`SLOW_CALLS`, :data:`SLOW_FIXTURES`)."""
+    seen = {} if seen is None else seen
+    if item.get_closest_marker("slow") or item.get_closest_marker("browser"):
+        return True
+    if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    fns = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        fns += [d.func for d in defs]
+    return any(fn is not None and _starts_something_slow(fn, seen) for fn in fns)
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config, items) -> None:
+    seen: dict = {}
+    for item in items:
+        if not item.get_closest_marker("slow") and is_slow(item, seen):
+            item.add_marker(pytest.mark.slow)
+
+
 # ----------------------------------------------------------------------------- the browser tests' fixtures
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium (apt-get install chromium); never a downloaded one

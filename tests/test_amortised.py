@@ -124,6 +124,7 @@ def test_the_predictor_file_is_checked_key_by_key(tmp_path):
         load_predictor(tmp_path / "shape.safetensors")
 
 
+@pytest.mark.slow  # the sanity check's cascade
 def test_the_map_changes_when_the_weights_are_randomised(deit_tiny, package_photos):
     """Cascading randomisation (Adebayo et al., NeurIPS 2018) on a real photo: with the trained
     DeiT-Tiny's head randomised, then everything (the cascade's first and last steps), the map's

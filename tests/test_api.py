@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 import vit_demo
-from vit_demo.api import Attention, Batch, Comparison, Explanation, LoadError, Model, Prediction, Verification
+from vit_demo.api import Attention, Comparison, Explanation, LoadError, Model, Prediction, Results, Verification
 from vit_demo.images import ImageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +73,7 @@ def shapes(tmp_path_factory) -> tuple[Path, Path]:
 # ----------------------------------------------------------------------------- the acceptance's three lines
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_three_lines_in_a_fresh_process_import_no_gradio(cat):
     """The issue's command: import (torch-free), load the shipped model, one map; never Gradio."""
     code = ("import sys, vit_demo; assert 'torch' not in sys.modules; m = vit_demo.load(); "
@@ -92,7 +93,7 @@ def test_predict_equals_the_cli_json(model, cat, cup):
     assert rc == 0
     records = json.loads(out)
     both = model.predict([cat, cup])
-    assert isinstance(both, Batch) and len(both) == 2
+    assert isinstance(both, Results) and len(both) == 2
     for r, ours in zip(records, both):
         assert [t["index"] for t in ours.topk] == [t["index"] for t in r["topk"]]
         assert [t["label"] for t in ours.topk] == [t["label"] for t in r["topk"]]
@@ -114,7 +115,7 @@ def test_every_kind_of_image_gives_the_same_prediction(model, cat):
         assert [p["index"] for p in got.topk] == [p["index"] for p in ref.topk]
         np.testing.assert_allclose(got.probs, ref.probs, atol=1e-6)  # floats in 0..1 round back to the same 8 bits
     batch = model.predict(t[None], k=3)
-    assert isinstance(batch, Batch) and len(batch) == 1 and len(batch[0].labels) == 3
+    assert isinstance(batch, Results) and len(batch) == 1 and len(batch[0].labels) == 3
 
 
 # ----------------------------------------------------------------------------- attention
@@ -162,13 +163,14 @@ def test_explain_equals_the_cli_figure_numbers(model, cat, tmp_path):
     np.testing.assert_allclose(model.explain(cat, method="rollout").map, np.array(roll["map"]), atol=1e-6)
 
 
+@pytest.mark.slow  # the faithfulness protocol
 def test_several_pictures_and_methods_with_their_faithfulness(model, deit_tiny, cat, cup):
-    """explain([img1, img2], method=[...]): a Batch of Comparisons, each map the app's (class_maps);
+    """explain([img1, img2], method=[...]): a Results of Comparisons, each map the app's (class_maps);
     a map's faithfulness: the ``faithfulness --srg-saco`` command's numbers for that picture."""
     from vit_demo.analysis import analyze, class_maps
 
     b = model.explain([cat, cup], method=["chefer", "lrp-gated"])
-    assert isinstance(b, Batch) and all(isinstance(c, Comparison) for c in b)
+    assert isinstance(b, Results) and all(isinstance(c, Comparison) for c in b)
     assert b.maps.shape == (2, 2, 14, 14) and b[1].methods == ["chefer", "lrp-gated"]
     assert [c["chefer"].label for c in b] == ["Egyptian cat", "espresso"]
     app = class_maps(analyze(deit_tiny, Image.open(cup).convert("RGB")), deit_tiny, 967)
@@ -239,6 +241,7 @@ def test_survey_and_atlas_equal_the_commands(shapes, tmp_path):
 # ----------------------------------------------------------------------------- results: pickled, drawn, saved
 
 
+@pytest.mark.slow  # every result drawn and saved at slide size
 def test_results_pickle_draw_and_save(model, shapes, cat, cup, tmp_path):
     one = model.explain(cat, method="grad-rollout")
     results = [model.predict(cat), model.attention(cat), one, model.explain(cat, method=["grad-rollout", "rollout"]),
@@ -263,7 +266,7 @@ def test_results_pickle_draw_and_save(model, shapes, cat, cup, tmp_path):
 
 
 def test_errors_say_what_to_do(model, cat, tmp_path):
-    with pytest.raises(ValueError, match="unknown method 'chefr'; known: .*chefer.*lrp-gated"):
+    with pytest.raises(ValueError, match=r"unknown method 'chefr' \(did you mean 'chefer'\?\); known: .*chefer.*lrp-gated"):
         model.explain(cat, method="chefr")
     bad = tmp_path / "notes.png"
     bad.write_text("not a picture")

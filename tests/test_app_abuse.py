@@ -165,9 +165,10 @@ def test_no_server_path_leaks(app, deit_tiny_path: Path, small_photo) -> None:
     for p in pictures:  # random names: nothing of the process, nothing of a counter
         stem = Path(p).stem
         assert str(os.getpid()) not in stem and len(stem) >= 16 and not stem.isdigit(), p
-    # a value no check foresaw (an opacity that is not a number): plain words, no exception type
+    # an opacity that is not a number: plain words that say what is wrong, no exception type (an
+    # exception no check foresaw: tests/test_app_safety_units.py's test_an_unforeseen_error_is_plain_words)
     out = raw.call("attention", [3, "mean", "[class] token", 0, "inferno", "opaque", True, None])
-    assert out.refused and out.message.startswith("Something went wrong"), out.message
+    assert out.refused and out.message.startswith("Overlay opacity must be a number"), out.message
     assert "Error" not in out.message and "could not convert" not in out.message, out.message
 
 

@@ -48,12 +48,14 @@ ENDPOINTS = {
     "/attention": ["layer", "head", "query", "patch", "cmap", "alpha", "smooth"],
     "/compare": ["k"],
     "/train": ["dataset", "minutes", "zip"],  # the Train tab's run (tests/test_app_train.py)
+    "/steps": ["image", "row", "col", "layer", "head", "temperature"],  # Step inside (tests/test_app_inside.py)
 }
 TOOLS = {  # --mcp: the tools' events (their parameters are the MCP tools')
     "/tool_predict": ["image", "k", "model"],
     "/tool_explain": ["image", "method", "class_index", "model"],
     "/tool_attention": ["image", "layer", "head", "rollout", "model"],
     "/tool_verify": ["image", "model"],
+    "/tool_steps": ["image", "row", "col", "layer", "head", "temperature", "step", "model"],
 }
 
 
@@ -123,6 +125,8 @@ def test_predict_matches_cli(client: Client, deit_tiny_path: Path, package_photo
     # the k parameter
     three = client.predict(handle_file(str(photos[0])), k=3, api_name="/predict")
     assert len(three["topk"]) == 3 and three["topk"][0]["label"] == "espresso"
+    with pytest.raises(AppError, match="k must be a whole number from 1 to 10"):  # refused, never an empty list
+        client.predict(handle_file(str(photos[0])), k=0, api_name="/predict")
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -215,7 +219,7 @@ def test_slider_rerender_and_compare(app, package_photos: dict[str, Path]) -> No
     bad = c.predict(13, "mean", "a patch (click the picture)", 500, "inferno", 0.6, True, api_name="/attention")
     assert "There is no layer 13" in bad[1] and "There is no patch 500" in bad[1] and "[class] token" in bad[1]
     verdict = c.predict(5, api_name="/compare")[0]
-    assert "Identical to" in verdict, verdict
+    assert "Identical to 0.0001, both in fp32" in verdict, verdict
 
 
 def test_sessions_are_separate(app, package_photos: dict[str, Path]) -> None:

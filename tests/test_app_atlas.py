@@ -179,7 +179,7 @@ def test_atlas_slide_in_a_deck(world, tmp_path: Path) -> None:
     best = sorted(at.result["heads"], key=lambda h: -h["importance"])
     assert slide.meta["heads"] == [(h["layer"], h["head"]) for h in best]  # all four heads, most important first
     assert slide.pictures[0].width == 1200 and "Michel" in slide.notes
-    assert deck.slide_count(1, atlas=True) == deck.slide_count(1) + 1 == len(deck.slide_costs(1, atlas=True))
+    assert len(deck.slide_costs(1, atlas=True)) == len(deck.slide_costs(1)) + 1
     path = write_pptx([slide], tmp_path / "atlas.pptx")
     from pptx import Presentation
 

@@ -259,13 +259,13 @@ def test_presentation_downloads(page, app, package_photos: dict[str, Path], tmp_
     pg.wait_for_selector("#make-deck-progress .job-bar", timeout=1_000)
     assert time.monotonic() - t0 < 1.5 and pg.locator("#make-deck").is_disabled()
     pg.wait_for_selector("#make-deck-progress:has-text('slide')", timeout=120_000)
-    assert f"of {deck.slide_count(1)}" in pg.inner_text("#make-deck-progress")
+    assert f"of {len(deck.slide_costs(1))}" in pg.inner_text("#make-deck-progress")
     shot(pg, "09_deck_progress")
     pptx = download(pg, "#deck-files", 0, tmp_path)
     assert pg.locator("#make-deck").is_enabled()
     pdf = download(pg, "#deck-files", 1, tmp_path)
     prs = Presentation(str(pptx))
-    assert len(prs.slides) == deck.slide_count(1)
+    assert len(prs.slides) == len(deck.slide_costs(1))
     assert prs.slides[0].shapes.title.text == "What the model sees: “espresso”"  # titled by the answer
     assert "Image: coffee" in prs.slides[0].shapes[1].text_frame.text  # the file's name in the subtitle
     assert all(s.notes_slide.notes_text_frame.text for s in prs.slides)

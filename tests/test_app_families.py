@@ -53,6 +53,7 @@ def test_offline_hub_pick_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
         reg.get(key)
 
 
+@pytest.mark.slow  # a family model through every tab
 @pytest.mark.parametrize("name", FAMILY_MODELS)
 def test_family_model_in_the_app(name: str, package_photos: dict[str, Path]) -> None:
     reg = ModelRegistry(hub_names=(), random_names=(name,))

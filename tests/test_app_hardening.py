@@ -94,60 +94,67 @@ def test_startup_makes_no_outbound_connection(deit_tiny_path: Path, package_phot
     assert "127.0.0.1" in server_log  # it told the user where it listens
 
 
+@pytest.fixture(scope="module")
+def app(deit_tiny_path: Path):
+    """One plain app for the load test and then the hostile corpus (the load test measures memory
+    from its own warm-up, and runs first: it finds the app fresh)."""
+    with running_app(["--weights", str(deit_tiny_path)]) as a:
+        yield a
+
+
 def _expected_top1(deit_tiny, photos: list[Path]) -> dict[str, int]:
     from vit_demo.predict import predict_images
 
     return {Path(r["image"]).name: r["topk"][0]["index"] for r in predict_images(deit_tiny, photos, k=1, progress=False)}
 
 
-def test_sixteen_concurrent_clients(deit_tiny, deit_tiny_path: Path, package_photos: dict[str, Path]) -> None:
+def test_sixteen_concurrent_clients(app, deit_tiny, package_photos: dict[str, Path]) -> None:
     """16 clients x 10 requests, mixed photos: all answered, each with its own image's answer,
     and resident memory after the run within 300 MB of the memory after warm-up."""
     photos = list(package_photos.values())[:8]
     expected = _expected_top1(deit_tiny, photos)
     clients_n, per_client = 16, 10
-    with running_app(["--weights", str(deit_tiny_path)]) as app:
-        server = psutil.Process(app.proc.pid)
-        warm = Client(app.url, verbose=False)
-        for p in photos:  # warm-up: model loaded, every photo analysed once
-            warm.predict(handle_file(str(p)), api_name="/predict")
-        rss_warm = server.memory_info().rss
-        latencies: list[float] = []
-        failures: list[str] = []
-        lock = threading.Lock()
+    server = psutil.Process(app.proc.pid)
+    warm = Client(app.url, verbose=False)
+    for p in photos:  # warm-up: model loaded, every photo analysed once
+        warm.predict(handle_file(str(p)), api_name="/predict")
+    rss_warm = server.memory_info().rss
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
 
-        def user(i: int) -> None:
+    def user(i: int) -> None:
+        try:
+            client = Client(app.url, verbose=False)
+        except Exception as e:  # noqa: BLE001 - record, the assertion below reports it
+            with lock:
+                failures.append(f"client {i}: could not connect: {e}")
+            return
+        for j in range(per_client):
+            p = photos[(i + 3 * j) % len(photos)]
+            t0 = time.perf_counter()
             try:
-                client = Client(app.url, verbose=False)
-            except Exception as e:  # noqa: BLE001 - record, the assertion below reports it
+                out = client.predict(handle_file(str(p)), k=1, api_name="/predict")
+            except Exception as e:  # noqa: BLE001
                 with lock:
-                    failures.append(f"client {i}: could not connect: {e}")
-                return
-            for j in range(per_client):
-                p = photos[(i + 3 * j) % len(photos)]
-                t0 = time.perf_counter()
-                try:
-                    out = client.predict(handle_file(str(p)), k=1, api_name="/predict")
-                except Exception as e:  # noqa: BLE001
-                    with lock:
-                        failures.append(f"client {i} request {j}: {type(e).__name__}: {e}")
-                    continue
-                dt = time.perf_counter() - t0
-                with lock:
-                    latencies.append(dt)
-                    if out["image"] != p.name or out["topk"][0]["index"] != expected[p.name]:
-                        failures.append(f"client {i} request {j}: asked {p.name}, got {out['image']} "
-                                        f"class {out['topk'][0]['index']}")
+                    failures.append(f"client {i} request {j}: {type(e).__name__}: {e}")
+                continue
+            dt = time.perf_counter() - t0
+            with lock:
+                latencies.append(dt)
+                if out["image"] != p.name or out["topk"][0]["index"] != expected[p.name]:
+                    failures.append(f"client {i} request {j}: asked {p.name}, got {out['image']} "
+                                    f"class {out['topk'][0]['index']}")
 
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=user, args=(i,)) for i in range(clients_n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=600)
-        wall = time.perf_counter() - t0
-        rss_after = server.memory_info().rss
-        assert app.alive(), app.log()
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=user, args=(i,)) for i in range(clients_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    wall = time.perf_counter() - t0
+    rss_after = server.memory_info().rss
+    assert app.alive(), app.log()
     assert not any(t.is_alive() for t in threads), "some clients never finished"
     assert not failures, "\n".join(failures[:20])
     assert len(latencies) == clients_n * per_client
@@ -186,7 +193,7 @@ def test_full_queue_answers_with_a_message(deit_tiny_path: Path, package_photos:
         assert app.alive()
 
 
-def test_hostile_corpus_through_the_running_app(deit_tiny_path: Path, package_photos: dict[str, Path], tmp_path: Path) -> None:
+def test_hostile_corpus_through_the_running_app(app, package_photos: dict[str, Path], tmp_path: Path) -> None:
     """Every generated hostile file through /predict: bad files get a one-line human message,
     good ones a prediction (tiny images are refused by the app on purpose), and the app keeps
     serving after each."""
@@ -195,18 +202,17 @@ def test_hostile_corpus_through_the_running_app(deit_tiny_path: Path, package_ph
 
     corpus = hostile.build_images(tmp_path / "corpus")
     tiny = {"one_pixel.png", "strip_3x5000.png"}  # under 16 px on a side: the app says so
-    with running_app(["--weights", str(deit_tiny_path)]) as app:
-        client = Client(app.url, verbose=False)
-        for name in hostile.BAD + hostile.GOOD:
-            if name in hostile.BAD or name in tiny:
-                with pytest.raises(AppError) as err:
-                    client.predict(handle_file(str(corpus[name])), api_name="/predict")
-                msg = str(err.value).strip()
-                assert msg and "\n" not in msg and "Traceback" not in msg, (name, msg)
-                if name in tiny:
-                    assert "at least 16 px" in msg, (name, msg)
-            else:
-                out = client.predict(handle_file(str(corpus[name])), api_name="/predict")
-                assert len(out["topk"]) == 5 and 0 < out["topk"][0]["prob"] <= 1, name
-        assert client.predict(handle_file(str(package_photos["coffee"])), api_name="/predict")["topk"][0]["label"] == "espresso"
-        assert app.alive()
+    client = Client(app.url, verbose=False)
+    for name in hostile.BAD + hostile.GOOD:
+        if name in hostile.BAD or name in tiny:
+            with pytest.raises(AppError) as err:
+                client.predict(handle_file(str(corpus[name])), api_name="/predict")
+            msg = str(err.value).strip()
+            assert msg and "\n" not in msg and "Traceback" not in msg, (name, msg)
+            if name in tiny:
+                assert "at least 16 px" in msg, (name, msg)
+        else:
+            out = client.predict(handle_file(str(corpus[name])), api_name="/predict")
+            assert len(out["topk"]) == 5 and 0 < out["topk"][0]["prob"] <= 1, name
+    assert client.predict(handle_file(str(package_photos["coffee"])), api_name="/predict")["topk"][0]["label"] == "espresso"
+    assert app.alive()

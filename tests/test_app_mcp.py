@@ -26,7 +26,7 @@ pytest.importorskip("mcp")  # gradio[mcp]
 
 from vit_demo.app.server.fetch import FetchRefused, fetch_picture  # noqa: E402
 
-TOOLS = ("predict", "explain", "attention", "verify")
+TOOLS = ("predict", "explain", "attention", "verify", "steps")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_tools_listed_and_described(app) -> None:
     info = c.initialize()
     assert "tools" in info["capabilities"]
     tools = {t["name"]: t for t in c.call("tools/list")["tools"]}
-    assert set(tools) == {"predict", "explain", "attention", "verify"}  # the page's own events are not tools
+    assert set(tools) == set(TOOLS)  # the page's own events are not tools
     for name, t in tools.items():
         assert len(t["description"]) > 150, name
         props = t["inputSchema"]["properties"]
@@ -128,12 +128,15 @@ def test_maps_come_back_as_png(app, package_photos: dict[str, Path]) -> None:
     assert r["isError"] and "layer must be a whole number from 0 to 12" in texts(r)[0]
     r = c.tool("explain", image=pic, method="rise")  # the slow methods are the page's, not a tool's
     assert r["isError"] and "chefer" in texts(r)[0]  # (the MCP layer checks the enum first)
+    r = c.tool("explain", image=pic, method="Chefer")  # another case: the name it means, first
+    assert r["isError"] and "'Chefer' is not allowed (did you mean 'chefer'?); one of chefer," in texts(r)[0], texts(r)
 
 
 def test_verify_against_timm(app, package_photos: dict[str, Path]) -> None:
     r = mcp(app).tool("verify", image=data_url(package_photos["chelsea"]))
     v = first_json(r)
     assert v["identical"] and v["topk_agree"] and v["max_abs_logit_diff"] <= 1e-4
+    assert (v["precision"], v["compared"]) == ("fp32", "both in fp32") and "both in fp32" in v["verdict"]
     assert len(v["layer_attn_max_diff"]) == 12 and v["scratch_topk"] == v["timm_topk"]
 
 
@@ -244,7 +247,7 @@ def test_exposed_one_caller_a_few_calls_at_a_time(exposed) -> None:
     p95 9.8 s in the attack benchmark.)"""
     import concurrent.futures
 
-    args = {"predict": {}, "explain": {"method": "chefer"}, "attention": {"rollout": True}, "verify": {}}
+    args = {"predict": {}, "explain": {"method": "chefer"}, "attention": {"rollout": True}, "verify": {}, "steps": {}}
 
     def call(tool: str, i: int) -> str:
         """"ok", "busy" or what else came back."""
@@ -297,7 +300,7 @@ def test_tools_run_under_the_time_limit(deit_tiny_path: Path) -> None:
     fns = {fn.api_name: fn.fn for fn in demo.fns.values() if (fn.api_name or "").startswith("tool_")}
     photo = server.example_paths[0]
     args = {"predict": (photo, 2, ""), "explain": (photo, "integrated-gradients", -1, ""),
-            "attention": (photo, 1, 1, False, ""), "verify": (photo, "")}
+            "attention": (photo, 1, 1, False, ""), "verify": (photo, ""), "steps": (photo, 5, 9, 7, 2, 1.0, "softmax", "")}
     assert set(fns) == {f"tool_{t}" for t in args}
     for tool, values in args.items():
         with pytest.raises(gr.Error, match="took longer than the 0 s a job may take"):

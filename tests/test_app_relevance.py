@@ -4,13 +4,18 @@ only after they have been asked for (their progress callbacks see every forward 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
 from vit_demo import methods
 from vit_demo.analysis import analyze, class_maps, on_demand_map
 from vit_demo.methods.perturb import CausalSettings, RiseSettings, causal_lrp, rise
+
+pytestmark = pytest.mark.slow  # every slow map of the tab on DeiT-Tiny
 
 
 def test_relevance_row(deit_tiny, package_photos):
@@ -42,3 +47,32 @@ def test_relevance_row(deit_tiny, package_photos):
     assert seen == [0.5, 1.0]
     torch.testing.assert_close(torch.from_numpy(m), causal_lrp(deit_tiny.model, a.x, 7, few)[0], atol=1e-6, rtol=1e-4)
     assert list(relevance_maps(a, deit_tiny, 7))[-1].startswith("Causal LRP")
+
+
+def test_relevance_tab_starts_the_maps_with_the_analysis(tmp_path, monkeypatch):
+    """The tab's start_maps (the upload's follow-up calls it first) starts the class maps in the
+    background and returns at once; the tab's first picture shows what is made so far, and the
+    follow-up's pictures what is made then (the top row first)."""
+    from conftest import random_shapes_checkpoint
+
+    from vit_demo import analysis as A
+    from vit_demo.app.tabs.relevance import RelevanceTab, pending_titles, relevance_pending
+    from vit_demo.checkpoints.load import load_model
+
+    lm = load_model(weights=random_shapes_checkpoint(tmp_path / "random.safetensors"), device="cpu", progress=False)
+    a = analyze(lm, Image.fromarray(np.random.default_rng(5).integers(0, 256, (40, 48, 3), dtype=np.uint8)))
+    single = [n for n in methods.names(class_specific=True, slow=False)]
+    assert len(pending_titles(a, None)) == 2 and len(relevance_pending(a, None)) == len(single) - 2
+
+    class Sess:
+        analysis, ready = a, True
+
+    monkeypatch.setattr(A, "lane_count", lambda lm: 2)
+    t0 = time.perf_counter()
+    RelevanceTab().start_maps(Sess(), lm)
+    assert time.perf_counter() - t0 < 1.0 and a.jobs[a.top1]  # started, not waited for
+    top = A.maps_so_far(a, wait_for=("grad-rollout", "chefer"))
+    assert {"grad-rollout", "chefer"} <= set(top)
+    assert pending_titles(a, None) == []
+    class_maps(a, lm)
+    assert relevance_pending(a, None) == [] and a.jobs[a.top1] == []

@@ -1,6 +1,7 @@
 """The safety machinery of the app, piece by piece, without a server (issue 21): the temp
 folders and their disk budget, the sessions' memory budget, the work in flight counted in the
-analysis cache, pictures reduced at load, time limits, budgets scaled to the machine."""
+analysis cache, pictures reduced at load, time limits, budgets scaled to the machine, the server's paths
+masked in what an exposed app sends."""
 
 from __future__ import annotations
 
@@ -383,3 +384,171 @@ def test_folder_jobs_read_pictures_as_an_upload(tmp_path: Path) -> None:
     Image.new("F", (4000, 3000), 0.5).save(huge, compression="tiff_adobe_deflate")
     with pytest.raises(ImageError, match="the limit is 10 MP"):
         load(str(huge))
+
+
+def test_gradio_forgets_sessions_that_hold_nothing_first() -> None:
+    """Past its capacity Gradio forgot the least recently used session, whatever it held: new
+    sessions that hold nothing (a request refused after Gradio made its state) pushed out a
+    visitor's analysed picture. Now those holding no value go first."""
+    import gradio as gr
+    import gradio.state_holder as sh
+
+    from vit_demo.app.server.lean import holds_values, lean_sessions
+
+    assert lean_sessions()
+    with gr.Blocks(analytics_enabled=False) as demo:
+        state = gr.State(None)
+        runs = gr.State([])
+    holder = sh.StateHolder()
+    holder.set_blocks(demo)
+    holder.capacity = 5
+    holder["visitor"][state._id] = {"picture": 1}
+    holder["menu only"][state._id] = None  # (a state read, nothing kept)
+    holder["no runs"][runs._id] = []
+    for i in range(50):
+        holder[f"fresh{i}"]
+    assert "visitor" in holder and len(holder.session_data) == 5
+    assert holds_values(holder.session_data["visitor"]) and not holds_values(holder.session_data["fresh49"])
+    for i in range(5):  # all of them hold values: the least recently used goes, as before
+        holder[f"full{i}"][state._id] = i + 1
+    assert "visitor" not in holder and "full0" in holder
+
+
+def test_training_reads_a_float_tiff_reduced(tmp_path: Path) -> None:
+    """The training child decoded a zip's 40-MP float TIFFs whole and made float64 copies (2.3 GB
+    at its peak against 870 MB for an ordinary run); it now reads each picture reduced at load,
+    as an upload is read: the arrays made for a 9-MP float TIFF stay under 100 MB (216 before)."""
+    import tracemalloc
+
+    from vit_demo.preprocess import DataConfig
+    from vit_demo.train.data import index_folder, load_folder
+
+    side = np.linspace(0, 9, 30, dtype=np.float32)
+    small = np.sin(side)[None, :] * np.cos(side)[:, None]
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        for i in range(2):
+            big = Image.fromarray(small * (i + 1), "F").resize((3000, 3000), Image.Resampling.NEAREST)
+            big.save(tmp_path / cls / f"{i}.tif", compression="tiff_adobe_deflate")
+    tracemalloc.start()
+    data = load_folder(index_folder(tmp_path), DataConfig(input_size=(32, 32)), 0.25, 0, 32, progress=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    print(f"4 float TIFFs of 9 MP read for training: numpy's and torch's peak {peak / MB:.0f} MiB")
+    assert data.train_x.shape[1:] == (3, 32, 32) and len(data.train_x) + len(data.val_x) == 4
+    assert peak < 100 * MB, peak / MB
+
+
+def test_the_soft_file_limit_is_raised_to_the_hard_one() -> None:
+    """A service often starts with a soft file limit of 1,024 under a much higher hard one: the
+    app raises its soft limit to the hard one (as Go's runtime does) and says the limit in its
+    start-up line; at 1,024 soft and hard it stays 1,024."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    code = ("from vit_demo.app.server.connections import ConnectionRules, describe, raise_file_limit; "
+            "print(describe(ConnectionRules(per_address=100), *raise_file_limit()))")
+    lines = {}
+    for soft, top in ((512, hard), (1024, 1024)):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             cwd=Path(__file__).resolve().parents[1],
+                             preexec_fn=lambda s=soft, t=top: resource.setrlimit(resource.RLIMIT_NOFILE, (s, t)))
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines[soft] = out.stdout.strip()
+    print(lines)
+    if hard != resource.RLIM_INFINITY and hard > 512:
+        assert f"file limit {hard:,} open files, raised from 512" in lines[512], lines[512]
+    assert lines[1024].startswith("connections: file limit 1,024 open files: at most 614 connections"), lines[1024]
+    assert "307 of them response streams; one address at most 100 connections and 32 streams" in lines[1024]
+
+
+def test_an_unforeseen_error_is_plain_words() -> None:
+    """An exception no check foresaw reaches the user as plain words with nothing of the server
+    (its type, its text) and its traceback goes to the log; a check's own words pass as they are."""
+    from vit_demo.app.common import SOMETHING_WRONG, check_look, readable_error
+    from vit_demo.app.server.guard import InputError
+
+    err = readable_error(KeyError("/srv/secret/path"), "a test")
+    assert err.message == SOMETHING_WRONG and "secret" not in err.message and "KeyError" not in err.message
+    assert readable_error(InputError("k must be a whole number from 1 to 10.")).message.startswith("k must be")
+    for cmap, alpha, words in ((-1, 0.6, "Colormap"), ("inferno", "abc", "Overlay opacity"), ("x" * 30, 0.5, "Colormap"),
+                               ("viridis", 1.5, "Overlay opacity"), ("gray", True, "Overlay opacity")):
+        with pytest.raises(InputError, match=words):
+            check_look(cmap, alpha)
+    check_look("magma", 0)
+
+
+def test_the_stream_open_longest_goes_first() -> None:
+    """The response streams to close: a client's oldest past its own cap, then the oldest of all
+    past the total (a page opens its heartbeat again when it needs it)."""
+    from vit_demo.app.server.connections import Streams
+
+    s = Streams()
+    for i in range(6):
+        s.add(f"a{i}", "A")
+    for i in range(3):
+        s.add(f"b{i}", "B")
+    assert s.over("A", 4, None) == ["a0", "a1"]
+    assert s.over("B", 4, 7) == ["a0", "a1"]
+    assert s.over("A", 5, 6) == ["a0", "a1", "a2"]
+    s.remove("a0")
+    assert s.oldest() == "a1" and s.oldest("B") == "b0" and s.count("A") == 5
+
+
+def test_server_paths_are_masked_both_ways(tmp_path: Path) -> None:
+    """vit_demo.app.server.masking's middleware, driven as the server drives it: a streamed answer cut
+    anywhere (through the folder's path too) reaches the client with ``files/`` in place of the folder,
+    equal to the whole answer rewritten at once; a sized answer is rewritten with its new length; a
+    request's body and a file address get the folder back; an upload's body, a file and a script's
+    other bytes go as they are; Gradio's exact release becomes its major version, Range dropped."""
+    import asyncio
+    import json
+
+    from vit_demo.app.server.masking import TOKEN, PathMask
+
+    folder = tmp_path / "vit_demo_x1y2" / "gradio"
+    real = f"{folder}/3fa9/chelsea.png"
+    events = "".join(f'data: {json.dumps({"msg": "process_completed", "path": real, "i": i})}\n\n' for i in range(5))
+    seen: dict[str, object] = {}
+
+    async def app(scope, receive, send):  # what Gradio would answer, by route
+        seen["path"] = scope["path"]
+        seen["headers"] = scope.get("headers", [])
+        seen["body"] = (await receive())["body"]
+        kind, body = {"/queue/data": (b"text/event-stream", events.encode()),
+                      "/config": (b"application/json", json.dumps({"version": "6.31.0", "file": real}).encode()),
+                      "/assets/index.css": (b"text/css", b".gradio-container-6-31-0{color:red}"),
+                      }.get(scope["path"], (b"image/png", real.encode()))
+        sized = scope["path"] != "/queue/data"
+        headers = [(b"content-type", kind)] + ([(b"content-length", str(len(body)).encode())] if sized else [])
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for k in range(0, len(body), cut):
+            await send({"type": "http.response.body", "body": body[k : k + cut], "more_body": k + cut < len(body)})
+
+    def call(path: str, body: bytes = b"", headers=()) -> tuple[dict, bytes]:
+        out: list[dict] = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            out.append(message)
+
+        scope = {"type": "http", "path": path, "headers": list(headers)}
+        asyncio.run(PathMask(app, folder, release="6.31.0")(scope, receive, send))
+        return out[0], b"".join(m.get("body", b"") for m in out[1:])
+
+    for cut in (1, 7, 50, 10_000):  # a stream's chunks end anywhere
+        _, got = call("/queue/data")
+        assert got == events.replace(f"{folder}/", TOKEN).encode() and str(folder).encode() not in got, cut
+    start, got = call("/config")
+    assert json.loads(got) == {"version": "6", "file": "files/3fa9/chelsea.png"}
+    assert dict(start["headers"])[b"content-length"] == str(len(got)).encode()
+    call("/gradio_api/queue/join", json.dumps({"data": [{"path": "files/3fa9/chelsea.png"}]}).encode())
+    assert json.loads(seen["body"]) == {"data": [{"path": real}]}  # the folder is back for the app
+    call("/gradio_api/upload", b'"files/3fa9/chelsea.png"')
+    assert seen["body"] == b'"files/3fa9/chelsea.png"'  # the user's file: as it is
+    _, got = call("/gradio_api/file=files/3fa9/chelsea.png")
+    assert seen["path"] == f"/gradio_api/file={real}" and got == real.encode()  # a file goes as it is
+    _, got = call("/assets/index.css", headers=[(b"range", b"bytes=0-3")])
+    assert got == b".gradio-container-6{color:red}" and seen["headers"] == []

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -44,7 +45,6 @@ from vit_demo.app.trainer import (
     check_request,
     forget,
     forget_old,
-    run_to_end,
     train_steps,
 )
 from vit_demo.progress import Cancelled
@@ -97,41 +97,74 @@ def test_train_minutes_flag() -> None:
 
 
 def test_progress_from_the_child_messages() -> None:
-    """What the page shows of a run: the log line while it prepares, then the epochs, their ETA at
-    the epochs' own pace (not counting the process's start), a filmstrip once snapshots came."""
+    """What the page shows of a run: the stage while it prepares (never "starting" over empty panels),
+    the findings under the bar; then the epoch under way of an "about" plan (a time budget may still
+    change it) with ONE time left, the child's own, counted down between its messages and shown in the
+    bar only; the epochs' steps move the bar; a plan that is fixed says no "about"."""
     prog = Progress("digits", 1.0)
-    prog.started -= 20  # the process took 20 s to start and read the pictures
+    prog.started -= 20  # the process took 20 s to start
+    assert prog.text() == "preparing: starting the training process" and prog.status() == ""
+    prog.take("stage", {"text": "decoding the pictures 480/1797", "share": 0.27})
+    assert prog.text() == "preparing: decoding the pictures 480/1797" and prog.share <= 0.1
     prog.take("log", "scratch on digits: 1438 training and 359 validation pictures\nmore")
     assert prog.status() == "*scratch on digits: 1438 training and 359 validation pictures*"
-    assert prog.text().startswith("preparing") and prog.share <= 0.1 and prog.eta() == "1:00"
+    prog.take("plan", {"epochs": 66, "eta_s": 100.0, "budgeted": True})
+    prog.take("stage", {"text": "the untrained model's snapshot", "share": 0.0})
+    assert prog.text() == "preparing: the untrained model's snapshot · about 66 epochs planned, about 1:40"
     flat = np.full((4, 4, 4), 1 / 16, dtype=np.float32)
     snap = Snapshot(0, 10, {"epoch": 0}, flat, flat, np.full(4, 4.0), 4.0, [0] * 4, [0.1] * 4)
     pics = [np.zeros((8, 8, 3), np.uint8)] * 4
     prog.take("frame", {"path": "/x/epoch_0000.png", "snapshot": snap, "pictures": pics, "names": ["a", "b", "c", "d"]})
-    prog.training_since -= 4  # two epochs of 2 s
-    for e in (1, 2):
-        prog.take("epoch", {"row": {"epoch": e, "train_loss": 1.0, "val_loss": 0.9, "val_accuracy": 0.5}, "epochs": 10})
-    assert prog.eta() in ("0:16", "0:17") and abs(prog.share - (0.1 + 0.85 * 0.2)) < 1e-9
-    assert "epoch **2 of 10**" in prog.status() and "50.0%" in prog.status()
+    prog.take("stage", {"text": "epoch 1: step 11 of 22", "share": 0.5})
+    assert prog.text() == "epoch 1 of about 66 · about 1:40 left"
+    assert prog.share == pytest.approx(0.1 + 0.85 * 0.5 / 66)
+    prog.take("epoch", {"row": {"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "val_accuracy": 0.5}, "epochs": 72,
+                        "eta_s": 71 * 1.5, "budgeted": True})  # the first epoch re-planned the run
+    assert prog.text() == "epoch 2 of about 72 · about 1:46 left"
+    prog.eta_at -= 10  # ten seconds later, no word from the child: the same estimate, counted down
+    assert prog.text() == "epoch 2 of about 72 · about 1:36 left"
+    assert prog.status() == "after epoch 1: validation accuracy **50.0%** · train loss 1.000"
+    assert "1:36" not in prog.status() and "72" not in prog.status()  # one ETA, one plan: the bar's
     assert prog.frames == [("/x/epoch_0000.png", "before training")] and prog.strip().width > 2 * 96
-    prog.take("epoch", {"row": {"epoch": 10, "train_loss": 0.5, "val_loss": 0.4, "val_accuracy": 0.9}, "epochs": 10})
-    assert prog.finishing and prog.share == 0.97 and prog.text().startswith("finishing")
+    fixed = Progress("digits", 1.0)
+    fixed.take("epoch", {"row": {"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "val_accuracy": 0.5}, "epochs": 10,
+                         "eta_s": 9.0, "budgeted": False})
+    assert fixed.text() == "epoch 2 of 10 · about 0:09 left"
+    prog.take("epoch", {"row": {"epoch": 72, "train_loss": 0.5, "val_loss": 0.4, "val_accuracy": 0.9}, "epochs": 72,
+                        "eta_s": 0.0, "budgeted": True})
+    prog.take("stage", {"text": "finishing: logistic regression on the pixels (the baseline)", "share": 0.0})
+    assert prog.finishing and prog.share == 0.97
+    assert prog.text() == "finishing: logistic regression on the pixels (the baseline)"
 
 
-def progress_of(ctx: Context, dataset: str, minutes: float, lines: list[str]):
+def progress_of(ctx: Context, dataset: str, minutes: float, lines: list[str], bars: list[str] | None = None):
     """train_steps as a long action's work: its progress as page updates (what Job keeps); the
-    status lines the page would show go to ``lines``."""
+    status lines the page would show go to ``lines``, the bar's words to ``bars``."""
     def work():
-        for p in train_steps(ctx, dataset, minutes):
+        steps = train_steps(ctx, dataset, minutes)
+        while True:
+            try:
+                p = next(steps)
+            except StopIteration as stop:
+                return stop.value  # the run (Job.result)
             lines.append(p.status())
+            if bars is not None:
+                bars.append(p.text())
             yield {"epochs": len(p.history), "frames": len(p.frames)}
     return Job(work)
 
 
 def trainings() -> list[psutil.Process]:
-    """This process's training children (multiprocessing's spawned ones; not its resource tracker)."""
-    return [c for c in psutil.Process().children(recursive=True)
-            if c.is_running() and c.status() != "zombie" and "spawn_main" in " ".join(c.cmdline())]
+    """This process's training children: forked by the fork server (vit_demo.train.live) or spawned;
+    not the fork server itself, nor multiprocessing's resource tracker."""
+    found = []
+    for c in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = " ".join(c.cmdline())
+            forked = "forkserver" in cmd and "forkserver" in " ".join(c.parent().cmdline())
+            if c.is_running() and c.status() != "zombie" and ("spawn_main" in cmd or forked):
+                found.append(c)
+    return found
 
 
 @pytest.fixture
@@ -145,6 +178,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # trains
 def test_one_at_a_time_cancel_leaves_nothing_and_a_run_goes_with_its_session(one_thread) -> None:
     ctx = context()
     exports = workspace().exports
@@ -169,9 +203,16 @@ def test_one_at_a_time_cancel_leaves_nothing_and_a_run_goes_with_its_session(one
     assert not trainings()  # the training process too
     assert not [k for k in ctx.reg._specs if k.startswith("trained:")]  # nothing joined the menu
 
-    t0 = time.monotonic()
-    run = run_to_end(train_steps(ctx, "digits", 0.05))  # the lock is free again: a 3-s run to its end
-    print(f"a 3-s run took {time.monotonic() - t0:.1f} s")
+    t0, bars = time.monotonic(), []
+    job = progress_of(ctx, "digits", 0.05, lines, bars)  # the lock is free again: a 3-s run to its end
+    job.run()
+    assert job.error is None, job.error
+    run = job.result
+    print(f"a 3-s run took {time.monotonic() - t0:.1f} s; the bar said: {bars}")
+    # the bar says what the child does as it prepares, then the epoch of the plan and one time left
+    assert any(b.startswith("preparing: decoding the pictures ") for b in bars), bars
+    assert any(re.fullmatch(r"epoch \d+ of (about )?\d+( · about \d+:\d\d left)?", b) for b in bars), bars
+    assert all("ETA" not in line and " left" not in line for line in lines), lines  # the ETA: the bar's alone
     folder = Path(run.folder)
     assert folder.parent == exports and all(Path(f).is_relative_to(folder) for f in run.files)  # the exports' budget
     assert set(run.summary) >= SUMMARY_KEYS and run.summary["out"] == "digits-vit.safetensors"
@@ -234,6 +275,7 @@ def predict_times(c: Client, pics: list[Path]) -> list[float]:
     return out
 
 
+@pytest.mark.slow  # trains
 def test_train_api_one_at_a_time_and_predictions_stay_fast(app, digits_zip: Path, tmp_path: Path) -> None:
     other = client(app, "10.0.9.3")
     quiet = predict_times(other, noise_photos(tmp_path, 8, 1))  # the same machine, no training

@@ -162,6 +162,7 @@ def same_json(a: object, b: object, path: str = "") -> None:
         assert a == b, path
 
 
+@pytest.mark.slow  # torchrun's processes
 def test_atlas_command_json_and_torchrun(folder: tuple[Path, object], tmp_path: Path,
                                         capsys: pytest.CaptureFixture) -> None:
     """The command (in this process): the JSON the issue names (layers and heads from 1, rows and

@@ -184,5 +184,5 @@ def test_sessions_hold_no_analysis_of_their_own(deit_tiny, deit_tiny_path, photo
     assert users[0].ready and torch.equal(users[0].analysis.logits, reference[0])  # recomputed
     assert reg.analyses.misses == misses + 1 and users[1].peek() is None  # ... and it took the cache's place
     assert torch.equal(users[1].analysis.logits, reference[1])
-    assert reg.is_loaded(key) and reg.models_nbytes == 4 * 5_717_416
+    assert reg.is_loaded(key) and module_nbytes(reg.get(key).model) == 4 * 5_717_416  # float32 parameters
 

@@ -48,6 +48,7 @@ def write_cifar10(root: Path, per_batch: int = 40, test: int = 40, seed: int = 0
     return root
 
 
+@pytest.mark.slow  # trains
 def test_cifar10_folder_trains_and_reports_its_class_names(tmp_path: Path) -> None:
     root = write_cifar10(tmp_path / "cifar-10-batches-py")
     out = tmp_path / "cifar.safetensors"
@@ -96,6 +97,7 @@ class Exploit:
         return os.system, (f"touch {self.marker}",)
 
 
+@pytest.mark.slow  # commands in subprocesses
 def test_hostile_or_malformed_files_stop_in_one_line(tmp_path: Path) -> None:
     root = write_cifar10(tmp_path / "c", per_batch=4, test=4)
     layout = cifar_layout(root)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +21,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=600)
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_predict_json(deit_tiny_path: Path, labelled_photos: list[tuple[Path, frozenset[str]]], tmp_path: Path) -> None:
     folder = tmp_path / "imgs"
     folder.mkdir()
@@ -37,6 +39,7 @@ def test_predict_json(deit_tiny_path: Path, labelled_photos: list[tuple[Path, fr
         assert o["topk"][0]["label"] in accepted, (o["image"], o["topk"])
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_verify_json_and_exit_code(deit_tiny_path: Path, labelled_photos: list, tmp_path: Path) -> None:
     folder = tmp_path / "imgs"
     folder.mkdir()
@@ -80,12 +83,14 @@ def test_verify_times_both_models_interleaved() -> None:
     assert 0 <= tf < 0.2 and 0 <= tg < 0.2
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_verify_random_init_non_square() -> None:
     r = run("verify", "--model", "deit3_small_patch16_224", "--random-init", "--input-size", "256x384", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["input_size"] == [256, 384]
 
 
+@pytest.mark.slow  # commands in subprocesses
 def test_port_then_predict(deit_tiny_path: Path, package_photos: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "deit.safetensors"
     r = run("port", "--model", "deit_tiny_patch16_224", "--from", str(deit_tiny_path), "--out", str(out))
@@ -95,8 +100,24 @@ def test_port_then_predict(deit_tiny_path: Path, package_photos: dict[str, Path]
     assert json.loads(a.stdout)[0]["topk"] == json.loads(b.stdout)[0]["topk"]
 
 
+@pytest.mark.slow  # commands in subprocesses
 def test_errors_are_one_line(tmp_path: Path) -> None:
     r = run("predict", str(tmp_path / "missing.jpg"), "--model", "deit_tiny_patch16_224", "--random-init")
     assert r.returncode == 2 and "unrecognized arguments" in r.stderr  # predict takes no --random-init
     r = run("verify", "--model", "no_such_model_xyz", "--random-init")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no_such_model_xyz" in r.stderr
+
+
+def test_python_m_vit_demo_is_the_command_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``python -m vit_demo`` (vit_demo/__main__.py) runs the command line and exits with its status,
+    here in this process (the tests above start it in a fresh one): --help lists every command."""
+    import runpy
+
+    from vit_demo.cli.main import COMMANDS
+
+    monkeypatch.setattr(sys, "argv", ["vit_demo", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("vit_demo", run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and all(c.__name__.rsplit(".", 1)[1] in out for c in COMMANDS)

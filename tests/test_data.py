@@ -12,16 +12,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from vit_demo.data.annotations import DataError, read_boxes
 from vit_demo.train.data import (
     EASY,
     MORE_SHAPES,
     SHAPES,
-    DataError,
     ShapeStyle,
     index_folder,
     load_folder,
     make_shapes,
-    read_boxes,
     render_shape,
     shape_classes,
     shape_outline,
@@ -165,6 +164,7 @@ def test_folder_errors(tmp_path: Path) -> None:
         index_folder(tmp_path)
 
 
+@pytest.mark.slow  # commands in subprocesses
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     cmd = [sys.executable, "-m", "vit_demo", "train", "--data", str(tmp_path), "--out", str(tmp_path / "m.safetensors")]
@@ -185,7 +185,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 def test_cifar10_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from vit_demo.train.cifar import load_cifar10
+    from vit_demo.train.cifar import download_cifar
 
     def no_network(*args, **kwargs):
         raise OSError("network unreachable (blocked in this test)")
@@ -194,5 +194,5 @@ def test_cifar10_offline_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     with pytest.raises(DataError, match="cannot download CIFAR-10"):  # one connection attempt, no retries
-        load_cifar10(scratch_data_config(32))
+        download_cifar("cifar10")
     assert not any(tmp_path.iterdir())  # nothing half-downloaded

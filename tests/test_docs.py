@@ -1,6 +1,6 @@
 """The README and the docs pages: every relative link points to a file that exists, every #anchor to a
 heading of its target (GitHub's rule: lower case, punctuation dropped except '-' and '_', each space
-a '-', repeats numbered -1, -2, ...), the README stays short, and its test command is the one CI runs."""
+a '-', repeats numbered -1, -2, ...), the README stays short, and its test commands are the ones CI runs."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_slug_follows_github() -> None:
     """Headings of these pages and the anchors GitHub's rule gives them."""
     assert slug("Whole folder: is the model right for the wrong reason?") == \
         "whole-folder-is-the-model-right-for-the-wrong-reason"
-    assert slug("Photos: the training size (issue 46)") == "photos-the-training-size-issue-46"
+    assert slug("Photos: the training size (at 48 px)") == "photos-the-training-size-at-48-px"
     assert slug("The named API (gradio_client)") == "the-named-api-gradio_client"
     assert slug("Agents (MCP)") == "agents-mcp"
     assert slug("For a lecture, in four steps") == "for-a-lecture-in-four-steps"
@@ -120,14 +120,19 @@ def test_readme_is_short() -> None:
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the how-tos belong in docs/"
 
 
-def test_readme_test_command_is_what_ci_runs() -> None:
-    """.ci/run ends with "exactly the README's test command": the README's Run the tests section
-    shows that command."""
+FAST, REST = 'python -m pytest -m "not slow"', "python -m pytest -m slow"
+
+
+def test_readme_test_commands_are_what_ci_runs() -> None:
+    """.ci/run ends with the README's test commands: the fast tier, then the rest, so that every test
+    runs once and the fast ones first. The README's Run the tests section shows the fast command
+    first, then the whole suite's."""
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if ln.strip()]
-    command = ci[-1]
+    assert ci[-2:] == [FAST, REST]
     section = README.read_text(encoding="utf-8").split("## Run the tests", 1)[1].split("\n## ", 1)[0]
-    assert command == "python -m pytest"
-    assert any(ln.strip().endswith(command) for ln in section.splitlines() if ln.startswith("    ")), section
+    shown = [ln.split("#")[0].strip() for ln in section.splitlines() if ln.startswith("    ")]
+    assert FAST in shown and "python -m pytest" in shown, section
+    assert shown.index(FAST) < shown.index("python -m pytest"), section
 
 
 def test_architecture_page_lists_the_import_layers_as_pyproject_does() -> None:

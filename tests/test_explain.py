@@ -24,7 +24,7 @@ from vit_demo.methods.attention import (
     query_index,
 )
 from vit_demo.methods.gradients import attention_gradients, chefer_relevance, grad_rollout
-from vit_demo.methods.rollout import per_head_rollout, rollout, rollout_matrix
+from vit_demo.methods.rollout import rollout, rollout_matrix
 
 ATOL = 1e-5
 
@@ -254,21 +254,6 @@ def test_discard_keeps_class_entries(ag):
             assert zeros >= 0.985, f"image {b}: only {zeros:.3f} of the patch entries discarded"
 
 
-def test_per_head_rollout(ag):
-    layout = ag.layout
-    attn64 = [a.double() for a in ag.attentions]
-    got = per_head_rollout(attn64, layout, "max", 0.5, 2)
-    assert got.shape == (3, 3, 14, 14)
-    for b in range(3):
-        attn = image(attn64, b)
-        below = naive_rollout_matrix(attn[:-1], layout, "max", 0.5, 2)
-        for h in range(3):
-            M = naive_residual(naive_discard(attn[-1][h], 0, 0.5))
-            torch.testing.assert_close(got[b, h], naive_query_row(M @ below, layout), atol=ATOL, rtol=0)
-    # mean fusion, no discard: the heads average back to the plain rollout
-    torch.testing.assert_close(per_head_rollout(ag.attentions, layout).mean(dim=1), rollout(ag.attentions, layout))
-
-
 # ----------------------------------------------------------------------------- gradients
 
 
@@ -355,7 +340,6 @@ def test_non_square_input(deit_tiny, package_photos):
                lambda: grad_rollout(ag.attentions, ag.grads, layout),
                lambda: chefer_relevance(ag.attentions, ag.grads, layout)):
         assert fn().shape == (1, 14, 20)
-    assert per_head_rollout(ag.attentions, layout).shape == (1, 3, 14, 20)
     assert head_maps(ag.attentions, layout).shape == (1, 12, 3, 14, 20)
     R = rollout_matrix(ag.attentions, layout, discard=0.5)
     torch.testing.assert_close(R.sum(dim=-1), torch.ones(1, 1 + 280), atol=1e-5, rtol=0)

@@ -44,6 +44,7 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_rollout_subprocess(deit_tiny, deit_tiny_path, package_photos, tmp_path):
     img = package_photos["coffee"]
     r = run_cli(str(img), "--weights", str(deit_tiny_path), "--method", "rollout", "--out", str(tmp_path))
@@ -69,6 +70,7 @@ def test_rollout_subprocess(deit_tiny, deit_tiny_path, package_photos, tmp_path)
     assert d["figure"] == fig.name and d["class_specific"] is False
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_chefer_folder_with_a_bad_image_subprocess(deit_tiny, deit_tiny_path, package_photos, tmp_path):
     """A folder (linked photos + a broken file), a chosen class, PDF output: the good images
     are explained, the bad one is one line on stderr, and the exit status says so."""

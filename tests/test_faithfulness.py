@@ -10,8 +10,16 @@ import torch
 from conftest import load_photos
 
 from vit_demo import methods
-from vit_demo.evaluate.curves import deletion_insertion, patch_order
+from vit_demo.evaluate.curves import curves, patch_order
 from vit_demo.evaluate.faithfulness import evaluate, format_results, spread
+
+
+def deletion_insertion(model, x, saliency, target, per_step=None):
+    """Deletion and insertion curves [B, S + 1] of one map per image (``saliency`` [B, gh, gw]),
+    through the package's batched :func:`curves`; ``per_step`` defaults to one grid row."""
+    t = torch.as_tensor(target, dtype=torch.long, device=x.device).reshape(-1).expand(x.shape[0])
+    d, i = curves(model, x, patch_order(saliency)[:, None], t, per_step or saliency.shape[-1])
+    return d[:, 0], i[:, 0]
 
 
 def naive_curves(model, x, saliency, target, per_step):
@@ -42,6 +50,7 @@ def test_patch_order():
     assert patch_order(s).tolist() == [[1, 2, 0, 3]]  # ties keep the row-major order
 
 
+@pytest.mark.slow  # the deletion protocol step by step, on DeiT-Tiny
 def test_curves_match_naive(deit_tiny, package_photos):
     model = deit_tiny.model
     x = load_photos(deit_tiny, [package_photos["chelsea"], package_photos["grace_hopper"]])
@@ -76,6 +85,7 @@ def test_spread():
     assert spread(list(range(5)), 10) == list(range(5))
 
 
+@pytest.mark.slow  # the faithfulness protocol twice
 def test_cli_matches_library(deit_tiny, deit_tiny_path, package_photos, tmp_path, capsys):
     from vit_demo.cli.main import main
     from vit_demo.labels import imagenet_wnids
@@ -123,6 +133,7 @@ def test_label_target_needs_wnid_names(deit_tiny, package_photos, tmp_path):
 ATTENTION_METHODS = ("attention", "rollout", "grad-rollout", "chefer")  # the LRP family: tests/test_lrp.py
 
 
+@pytest.mark.slow  # the faithfulness protocol on 100 photos
 @pytest.mark.timeout(1800)  # ~6,500 DeiT-Tiny forward passes: ~2.5 min on 2 idle CPU cores, longer on busy ones
 def test_acceptance_quick_subset(deit_tiny, quick_images):
     """Every 2nd photo of the 100-image quick subset (50), true-label target: every map beats random
@@ -144,6 +155,7 @@ def test_acceptance_quick_subset(deit_tiny, quick_images):
     assert m["chefer"]["deletion_auc"] <= 0.19, m
 
 
+@pytest.mark.slow  # the faithfulness protocol on 100 photos
 def test_causal_lrp_improves_on_its_seed(deit_tiny, quick_images):
     """Causal LRP against the map it starts from (lrp-gated), on 9 photos of the quick subset (every
     12th; its 256 forward passes per photo leave the whole subset to docs/faithfulness.md's run):
@@ -158,6 +170,7 @@ def test_causal_lrp_improves_on_its_seed(deit_tiny, quick_images):
     assert c["deletion_auc"] <= g["deletion_auc"] + 0.002, r["methods"]
 
 
+@pytest.mark.slow  # the faithfulness protocol three times
 def test_merged_runs_equal_one_run(deit_tiny, package_photos):
     """benchmarks/merge_faithfulness.py (how docs/faithfulness.md's 1000-photo table was assembled from
     three folders): two runs over disjoint photos, merged, give the run over all of them."""

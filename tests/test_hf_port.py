@@ -94,6 +94,7 @@ def test_preprocessing_from_the_image_processor(tmp_path: Path) -> None:
     assert dc.mean == (0.5, 0.5, 0.5) and dc.std == (0.5, 0.5, 0.5)
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_safetensors_folder_ports_without_transformers(tmp_path: Path) -> None:
     folder = make_folder(tmp_path, "DeiTForImageClassificationWithTeacher")
     out = tmp_path / "deit.safetensors"

@@ -342,6 +342,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_cli_reports_bad_files_in_one_line_and_still_predicts_good_ones(corpus, deit_tiny_path, tmp_path):
     bad = ["zero_byte.jpg", "text.jpg", "truncated.jpg", "bomb_gif.gif", "corrupt_idat.png"]
     good = ["grey16.png", "exif6.jpg", "strip_3x5000.png", "cmyk.jpg"]

@@ -4,12 +4,17 @@
 - no private name (``_x``) imported from another module of the project;
 - no function over 60 lines, in ``vit_demo/`` or ``app.py`` (a docstring's reason no longer excuses one);
 - every command of the CLI is a module of ``vit_demo/cli/`` in ``COMMANDS``, every tab a module
-  of ``vit_demo/app/tabs/`` in ``TABS``.
+  of ``vit_demo/app/tabs/`` in ``TABS``, its id the module's name;
+- one name per concept: no class name defined twice in ``vit_demo/``;
+- no "issue N" in the code or the docs: a reader cannot follow it; the text says what the code guards;
+- a test that starts the app or a browser is in the slow tier (``tests/conftest.py`` marks it).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +73,41 @@ def test_every_command_and_tab_module_is_listed():
     assert {c.__name__.rsplit(".", 1)[1] for c in COMMANDS} == commands
     tabs = {p.stem for p in (PACKAGE / "app" / "tabs").glob("*.py")} - {"__init__"}
     assert {t.__module__.rsplit(".", 1)[1] for t in TABS} == tabs
+    assert [t.name for t in TABS] == [t.__module__.rsplit(".", 1)[1] for t in TABS]  # a tab's id is its module's name
+
+
+def class_names(paths: list[Path], root: Path = ROOT) -> dict[str, list[str]]:
+    """Every class name defined more than once over ``paths``, with where each is defined."""
+    where = defaultdict(list)
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(f"{path.relative_to(root)}:{node.lineno}")
+    return {name: places for name, places in where.items() if len(places) > 1}
+
+
+def test_one_class_per_name(tmp_path):
+    assert not class_names(sources())
+    for name in ("a.py", "b.py"):  # the check itself finds a name defined twice
+        (tmp_path / name).write_text("class Batch:\n    pass\n")
+    assert class_names([tmp_path / "a.py", tmp_path / "b.py"], tmp_path) == {"Batch": ["a.py:1", "b.py:1"]}
+
+
+ISSUE = re.compile(r"\bissue ?#?[0-9]", re.IGNORECASE)
+
+
+def issue_references(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """``path:line`` of every "issue N" or "issue #N" in ``paths``."""
+    return [f"{path.relative_to(root)}:{i}" for path in paths
+            for i, line in enumerate(path.read_text().splitlines(), 1) if ISSUE.search(line)]
+
+
+def test_no_issue_number_in_code_or_docs(tmp_path):
+    paths = [*sources(), ROOT / "app.py", ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    assert not issue_references(paths)
+    sample = tmp_path / "sample.py"  # the check itself finds one
+    sample.write_text("x = 1\n# the fix for Issue #12\ny = 2  # issue 7\nz = 3  # tissue 9, the issue of 2 lines\n")
+    assert issue_references([sample], tmp_path) == ["sample.py:2", "sample.py:3"]
 
 
 def test_no_tab_imports_another_tab():
@@ -86,3 +126,39 @@ def test_no_tab_imports_another_tab():
                 found.append(f"{path.name}:{node.lineno} from {node.module} import ...")
     assert not found, found
     assert OPEN_IN in {t.name for t in TABS}
+
+
+def starts_the_app() -> None:
+    """A stub for the test below, never called: its source is what the conftest hook reads."""
+    from app_server import running_app
+
+    with running_app([]):
+        pass
+
+
+def test_what_starts_the_app_or_a_browser_leaves_the_fast_tier():
+    """tests/conftest.py marks slow a test that calls, or uses a fixture that calls, one of its
+    SLOW_CALLS: those are the helpers that start the app (tests/app_server.py) and a browser
+    (Playwright's), so that a renamed helper cannot let such tests back into the fast tier unseen."""
+    from types import SimpleNamespace
+
+    import app_server
+    from conftest import SLOW_CALLS, SLOW_FIXTURES, is_slow
+
+    names = {call.rstrip("(") for call in SLOW_CALLS}
+    assert names == {"running_app", "start_app", "sync_playwright"}
+    assert all(callable(getattr(app_server, n)) for n in names - {"sync_playwright"})
+
+    starts = starts_the_app  # (at module level: this test's own source must not start the app)
+
+    def plain():
+        pass
+
+    def item(fn, marks=(), fixtures=None, names=()):
+        info = SimpleNamespace(name2fixturedefs={k: [SimpleNamespace(func=f)] for k, f in (fixtures or {}).items()})
+        return SimpleNamespace(function=fn, fixturenames=list(names), _fixtureinfo=info,
+                               get_closest_marker=lambda m: m if m in marks else None)
+
+    assert is_slow(item(starts)) and is_slow(item(plain, fixtures={"app": starts}))
+    assert is_slow(item(plain, marks=("browser",))) and is_slow(item(plain, names=sorted(SLOW_FIXTURES)))
+    assert not is_slow(item(plain, fixtures={"photos": plain}, names=["photos"]))

@@ -65,6 +65,7 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return r
 
 
+@pytest.mark.slow  # commands in subprocesses
 def test_download_port_and_offline_second_start(tmp_path: Path, package_photos: dict[str, Path]) -> None:
     repo, data, tm = hub_checkpoint()
     weights = tmp_path / "weights"
@@ -102,6 +103,7 @@ def test_download_port_and_offline_second_start(tmp_path: Path, package_photos: 
         assert "downloading" not in r.stderr
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_unknown_file_on_the_hub_is_a_clear_error(tmp_path: Path, package_photos: dict[str, Path]) -> None:
     """The hub answers but has no such weights: one line, no traceback, nothing in weights/."""
     with fake_hub({}) as hub:

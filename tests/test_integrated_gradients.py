@@ -4,6 +4,7 @@ than random patch orders. The registry contract (shape, batching, target) is tes
 
 from __future__ import annotations
 
+import pytest
 import torch
 from PIL import Image
 
@@ -61,6 +62,7 @@ def test_completeness():
     assert (coarse - gap).abs().max() > (total - gap).abs().max()  # more steps, closer
 
 
+@pytest.mark.slow  # the deletion protocol
 def test_deletes_better_than_random_on_a_photo(deit_tiny, package_photos):
     x = preprocess(Image.open(package_photos["coffee"]).convert("RGB"), deit_tiny.data_config)[0][None]
     t = deit_tiny.model(x).logits.argmax(-1)

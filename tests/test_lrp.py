@@ -111,14 +111,9 @@ def one_photo(two_photos):
 
 
 @pytest.mark.parametrize("rules", [lrp.CP_LRP, lrp.ATTN_LRP], ids=["cp", "attnlrp"])
-def test_matches_lxt_on_deit_tiny(deit_tiny, deit_tiny_path, one_photo, rules):
-    import safetensors.torch
-    import timm
-
+def test_matches_lxt_on_deit_tiny(deit_tiny, deit_tiny_timm, one_photo, rules):
     x, t = one_photo
-    tm = timm.create_model("deit_tiny_patch16_224", pretrained=False).eval()
-    tm.load_state_dict(safetensors.torch.load_file(str(deit_tiny_path)))
-    ref = lxt_timm_relevance(tm, x, t, rules)
+    ref = lxt_timm_relevance(deit_tiny_timm, x, t, rules)  # on a copy: the session's timm model stays as it was
     ours = lrp.input_relevance(deit_tiny.model, x, t, rules)
     assert_maps_close(ours, ref, 1e-4)  # every input value, not only the patch sums
     assert_maps_close(lrp.patch_relevance(deit_tiny.model, x, t, rules), patch_sum(ref, 16), 1e-4)

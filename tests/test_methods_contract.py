@@ -166,6 +166,7 @@ def test_reuse_shares_passes_and_gives_the_same_maps(small):
     assert len(calls) == 2  # one LRP forward, one attention-gradient forward: lrp-gated ran none
 
 
+@pytest.mark.slow  # commands in subprocesses
 def test_a_new_method_is_one_file(tmp_path, deit_tiny_path, package_photos):
     """Copy the package, drop one module into its methods/ folder, and use the new method from the
     command line: explain writes its figure, faithfulness scores it."""

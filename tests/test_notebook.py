@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the notebook in a Jupyter kernel
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "examples" / "tour.ipynb"
 
@@ -59,3 +61,5 @@ def test_the_tour_runs_top_to_bottom(tmp_path, monkeypatch):
     assert sum("image/png" in d or "<img" in d.get("text/html", "") for d in shown) >= 6  # results drew themselves
     text = "".join(o.get("text", "") for c in cells for o in c["outputs"])
     assert "(12, 3, 197, 197) (14, 14)" in text and "validation accuracy" in text
+    assert "13 steps: patches, pixels" in text and "scores = keys . query / 8: True" in text  # step inside
+    assert "the attention row is the Attention result's: True" in text

@@ -82,6 +82,7 @@ def test_unsupported_model_named() -> None:
         config_from_timm(tm)
 
 
+@pytest.mark.slow  # 100 ImageNet photos
 def test_real_deit_tiny_on_quick_subset(deit_tiny, deit_tiny_timm, quick_images) -> None:
     """Real weights, 100 real photos: same top-1 as timm everywhere, logits within 1e-4,
     accuracy at least 0.75."""

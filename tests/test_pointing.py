@@ -76,6 +76,7 @@ def test_coverage_hits_and_scores_match_naive_loops() -> None:
         assert share[b] == pytest.approx(ref, abs=1e-9)
 
 
+@pytest.mark.slow  # the pointing game, every method
 def test_pointing_cli_covers_every_method(tmp_path: Path) -> None:
     make_shapes(tmp_path / "shapes", per_class=3, size=32, seed=5, progress=False)
     ckpt = random_shapes_checkpoint(tmp_path / "random.safetensors")

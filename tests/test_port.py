@@ -19,6 +19,7 @@ from vit_demo.checkpoints.timm import HubUnavailableError
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_save_reload_without_timm(deit_tiny, tmp_path: Path) -> None:
     out = save(deit_tiny.model, deit_tiny.data_config, tmp_path / "deit.safetensors", name="deit_tiny_patch16_224")
     _, meta = read_checkpoint(out)

@@ -173,8 +173,10 @@ def test_verify_in_bf16_reports_the_differences(deit_tiny_path):
 
     r = verify("deit_tiny_patch16_224", deit_tiny_path, device="cpu", progress=False, precision="bf16")
     assert r["precision"] == "bf16" and not r["passed"] and 1e-3 < r["max_abs_logit_diff"] < 0.5
+    assert r["compared"] == "the scratch model in bf16, timm's in fp32"
     text = format_report(r)
-    assert "DIFFERS from timm's fp32 by bf16's rounding" in text and "PASSED" not in text
+    assert "bf16's rounding, as expected: not within 0.0001 of timm's fp32" in text
+    assert not any(word in text for word in ("PASSED", "FAILED", "Mismatch", "MISMATCH"))
     assert "the scratch model in bf16, timm's in fp32" in text
 
 
@@ -189,7 +191,9 @@ def test_the_compare_tab_checks_in_fp32(lm16, package_photos):
     c = compare_with_timm(a, lm16, timm_twin(lm16, lm16.source[5:]))
     assert c["identical"], c["verdict"]
     assert "Both run in fp32 here" in press_note(lm16)
-    assert "Runs in **bf16 (asked for)**: 1.7 (DeiT-Tiny) to 3.3 (ViT-B) times as fast" in model_summary(lm16)
+    summary = model_summary(lm16)  # the shipped DeiT-Tiny: the figures measured on it
+    assert "Runs in **bf16 (asked for)**: matrix products in bfloat16" in summary
+    assert "Measured on this architecture: 1.7 times as fast as fp32" in summary and "99.8 %" in summary
 
 
 def test_fp32_model_summary_says_fp32(deit_tiny):

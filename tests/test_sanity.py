@@ -116,7 +116,8 @@ def test_sanity_cli(tiny, tmp_path, capsys):
     assert "unknown method(s) nope" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("method", ["gradcam", "lrp-gated", "lrp-causal"])
+@pytest.mark.parametrize("method", ["gradcam", "lrp-gated",
+                                    pytest.param("lrp-causal", marks=pytest.mark.slow)])  # hundreds of DeiT-Tiny passes
 def test_explain_cli_new_methods(deit_tiny, deit_tiny_path, package_photos, tmp_path, method):
     from vit_demo.images import load_image
     from vit_demo.preprocess import preprocess

@@ -68,7 +68,7 @@ def test_default_model_compares_block_by_block_from_the_tokens(conv: tuple[Loade
     assert st["tokens"] <= 1e-6 and max(st["blocks"]) <= TOL and max(st["attention"]) <= TOL and st["pooled"] <= TOL
     assert c["max_abs_logit_diff"] <= TOL and max(c["layer_attn_max_diff"]) <= TOL and c["topk_agree"]
     v = verdict(c)
-    assert v.startswith("Identical to 0.0001 from the tokens on:") and v.endswith(STEM_SCOPE)
+    assert v.startswith("Identical to 0.0001 from the tokens on, both in fp32:") and v.endswith(STEM_SCOPE)
     assert "no timm counterpart" in v and "train --stem patch trains a model that timm builds whole" in v
 
 
@@ -83,7 +83,7 @@ def test_a_broken_block_weight_fails_the_check(conv: tuple[LoadedModel, Path]) -
     c = compare_one(lm.model, tm, x[:1], repeats=1)
     assert max(c["stages"]["blocks"][:3]) <= TOL and c["stages"]["blocks"][3] > 1e-3
     v = verdict(c)
-    assert v.startswith("Mismatch from the tokens on:") and "(first worst at layer 4)" in v and "block 4" in v, v
+    assert v.startswith("Mismatch from the tokens on, both in fp32:") and "(first worst at layer 4)" in v and "block 4" in v, v
     with torch.no_grad():
         lm.model.blocks[3].attn.qkv.weight[0] -= kick
         lm.model.blocks[1].mlp.fc2.weight[:, 0] += kick  # block 2's MLP: its output and every later stage
@@ -110,7 +110,7 @@ def test_cli_says_what_was_compared(conv: tuple[LoadedModel, Path], capsys: pyte
     assert main(["verify", "--weights", str(path), "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "compared:            from the tokens on (each block's output and attention" in out
-    assert "PASSED: identical to 0.0001 from the tokens on" in out and "has no timm counterpart" in out
+    assert "PASSED: identical to 0.0001 from the tokens on, both in fp32" in out and "has no timm counterpart" in out
     assert "train --stem patch trains a model that timm builds whole" in out
     assert main(["verify", "--weights", str(path), "--device", "cpu", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -124,7 +124,7 @@ def test_patch_model_still_compares_whole(tmp_path: Path) -> None:
     tm = timm_twin(lm, path)
     assert not is_stem_twin(tm) and type(tm.patch_embed).__module__.startswith("timm.")
     c = compare_one(lm.model, tm, inputs(1), repeats=1)
-    assert "stages" not in c and verdict(c).startswith("Identical to 0.0001: ") and "tokens" not in verdict(c)
+    assert "stages" not in c and verdict(c).startswith("Identical to 0.0001, both in fp32: ") and "tokens" not in verdict(c)
     r = verify(None, path, images=[], device="cpu", progress=False)
     assert r["passed"] and r["starts_at"] == "pixels" and r["scope"] == "" and "stage_max_abs_diff" not in r
     assert r["max_abs_logit_diff"] <= TOL and "compared:" not in format_report(r)
@@ -163,7 +163,7 @@ def test_compare_tab_on_a_default_model(conv: tuple[LoadedModel, Path], package_
     c = compare_with_timm(a, lm, reg.timm_twin(key))
     assert c["identical"] and c["max_abs_logit_diff"] <= TOL, c["verdict"]
     assert c["verdict"].startswith("Identical to 0.0001 from the tokens on") and STEM_SCOPE in c["verdict"]
-    assert '<span class="badge">PASS</span> <b>Identical to 0.0001 from the tokens on</b>' in verdict_html(c)
+    assert '<span class="badge">PASS</span> <b>Identical to 0.0001 from the tokens on, both in fp32</b>' in verdict_html(c)
     table = compare_markdown(c)
     assert table.startswith("**Compared from the tokens on** (the convolutional stem has no timm counterpart)")
     assert "block output difference\\| per layer" in table and "| layer 4 |" in table

@@ -20,7 +20,8 @@ import torch
 from conftest import random_shapes_checkpoint
 from PIL import Image
 
-from vit_demo.train.data import DataError, Shortcut, make_shapes, read_watermarks, watermark_box
+from vit_demo.data.annotations import DataError, read_watermarks
+from vit_demo.train.data import Shortcut, make_shapes, watermark_box
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -288,6 +289,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # surveys in child processes
 def test_survey_of_identical_pictures_two_and_one(random_shapes_model: tuple[Path, Path], tmp_path: Path) -> None:
     """The issue's crash: 12 copies of one picture killed the process (in the app: the server).
     Now 12, 2 and 1 pictures give a survey with a plain note where clustering cannot say anything."""
@@ -445,6 +447,7 @@ def one_process(random_shapes_model: tuple[Path, Path], tmp_path_factory) -> tup
     return json.loads(r.stdout), out
 
 
+@pytest.mark.slow  # the command in a subprocess
 def test_survey_json_and_report(random_shapes_model: tuple[Path, Path], one_process: tuple[dict, Path]) -> None:
     shapes, _ = random_shapes_model
     res, out = one_process
@@ -489,6 +492,7 @@ def test_survey_errors_are_one_line(random_shapes_model: tuple[Path, Path], tmp_
         assert code == 2 and msg in error and len(header) <= 1 and all(" on cpu in fp32 (auto: " in h for h in header), err
 
 
+@pytest.mark.slow  # torchrun's processes
 def test_torchrun_shards_give_the_same_survey(random_shapes_model: tuple[Path, Path], one_process: tuple[dict, Path],
                                               tmp_path: Path) -> None:
     """Two processes (gloo) take every other picture; process 0 gathers: the same records and clusters as

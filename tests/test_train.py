@@ -64,6 +64,7 @@ def trained(shapes: Path, tmp_path_factory) -> tuple[dict, Path, str]:
     return json.loads(r.stdout), out, r.stderr
 
 
+@pytest.mark.slow  # trains
 def test_scratch_training_learns_and_reports(trained: tuple[dict, Path, str]) -> None:
     summary, out, log = trained
     assert list(summary) == KEYS and summary["out"] == str(out)
@@ -86,6 +87,7 @@ def test_scratch_training_learns_and_reports(trained: tuple[dict, Path, str]) ->
     assert state_path(out).is_file()
 
 
+@pytest.mark.slow  # trains
 def test_checkpoint_predicts_its_classes_without_timm(trained: tuple[dict, Path, str], shapes: Path) -> None:
     _, out, _ = trained
     code = ("import sys; sys.modules['timm'] = None\nfrom vit_demo.cli.main import main\n"
@@ -96,6 +98,7 @@ def test_checkpoint_predicts_its_classes_without_timm(trained: tuple[dict, Path,
     assert len(results) == 100 and {t["label"] for t in results[0]["topk"]} == {"circle", "square", "star", "triangle"}
 
 
+@pytest.mark.slow  # trains
 def test_resume_after_kill_equals_uninterrupted(trained: tuple[dict, Path, str], shapes: Path, tmp_path: Path) -> None:
     summary, reference, _ = trained
     out = tmp_path / "shapes.safetensors"
@@ -125,6 +128,7 @@ def test_resume_after_kill_equals_uninterrupted(trained: tuple[dict, Path, str],
     assert r.returncode == 2 and "different recipe" in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # trains
 def test_torchrun_two_processes(trained: tuple[dict, Path, str], shapes: Path, tmp_path: Path) -> None:
     single, _, _ = trained
     out = tmp_path / "ddp.safetensors"
@@ -142,6 +146,7 @@ def test_torchrun_two_processes(trained: tuple[dict, Path, str], shapes: Path, t
     assert objects[0]["best_val_accuracy"] >= 0.3 and abs(objects[0]["best_val_accuracy"] - single["best_val_accuracy"]) <= 0.2
 
 
+@pytest.mark.slow  # trains
 def test_linear_probe_on_deit_tiny(shapes: Path, deit_tiny_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "probe.safetensors"
     r = vit_demo("train", "--data", str(shapes), "--out", str(out), "--from", "--freeze-backbone", "--img-size", "64",

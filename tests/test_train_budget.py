@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,7 @@ def mixed_folder(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # trains
 def test_a_budget_run_on_a_mixed_folder_reports_time_baseline_and_fit(tmp_path: Path) -> None:
     """--minutes picks the epochs; the JSON reports the budget, the pixel baseline and the fit; the
     epoch lines carry an ETA; pictures of any size and mode train together; a corrupt file is
@@ -205,3 +207,30 @@ def test_a_run_that_falls_behind_shrinks_and_still_anneals() -> None:
     # on pace (within 10 %): nothing changes
     assert keep_to_budget(s2, sched, 10, fp, 100.0, [0.0, 10.0, 20.0, 30.0, 40.0, 50.0], 5, Dist(), said.append)[1] is r2
     assert len(said) == 1
+
+
+def test_one_slow_epoch_neither_cuts_the_plan_nor_moves_the_eta() -> None:
+    """The plan jumped 72 -> 54 -> 45 in the app: each epoch followed by a snapshot, or by a moment of
+    other work on the cores, looked like a busier machine to a pace of the last two epochs. The pace is
+    now the median of the last three (:func:`epoch_pace`): one slow epoch changes nothing, two in a
+    row do (the machine did get busier), and the ETA the app shows is that pace times the epochs left."""
+    from dataclasses import asdict
+
+    from vit_demo.distributed.torchrun import Dist
+    from vit_demo.train.live import plan_of
+    from vit_demo.train.loop import Setup, epoch_pace, keep_to_budget
+    from vit_demo.train.recipe import scratch_recipe, warmup_cosine
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    r = scratch_recipe(epochs=20)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(20 * 10, 10))
+    s = Setup(model=None, dc=None, data=None, recipe=r, mode="scratch", base_name="scratch", budgeted=True)
+    fp, said = {"recipe": asdict(r)}, []
+    one_slow = [0.0, 10.0, 20.0, 30.0, 40.0, 65.0]  # 5 epochs at 10 s, the 5th at 25 s; 160 s left for 15 more
+    assert epoch_pace(one_slow) == 10.0  # the pace of the last two would be 17.5 s: 262 s > 110 % of 160 s
+    assert keep_to_budget(s, sched, 10, fp, 160.0, one_slow, 5, Dist(), said.append)[1] is r and said == []
+    assert plan_of(replace(s, pace_s=epoch_pace(one_slow)), 5) == {"epochs": 20, "eta_s": 150.0, "budgeted": True}
+    two_slow = [0.0, 10.0, 20.0, 30.0, 55.0, 80.0]  # the 4th and 5th at 25 s: 15 more take 375 s
+    s2, r2 = keep_to_budget(s, sched, 10, fp, 160.0, two_slow, 5, Dist(), said.append)
+    assert r2.epochs == 5 + 6 and "epochs now take 25.0 s" in said[0]  # floor(0.95 * 160 / 25) = 6 more
+    assert epoch_pace([0.0]) == 0.0 and epoch_pace([0.0, 4.0]) == 4.0

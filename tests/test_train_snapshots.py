@@ -1,5 +1,6 @@
 """What a model in training sees, every few epochs (vit_demo.train.snapshots): the loop's
-``on_epoch`` hook, the frames, and ``train --snapshots DIR`` writing them with a GIF and an MP4.
+``on_epoch`` hook, the frames, ``train --snapshots DIR`` writing them with a GIF and an MP4, and
+the Train tab's run in a child process telling what it sees.
 
 Real runs on scikit-learn's real digits (a few epochs, seconds each): the untrained model's maps
 are near uniform and its attention distance is the uniform one; after training they are not.
@@ -51,6 +52,7 @@ class Stop(Exception):
     pass
 
 
+@pytest.mark.slow  # trains
 def test_hook_sees_the_untrained_model_then_every_epoch_and_can_stop_the_run(digits: Path, tmp_path: Path) -> None:
     seen: list[tuple[int, set[str], bool]] = []
 
@@ -67,6 +69,7 @@ def test_hook_sees_the_untrained_model_then_every_epoch_and_can_stop_the_run(dig
     assert not out.exists()  # stopped: no checkpoint
 
 
+@pytest.mark.slow  # trains
 def test_snapshots_go_from_uniform_to_focused(digits: Path, tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "snaps")
     run(TrainOptions(data=str(digits), out=str(tmp_path / "m.safetensors"), epochs=4, batch_size=16, progress=False,
@@ -88,6 +91,7 @@ def test_snapshots_go_from_uniform_to_focused(digits: Path, tmp_path: Path) -> N
     assert strip.width > 5 * 96 and strip.height > 4 * 96
 
 
+@pytest.mark.slow  # trains
 def test_cli_writes_frames_gif_and_mp4(digits: Path, tmp_path: Path) -> None:
     snaps = tmp_path / "snaps"
     r = subprocess.run([sys.executable, "-m", "vit_demo", "train", "--data", str(digits), "--out",
@@ -100,3 +104,45 @@ def test_cli_writes_frames_gif_and_mp4(digits: Path, tmp_path: Path) -> None:
     with Image.open(snaps / "snapshots.gif") as gif:
         assert gif.n_frames == 3
     assert (snaps / "snapshots.mp4").stat().st_size > 1000 and (snaps / "filmstrip.png").is_file()
+
+
+def test_the_live_child_tells_its_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vit_demo.train.live's child (what the Train tab runs in a process of its own), run here on 30
+    scans for two epochs, its watch on the parent and the deadline left out: what it sends, each
+    message as the pipe would carry it, is its log, the untrained model's frame (with the pictures
+    and their names), then every epoch's row and frame, then the summary with every file it wrote."""
+    import pickle
+
+    import torch
+
+    from vit_demo.train import live
+
+    monkeypatch.setattr(live, "watch", lambda parent, deadline: None)  # (it would end this process at the deadline)
+    sent: list[tuple[str, object]] = []
+
+    class Pipe:
+        closed = False
+
+        def send(self, message):
+            sent.append(pickle.loads(pickle.dumps(message)))
+
+        def close(self):
+            self.closed = True
+
+    data = make_digits(tmp_path / "digits", per_class=3)
+    opts = TrainOptions(data=str(data), out=str(tmp_path / "m.safetensors"), epochs=2, batch_size=8, img_size=16,
+                        seed=1)
+    pipe = Pipe()
+    live.child(pipe, opts, str(tmp_path / "snaps"), 1, torch.get_num_threads(), 600.0, 0)
+    kinds = [k for k, _ in sent]
+    assert pipe.closed and kinds[-1] == "done", sent[-1]
+    assert [k for k in kinds if k not in ("log", "stage")] == ["plan", "frame", "epoch", "frame", "epoch", "frame", "done"]
+    assert kinds.index("log") < kinds.index("epoch") and kinds.index("stage") < kinds.index("frame")
+    frames = [m for k, m in sent if k == "frame"]
+    assert frames[0]["names"] == ["digit0", "digit3", "digit6", "digit9"] and len(frames[0]["pictures"]) == 4
+    assert all(f["pictures"] is None for f in frames[1:])
+    rows = [m for k, m in sent if k == "epoch"]
+    assert [r["row"]["epoch"] for r in rows] == [1, 2] and {r["epochs"] for r in rows} == {2}
+    done = sent[-1][1]
+    assert done["summary"]["out"] == opts.out and Path(opts.out).is_file()
+    assert done["frames"] == [f["path"] for f in frames] and all(Path(p).is_file() for p in done["frames"])

@@ -1,5 +1,5 @@
 """The recipe suite (``benchmarks/bench_train.py suite``) at toy size: every data set is made
-offline as a valid ImageFolder (the suite's six and issue 43's three of ``heldout_data``), and the
+offline as a valid ImageFolder (the suite's seven and issue 43's three of ``heldout_data``), and the
 suite runs from a checkout as its docstring says and writes its table, the short budget's columns
 in it (the full-size table is a benchmark: docs/training.md)."""
 
@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from vit_demo.train.data import index_folder
@@ -21,6 +22,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "suite"))
 from heldout_data import MAKERS as HELD_OUT  # noqa: E402
 from suite_data import MAKERS  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains the suite's models
+
 
 def test_every_suite_set_is_an_image_folder(tmp_path: Path) -> None:
     sizes = {}
@@ -29,7 +32,8 @@ def test_every_suite_set_is_an_image_folder(tmp_path: Path) -> None:
         assert len(index.classes) >= 4 and all(index.targets.count(i) >= 2 for i in range(len(index.classes)))
         with Image.open(index.files[0]) as im:
             sizes[name] = (im.size, im.mode)
-    assert sizes["digits"] == ((8, 8), "L") and sizes["blobs"] == ((32, 32), "RGB")
+    assert sizes["digits"] == ((8, 8), "L") and sizes["blobs"] == ((32, 32), "RGB") and sizes["digits28"] == ((28, 28), "L")
+    assert len(index_folder(tmp_path / "digits28").classes) == 10
     assert len(index_folder(tmp_path / "glyphs").classes) == 10 and len(index_folder(tmp_path / "textures").classes) == 6
     assert all(sizes[n] == ((32, 32), "RGB") for n in HELD_OUT)
     a, b = (make_and_read(HELD_OUT["heldshapes"], tmp_path / f"again{i}") for i in (0, 1))

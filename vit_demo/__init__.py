@@ -15,12 +15,13 @@ if TYPE_CHECKING:
     from .api import (
         AtlasResult,
         Attention,
-        Batch,
         Comparison,
         Explanation,
         LoadError,
         Model,
         Prediction,
+        Results,
+        Steps,
         SurveyResult,
         Verification,
         atlas,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataConfig", "TokenLayout", "ViTConfig", "ViTOutput", "VisionTransformer",  # the model
     "load", "survey", "atlas", "Model", "LoadError", "Prediction", "Attention", "Explanation", "Comparison",  # the API
-    "Batch", "Verification", "SurveyResult", "AtlasResult",
+    "Results", "Verification", "SurveyResult", "AtlasResult", "Steps",
 ]
 API = frozenset(__all__[5:])  # vit_demo.api's names
 __version__ = "0.1.0"

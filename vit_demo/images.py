@@ -20,6 +20,7 @@ from PIL import Image, ImageFile, ImageOps
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # 64 MiB on disk
 MAX_PIXELS = 64_000_000  # 8000x8000; 8000x6000 (48 MP) is fine, 20000x20000 is refused
+WORK_PIXELS = 1536 * 1536  # a picture reduced at load to this many pixels (the app's uploads, training's reads)
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 # The formats of those files, whatever a file is named (JPEG opens a camera's MPO too). Pillow reads
 # some 40 formats by their content, each with a decoder of its own (TGA, SGI, PCX, DDS, PSD, FLI, EPS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -42,8 +44,17 @@ def class_from_filename(name: str) -> int | None:
         return None
 
 
+def check_k(k: Any, classes: int, name: str = "k") -> int:
+    """``k``, how many classes to list, as an int: a whole number of at least 1 (one above the model's
+    ``classes`` lists them all); ValueError in one line naming the allowed range otherwise (``name``:
+    how the caller spells it, e.g. ``--topk``)."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Real) or not math.isfinite(k) or k != int(k) or k < 1:
+        raise ValueError(f"{name} must be a whole number from 1 to {classes} (the model's classes), not {k!r}")
+    return int(k)
+
+
 def topk(probs: torch.Tensor, k: int, labels: Sequence[str]) -> list[dict[str, Any]]:
-    """[classes] probabilities -> [{"index", "label", "prob"}], most likely first."""
-    k = min(k, probs.numel())
+    """[classes] probabilities -> [{"index", "label", "prob"}], most likely first (``k``: see :func:`check_k`)."""
+    k = min(check_k(k, probs.numel()), probs.numel())
     p, idx = probs.topk(k)
     return [{"index": int(i), "label": labels[int(i)], "prob": float(v)} for v, i in zip(p, idx)]

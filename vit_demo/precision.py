@@ -36,11 +36,15 @@ PRECISIONS = ("auto", "fp32", "bf16")
 ENV_NO_BF16 = "VIT_DEMO_NO_BF16"  # set (not "0"): no device counts as computing bfloat16 natively
 FP32_PARTS = ("embed", "forward_head")  # methods of the model kept in float32 under bfloat16
 _ATTR = "vit_demo_precision"  # where set_precision records the model's precision on the instance
-# what bfloat16 costs, in one sentence (the app's model summary; measured: docs/performance.md)
-BF16_COST = ("1.7 (DeiT-Tiny) to 3.3 (ViT-B) times as fast on this project's CPU; on the 1000 sample photos "
-             "(DeiT-Tiny) top-1 equals fp32's on 99.8 % of them (the 2 others are near-ties) and the maps run in bf16 "
-             "rank the patches as in fp32 "
-             "(median rank correlation 0.996 or more; the others run in fp32); the Compare tab checks in fp32.")
+# What bfloat16 does, true of every model (the app's model summary) ...
+BF16_HOW = ("matrix products in bfloat16, for speed, with the pixels' projection and the head in float32; the "
+            "explanation methods measured as faithful in bf16 run in it, the others in fp32, and the Compare tab checks "
+            "in fp32")
+# ... and what it was measured to gain and cost (docs/performance.md), each figure said only of the model it was
+# measured on: the speed-up by architecture (any weights of it run as fast), the fidelity of the shipped DeiT-Tiny
+BF16_SPEED = {"deit_tiny_patch16_224": 1.7, "vit_base_patch16_224": 3.3}  # times as fast as fp32, this project's CPU
+BF16_FIDELITY = ("on the 1000 sample photos its top-1 equals fp32's on 99.8 % of them (the 2 others are near-ties) and "
+                 "the maps run in bf16 rank the patches as in fp32 (median rank correlation 0.996 or more)")
 
 
 def detection_off() -> bool:

@@ -60,6 +60,24 @@ def time_limit(seconds: float | None, what: str = "This job") -> Iterator[None]:
         _local.deadline = outer
 
 
+def handed_over() -> tuple | None:
+    """This thread's time limit, for the threads that do part of its work (:func:`under`). Not its
+    :func:`reporting` callback: reports from several threads at once would make one bar jump about."""
+    return getattr(_local, "deadline", None)
+
+
+@contextmanager
+def under(limit: tuple | None) -> Iterator[None]:
+    """Within the block (on this thread), the time limit ``limit`` that :func:`handed_over` gave on
+    another thread (None: none)."""
+    outer = getattr(_local, "deadline", None)
+    _local.deadline = limit
+    try:
+        yield
+    finally:
+        _local.deadline = outer
+
+
 def check() -> None:
     """Raise :class:`TimeUp` if this thread's :func:`time_limit` has passed (cheap otherwise)."""
     limit = getattr(_local, "deadline", None)

@@ -7,6 +7,9 @@ offline, none of them the project's own shape generator except ``shapes``:
 - ``outlines``  outlined shapes (ring, frame, chevron, zigzag) among other outlines that belong to
                 no class, on gradient or checkered backgrounds;
 - ``digits``    scikit-learn's handwritten digits (1,797 real 8x8 greyscale scans, 10 classes);
+- ``digits28``  handwriting-like digits at 28 x 28 of the suite's own making (pen strokes of several
+                ways to write each digit and font glyphs, slant, elastic distortion, position, noise:
+                ``digits28.py``; 10 x 600): the size and kind of real handwriting scans;
 - ``glyphs``    letters rendered from matplotlib's DejaVu fonts (sans, serif, mono; bold, oblique),
                 rotated, scaled, shifted, blurred and noised: 10 classes;
 - ``textures``  procedural textures (stripes, checks, dots, waves, cross-hatch, speckle) at random
@@ -212,7 +215,14 @@ def make_shapes(dest: Path, scale: float = 1.0, seed: int = 0) -> Path:
     return dest
 
 
+def make_digits28(dest: Path, scale: float = 1.0, seed: int = 15) -> Path:
+    """Handwriting-like 28 x 28 digits (``digits28.py``; 10 x 600 at scale 1)."""
+    from digits28 import make_digits28 as draw
+
+    return draw(dest, scale, seed)
+
+
 MAKERS: dict[str, Callable[..., Path]] = {
     "shapes": make_shapes, "blobs": make_blobs, "outlines": make_outlines, "digits": make_digits,
-    "glyphs": make_glyphs, "textures": make_textures,
+    "digits28": make_digits28, "glyphs": make_glyphs, "textures": make_textures,
 }

@@ -62,8 +62,9 @@ def img_tag(img: Image.Image) -> str:
     return f'<img src="data:image/png;base64,{data}" style="max-width:100%">'
 
 
-def stacked(pictures: Sequence[Image.Image], gap: int = 12) -> Image.Image:
-    """Pictures one under the other on white, left-aligned."""
+def stacked(pictures: Sequence[Image.Image]) -> Image.Image:
+    """Pictures one under the other on white, left-aligned, 12 pixels apart."""
+    gap = 12
     w = max(p.width for p in pictures)
     out = Image.new("RGB", (w, sum(p.height for p in pictures) + gap * (len(pictures) - 1)), "white")
     y = 0
@@ -73,8 +74,9 @@ def stacked(pictures: Sequence[Image.Image], gap: int = 12) -> Image.Image:
     return out
 
 
-def beside(pictures: Sequence[Image.Image], gap: int = 16) -> Image.Image:
-    """Pictures side by side on white, centred on one line."""
+def beside(pictures: Sequence[Image.Image]) -> Image.Image:
+    """Pictures side by side on white, centred on one line, 16 pixels apart."""
+    gap = 16
     h = max(p.height for p in pictures)
     out = Image.new("RGB", (sum(p.width for p in pictures) + gap * (len(pictures) - 1), h), "white")
     x = 0

@@ -127,7 +127,7 @@ def survey(folder: str | os.PathLike, model: Model | str | os.PathLike | None = 
     result = survey_code.survey(m.loaded, folder, method, labels, limit, batch_size,
                                 each=survey_report.Thumbnails(dest), progress=progress, seed=seed)
     page = survey_report.write_report(result, dest)
-    return SurveyResult(result, str(page))
+    return SurveyResult(data=result, report=str(page))
 
 
 def atlas(folder: str | os.PathLike, model: Model | str | os.PathLike | None = None, *, layer: int | None = None,
@@ -142,4 +142,4 @@ def atlas(folder: str | os.PathLike, model: Model | str | os.PathLike | None = N
     dest = out_folder(out, "atlas")
     result = atlas_code.atlas(m.loaded, folder, layer, concepts, labels, limit, batch_size, progress=progress, seed=seed)
     page = atlas_report.write_report(result, dest, m.loaded.data_config, m.loaded.model.cfg.patch_size)
-    return AtlasResult(result, str(page))
+    return AtlasResult(data=result, report=str(page))

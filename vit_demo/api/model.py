@@ -22,13 +22,14 @@ from ..checkpoints.hf import is_hf_folder
 from ..checkpoints.load import CHECKPOINT_SUFFIXES, LoadedModel, load_model
 from ..checkpoints.timm import HubUnavailableError
 from ..evaluate.srg_saco import measures
-from ..labels import topk
+from ..labels import check_k, topk
 from ..methods.rollout import rollout
 from ..predict import probabilities
 from ..preprocess import preprocess
 from .checks import Verification, verify_image, verify_noise
-from .inputs import Images, read_images
-from .results import MEASURES, Attention, Batch, Comparison, Explanation, Prediction
+from .inputs import ImageLike, Images, read_images
+from .results import MEASURES, Attention, Comparison, Explanation, Prediction, Results
+from .steps import Steps
 
 DEFAULT_METHOD = "lrp-amortised"  # the most faithful map of one backward pass (docs/faithfulness.md)
 
@@ -42,7 +43,7 @@ class Model:
 
     Every method takes ``image``: a path, a PIL image, a numpy array (HxW or HxWx3, uint8 or
     float in 0..1) or a tensor ([3,H,W], or [B,3,H,W] for a batch), or a list of them. One image
-    gives one result, a list a :class:`~.results.Batch` of them. Pictures analysed once are kept
+    gives one result, a list a :class:`~.results.Results` of them. Pictures analysed once are kept
     (the app's cache, by content): asking for attention, then for a map, runs the model once.
     """
 
@@ -87,9 +88,11 @@ class Model:
 
     # ------------------------------------------------------------------------- asking
 
-    def predict(self, image: Images, k: int = 5) -> Prediction | Batch[Prediction]:
-        """The top-``k`` classes of each picture: the numbers of ``python -m vit_demo predict --json``."""
+    def predict(self, image: Images, k: int = 5) -> Prediction | Results[Prediction]:
+        """The top-``k`` classes of each picture: the numbers of ``python -m vit_demo predict --json``
+        (``k``: 1 or more; above the model's classes, all of them)."""
         self.need_classes("predict")
+        k = check_k(k, self.num_classes)
         pics, single = read_images(image)
         shown = [preprocess(img, self.loaded.input_config(img.size)) for _, img in pics]
         with torch.inference_mode():
@@ -97,48 +100,70 @@ class Model:
         out = []
         for (name, _), (_, pic), p in zip(pics, shown, probs):
             top = topk(p, k, self.labels)
-            out.append(Prediction(name, self.name, np.array([t["index"] for t in top]), tuple(t["label"] for t in top),
-                                  np.array([t["prob"] for t in top], dtype=np.float32), np.asarray(pic)))
-        return out[0] if single else Batch(tuple(out))
+            out.append(Prediction(image=name, model=self.name, indices=np.array([t["index"] for t in top]),
+                                  labels=tuple(t["label"] for t in top),
+                                  probs=np.array([t["prob"] for t in top], dtype=np.float32), picture=np.asarray(pic)))
+        return out[0] if single else Results(tuple(out))
 
-    def attention(self, image: Images) -> Attention | Batch[Attention]:
+    def attention(self, image: Images) -> Attention | Results[Attention]:
         """Every layer's and head's attention [L, H, N, N], the rollout [gh, gw] (the app's: mean of
         the heads, nothing discarded, from the first layer) and the token layout of each picture."""
         pics, single = read_images(image)
         out = [self.attention_of(name, self.analysis(img)) for name, img in pics]
-        return out[0] if single else Batch(tuple(out))
+        return out[0] if single else Results(tuple(out))
 
     def explain(self, image: Images, method: str | Sequence[str] = DEFAULT_METHOD, target: int | str | None = None,
-                faithfulness: bool = False) -> Explanation | Comparison | Batch:
+                faithfulness: bool = False) -> Explanation | Comparison | Results:
         """``method``'s map of each picture for class ``target`` (an index or a label; default each
         picture's top-1). Several methods (a list) give a :class:`~.results.Comparison` per picture.
         ``faithfulness``: also score each map on its picture (deletion, insertion, SRG, SaCo with
         mean-colour replacement, :func:`vit_demo.evaluate.srg_saco.measures`: some 50 masked forward
         passes per map). Methods: :func:`vit_demo.methods.names`."""
-        names = [method] if isinstance(method, str) else list(method)
-        self.check_methods(names, faithfulness)
+        names = self.check_methods([method] if isinstance(method, str) else list(method), faithfulness)
         cls = None if target is None else class_index(target, self.labels)
         pics, single = read_images(image)
         out = []
         for name, img in pics:
             row = self.explain_one(name, self.analysis(img), names, cls, faithfulness)
             out.append(row[0] if isinstance(method, str) else Comparison(tuple(row)))
-        return out[0] if single else Batch(tuple(out))
+        return out[0] if single else Results(tuple(out))
 
-    def verify(self, image: Images | None = None, tol: float = 1e-4) -> Verification | Batch:
+    def steps(self, image: ImageLike, patch: tuple[int, int] | int | None = None, layer: int = 0, head: int = 0,
+              temperature: float = 1.0) -> Steps:
+        """One picture walked through the model, step by step, every number the model's own: the
+        patch ``(row, col)`` (from 0; None: the one the readout attends to most in the last layer)
+        through the projection, its position, ``layer``'s query meeting every key of ``head``, the
+        softmax at ``temperature`` (1: the model's own), the weighted sum, the MLP, the residual
+        stream, the readout, the logit lens and the logits (:mod:`vit_demo.inside`; one forward
+        pass). A bad patch, layer, head or temperature: ValueError naming the allowed range."""
+        from ..inside import step_through
+
+        pics, single = read_images(image)
+        if not single or len(pics) != 1:
+            raise ValueError("steps walks one picture through the model: give one image, not a list")
+        name, img = pics[0]
+        x, picture = preprocess(img, self.loaded.input_config(img.size))
+        walk = step_through(self.loaded.model, x, patch, layer, head, temperature, picture, self.labels, self.name)
+        return Steps(image=name, model=self.name, walk=walk)
+
+    def verify(self, image: Images | None = None, tol: float = 1e-4, precision: str = "fp32") -> Verification | Results:
         """The scratch model against timm's own on the same weights. No image: ``python -m vit_demo
         verify`` (8 random-noise inputs); a picture: the app's "Compare with timm" on it (logits,
-        top-5 and every layer's attention)."""
+        top-5 and every layer's attention). ``precision``: "fp32" (like with like: both in float32,
+        whatever the module was set to), or "bf16" to see bfloat16's rounding against timm's fp32
+        (labelled so, never a mismatch); the result's ``precision`` and ``compared`` say which."""
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r}: fp32 (the parity check) or bf16 (bfloat16's rounding)")
         if image is None:
-            return verify_noise(self.loaded, self.weights, self.random_init, tol)
+            return verify_noise(self.loaded, self.weights, self.random_init, tol, precision)
         pics, single = read_images(image)
         if self.twin is None:
             from ..checkpoints.verify import timm_twin
 
             weights = self.weights
             self.twin = timm_twin(self.loaded, weights if weights is not None and not is_hf_folder(weights) else None)
-        out = [verify_image(self.loaded, self.twin, name, self.analysis(img), tol) for name, img in pics]
-        return out[0] if single else Batch(tuple(out))
+        out = [verify_image(self.loaded, self.twin, name, self.analysis(img), tol, precision) for name, img in pics]
+        return out[0] if single else Results(tuple(out))
 
     # ------------------------------------------------------------------------- the parts
 
@@ -152,10 +177,12 @@ class Model:
                              f"{what}; its attention and the class-agnostic maps "
                              f"({', '.join(methods.names(class_specific=False))}) work")
 
-    def check_methods(self, names: list[str], faithfulness: bool) -> None:
-        """Every name registered (ValueError listing the known ones); none that needs classes on a headless model."""
+    def check_methods(self, names: list[str], faithfulness: bool) -> list[str]:
+        """The names as registered (any case: "Chefer" is chefer; ValueError with the names an unknown
+        one may mean and the known ones); none that needs classes on a headless model."""
         if not names:
             raise ValueError(f"no method given; known: {', '.join(methods.names())}")
+        names = [methods.find(n) for n in names]
         specs = [methods.get(n) for n in names]
         needy = [s.name for s in specs if s.class_specific]
         if self.num_classes == 0 and needy:
@@ -164,6 +191,7 @@ class Model:
                              f"maps work: {', '.join(methods.names(class_specific=False))}")
         if faithfulness:
             self.need_classes("measure faithfulness on (the probability of a class as patches go)")
+        return names
 
     def explain_one(self, image: str, a: Analysis, names: list[str], cls: int | None, faithfulness: bool
                     ) -> list[Explanation]:
@@ -185,11 +213,13 @@ class Model:
         out = []
         for k, n in enumerate(names):
             spec = methods.get(n)
-            out.append(Explanation(image, self.name, n, spec.title, np.asarray(maps[n], dtype=np.float32),
-                                   np.asarray(a.picture), cls if spec.class_specific else None,
-                                   label if spec.class_specific else None, prob if spec.class_specific else None, preds,
-                                   None if scores is None else {m: float(scores[m][0, k]) for m in MEASURES},
-                                   "relevance" if spec.class_specific else "value"))
+            mine = spec.class_specific  # a class-agnostic map explains no class
+            out.append(Explanation(
+                image=image, model=self.name, method=n, title=spec.title, map=np.asarray(maps[n], dtype=np.float32),
+                picture=np.asarray(a.picture), target=cls if mine else None, label=label if mine else None,
+                prob=prob if mine else None, predictions=preds,
+                faithfulness=None if scores is None else {m: float(scores[m][0, k]) for m in MEASURES},
+                value="relevance" if mine else "value"))
         return out
 
     def scores(self, a: Analysis, maps: list[np.ndarray], cls: int) -> dict[str, torch.Tensor]:
@@ -202,11 +232,12 @@ class Model:
         maps = [t[0].numpy() for t in a.attentions]
         same = all(m.shape == maps[0].shape for m in maps)
         lay = a.layout
-        return Attention(image, self.name, np.stack(maps) if same else tuple(maps),
-                         rollout(a.attentions, lay, "mean", 0.0, 0)[0].numpy(), tuple(lay.grid), a.patch_size,
-                         tuple(lay.names()), lay.cls_index, lay.dist_index, tuple(lay.reg_indices),
-                         None if lay.probe is None else lay.probe[0].float().numpy(), np.asarray(a.picture),
-                         tuple(a.topk(5)) if a.logits.numel() else ())
+        return Attention(
+            image=image, model=self.name, maps=np.stack(maps) if same else tuple(maps),
+            rollout=rollout(a.attentions, lay, "mean", 0.0, 0)[0].numpy(), grid=tuple(lay.grid),
+            patch_size=a.patch_size, tokens=tuple(lay.names()), cls_index=lay.cls_index, dist_index=lay.dist_index,
+            reg_indices=tuple(lay.reg_indices), probe=None if lay.probe is None else lay.probe[0].float().numpy(),
+            picture=np.asarray(a.picture), predictions=tuple(a.topk(5)) if a.logits.numel() else ())
 
 
 def class_index(target: int | str, labels: Sequence[str]) -> int:

@@ -5,7 +5,7 @@ test and to pickle), each drawing itself (:class:`~.drawable.Drawable`).
 - :class:`Explanation`: one method's map [gh, gw] for one picture and one class;
 - :class:`Comparison`: several methods' maps for one picture (and their faithfulness);
 - :class:`Attention`: every layer's and head's attention [L, H, N, N], the rollout, the tokens;
-- :class:`Batch`: one of the above per picture of a list.
+- :class:`Results`: one of the above per picture of a list.
 """
 
 from __future__ import annotations
@@ -249,8 +249,8 @@ class Attention(Drawable):
         return self.explanation("rollout", "Attention rollout (mean of heads)", self.rollout, "rollout")
 
     def explanation(self, method: str, title: str, m: np.ndarray, value: str) -> Explanation:
-        return Explanation(self.image, self.model, method, title, m, self.picture, None, None, None, self.predictions,
-                           value=value)
+        return Explanation(image=self.image, model=self.model, method=method, title=title, map=m, picture=self.picture,
+                           target=None, label=None, prob=None, predictions=self.predictions, value=value)
 
     def render(self) -> Image.Image:
         """The app's first two tiles (raw attention of the last layer, rollout) over every layer's heads."""
@@ -276,7 +276,7 @@ T = TypeVar("T", Prediction, Explanation, Comparison, Attention)
 
 
 @dataclass(frozen=True, eq=False)
-class Batch(Drawable, Generic[T]):
+class Results(Drawable, Generic[T]):
     """One result per picture of a list, in order: index it, iterate it, or draw them all."""
 
     items: tuple[T, ...]

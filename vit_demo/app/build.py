@@ -20,10 +20,11 @@ from .sections.display import DisplayControls
 from .sections.inputs import InputSection
 from .sections.models import ModelPicker
 from .server.guard import FileGuard, JoinGuard
-from .server.lanes import MODEL, SLOW, TRAIN, guard_queue, limit_slow_jobs
-from .server.lean import lean_sessions
+from .server.lanes import MODEL, SLOW, TRAIN, WAITS, WAITS_AT_ONCE, SessionDoor, guard_queue, limit_slow_jobs
+from .server.lean import GradioSessions, lean_sessions
 from .server.middleware import CallerCap
 from .server.settings import ServerSettings
+from .server.spool import spool_uploads
 from .server.streams import LiveStreams, stream_rules
 from .server.workspace import workspace
 from .session import SessionBudget
@@ -32,14 +33,15 @@ from .tabs.attention import AttentionTab
 from .tabs.compare import CompareTab
 from .tabs.diagnostics import DiagnosticsTab
 from .tabs.folder import FolderTab
+from .tabs.inside import InsideTab
 from .tabs.live import LiveTab
 from .tabs.patches import PatchesTab
 from .tabs.present import PresentTab
 from .tabs.relevance import RelevanceTab
 from .tabs.train import TrainTab
 
-TABS: tuple[type[Section], ...] = (PatchesTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab, PresentTab,
-                                   LiveTab, FolderTab, AtlasTab, TrainTab)
+TABS: tuple[type[Section], ...] = (PatchesTab, InsideTab, AttentionTab, RelevanceTab, DiagnosticsTab, CompareTab,
+                                   PresentTab, LiveTab, FolderTab, AtlasTab, TrainTab)
 """The tabs, in page order: adding a tab is its module under ``tabs/`` and one entry here."""
 
 __all__ = ["App", "AppConfig", "build", "launch_kwargs"]
@@ -53,19 +55,28 @@ class App(NamedTuple):
     server: ServerSettings  # launch_kwargs(server) and app.py's warm-up read it
 
 
+def model_registry(cfg: AppConfig) -> ModelRegistry:
+    """The models the app offers, within its limits (loaded lazily)."""
+    lim = cfg.limits
+    return ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
+                         allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
+                         cache_bytes=lim.cache_bytes, hub=lim.downloads, precision=cfg.precision,
+                         downloads=Downloads(lim.downloads_bytes) if lim.downloads_bytes is not None else None)
+
+
 def build(cfg: AppConfig) -> App:
     """The app's Blocks, its model registry and its server's settings (models load lazily;
     nothing touches the network)."""
     lim = cfg.limits
-    reg = ModelRegistry(cfg.weights, cfg.model, device=cfg.device, allow_paths=not cfg.exposed,
-                        allow_uploads=lim.allow_checkpoint_upload, models_bytes=lim.models_bytes,
-                        cache_bytes=lim.cache_bytes, hub=lim.downloads, precision=cfg.precision,
-                        downloads=Downloads(lim.downloads_bytes) if lim.downloads_bytes is not None else None)
+    reg = model_registry(cfg)
     examples = all_examples(cfg.examples)
     lean_sessions()  # Gradio's sessions keep no copy of the page (vit_demo.app.server.lean)
+    spool_uploads()  # an upload in progress holds no open file; a cut one leaves none (vit_demo.app.server.spool)
     workspace().exports_budget = lim.exports_bytes
     ctx = Context(cfg, reg, reg.default_key(), examples,
                   heavy={"concurrency_id": MODEL, "concurrency_limit": cfg.concurrency},
+                  # waiting for maps the background threads make, then drawing them: not a model slot
+                  waits={"concurrency_id": WAITS, "concurrency_limit": WAITS_AT_ONCE},
                   slow={"concurrency_id": SLOW, "concurrency_limit": lim.slow_concurrency},
                   # one training runs at a time (the trainer's lock); the second place answers a second one at once
                   training={"concurrency_id": TRAIN, "concurrency_limit": 2},
@@ -105,17 +116,20 @@ def build(cfg: AppConfig) -> App:
     # client to one job in the slow lane and caps its share of the queue.
     demo.queue(max_size=cfg.max_queue, default_concurrency_limit=4, api_open=False)
     calls = tools.caller_cap(lim) if cfg.mcp else None  # (the tools' events: the same cap through the queue)
+    sessions = SessionDoor(GradioSessions(demo), lim.exposed)  # new sessions: counted by the queue's door and the gate
     guard_queue(demo, lim.per_client_queue, lim.per_host_queue, join_guard(demo, ctx.files, lim.max_upload_bytes),
-                lim.exposed, calls, tools.EVENTS if cfg.mcp else ())
+                lim.exposed, calls, tools.EVENTS if cfg.mcp else (), sessions)
     limit_slow_jobs(demo, lim.job_seconds, reg.slow_job_room)
     sweep_sessions(ctx.sessions, lim.session_minutes * 60)
-    return App(demo, reg, server_settings(cfg, ctx, calls))
+    return App(demo, reg, server_settings(cfg, ctx, calls, sessions))
 
 
-def server_settings(cfg: AppConfig, ctx: Context, calls: CallerCap | None = None) -> ServerSettings:
+def server_settings(cfg: AppConfig, ctx: Context, calls: CallerCap | None = None,
+                    sessions: SessionDoor | None = None) -> ServerSettings:
     """The limits, and what only the page knows: the example photos (launch() serves exactly
-    these files), the MCP server (``--mcp``, its callers' cap ``calls``) and the sections'
-    warm-up (app.py's thread, after the model)."""
+    these files), the MCP server (``--mcp``, its callers' cap ``calls``), the count of new
+    sessions the gate shares with the queue's door, and the sections' warm-up (app.py's thread,
+    after the model)."""
 
     def warm_up() -> None:
         for s in ctx.sections:
@@ -123,19 +137,26 @@ def server_settings(cfg: AppConfig, ctx: Context, calls: CallerCap | None = None
 
     return ServerSettings(cfg.limits, example_paths=[str(e.path) for e in ctx.examples],
                           mcp_lifespan=tools.mcp_lifespan(ctx.demo, cfg.limits, calls) if cfg.mcp else None,
-                          mcp_calls=calls, warm_up=warm_up, streams=ctx.streams)
+                          mcp_calls=calls, sessions=sessions, warm_up=warm_up, streams=ctx.streams)
 
 
 def join_guard(demo: gr.Blocks, files: FileGuard, max_upload_bytes: int = 25 << 20) -> JoinGuard:
-    """The checks of a request's values, for this page's components: which take files, which text,
-    which a camera's frames (a data URL of at most an upload's size)."""
+    """The checks of a request's values, for this page's components: which take files (one or
+    several), which text, which numbers (a slider needs one), which a camera's frames (a data URL
+    of at most an upload's size)."""
     blocks = demo.blocks.values()
     frame_ids = [b._id for b in blocks if isinstance(b, gr.Image) and b.streaming]
     file_ids = [b._id for b in blocks if isinstance(b, (gr.Image, gr.File, gr.Gallery, gr.Video, gr.Audio))
                 and b._id not in frame_ids]
     text_ids = [b._id for b in blocks if isinstance(b, gr.Textbox)]
     state_ids = [b._id for b in blocks if isinstance(b, gr.State)]
-    return JoinGuard(files, file_ids, text_ids, state_ids, frame_ids, max_upload_bytes * 4 // 3 + 64)
+    number_ids = [b._id for b in blocks if isinstance(b, gr.Number)]
+    slider_ids = [b._id for b in blocks if isinstance(b, gr.Slider)]
+    one_file_ids = [b._id for b in blocks if (isinstance(b, (gr.Image, gr.Video, gr.Audio)) and b._id not in frame_ids)
+                    or (isinstance(b, gr.File) and b.file_count == "single")]
+    labels = {b._id: str(b.label) for b in blocks if isinstance(getattr(b, "label", None), str) and b.label}
+    return JoinGuard(files, file_ids, text_ids, state_ids, number_ids, slider_ids, one_file_ids, labels,
+                     frame_ids, max_upload_bytes * 4 // 3 + 64)
 
 
 def sweep_sessions(sessions: SessionBudget, idle_s: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import html
+import inspect
 import logging
 import os
 import secrets
@@ -22,6 +23,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is i
 import gradio as gr  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from .. import viz  # noqa: E402
 from ..analysis import Analysis  # noqa: E402
 from ..images import ImageError  # noqa: E402
 from ..progress import TimeUp  # noqa: E402
@@ -46,6 +48,17 @@ SOMETHING_WRONG = ("Something went wrong with this request (the app's log has th
                    "running: try again, or another image.")
 
 
+def check_look(cmap: Any, alpha: Any) -> None:
+    """The display controls' values as a client sent them: a colormap matplotlib knows and an
+    opacity from 0 to 1; :class:`InputError` saying which otherwise (not "Something went wrong")."""
+    try:
+        viz.check_cmap(cmap if isinstance(cmap, str) else "")
+    except ValueError:
+        raise InputError("Colormap: choose one of inferno, magma, viridis, plasma, turbo, jet or gray.") from None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise InputError("Overlay opacity must be a number from 0 to 1.")
+
+
 def readable_error(e: Exception, where: str = "") -> gr.Error:
     """One readable line for the UI from any exception; an unexpected one's traceback goes to the
     log and the user gets plain words that reveal nothing of the server."""
@@ -58,13 +71,34 @@ def readable_error(e: Exception, where: str = "") -> gr.Error:
 
 
 def friendly(fn):
-    """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log)."""
+    """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log).
+    A generator function (an event that sends pictures as they come) stays one."""
+    if inspect.isgeneratorfunction(fn):
+        return _friendly_generator(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
+        except Exception as e:
+            err = readable_error(e, fn.__name__)
+            if err is e:
+                raise
+            raise err from e
+        finally:
+            if TIMING:
+                print(f"[timing] {fn.__name__}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)
+
+    return wrapper
+
+
+def _friendly_generator(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            yield from fn(*args, **kwargs)
         except Exception as e:
             err = readable_error(e, fn.__name__)
             if err is e:
@@ -121,13 +155,13 @@ _view_lock = threading.Lock()
 VIEWS_MB = 256  # the pictures sent to the browser (Gradio serves them from there; the oldest go first)
 
 
-def sweep(folder: Path, max_age_s: float, suffixes: tuple[str, ...] | None = None) -> None:
-    """Remove the files in ``folder`` older than ``max_age_s`` seconds (only those ending in one of
-    ``suffixes``, when given); files that vanish or cannot be removed meanwhile are left alone."""
+def sweep(folder: Path, max_age_s: float) -> None:
+    """Remove the files in ``folder`` older than ``max_age_s`` seconds; files that vanish or cannot
+    be removed meanwhile are left alone."""
     now = time.time()
     for f in folder.iterdir():
         try:
-            if (suffixes is None or f.suffix in suffixes) and f.is_file() and now - f.stat().st_mtime > max_age_s:
+            if f.is_file() and now - f.stat().st_mtime > max_age_s:
                 f.unlink()
         except OSError:
             pass

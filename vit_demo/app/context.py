@@ -94,7 +94,8 @@ class Section:
         return {}
 
     def follow_up(self, dep: Any, ctx: Context) -> Any:
-        """Chain slower work onto the new-analysis event ``dep`` (e.g. a backward pass)."""
+        """Chain slower work onto the new-analysis event ``dep`` (e.g. the class-specific maps, drawn
+        as they are made); it starts as soon as the browser has the first pictures."""
         return dep
 
     def lazy(self, sess: Session) -> dict:
@@ -128,6 +129,7 @@ class Context:
     default_key: str
     examples: list = field(default_factory=list)
     heavy: dict = field(default_factory=dict)  # event settings for the ones that run a model (the model lane)
+    waits: dict = field(default_factory=dict)  # ... for those that wait for work running elsewhere, then draw it
     slow: dict = field(default_factory=dict)  # ... for decks, slow methods, animations, exports (the slow lane)
     training: dict = field(default_factory=dict)  # ... for a training (the Train tab, /train: a lane of its own)
     sessions: SessionBudget | None = None  # the pictures all sessions keep, within a budget

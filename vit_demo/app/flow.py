@@ -1,6 +1,6 @@
 """The one event that spans every section: a new image (or model) is analysed once, then the parts
-of the page above the tabs and the open tab show it (:meth:`Section.show`), slower work follows
-(:meth:`Section.follow_up`), and the open tab draws its lazy pictures (:meth:`Section.lazy`).
+of the page above the tabs and the open tab show it (:meth:`Section.show`), the open tab draws its
+lazy pictures (:meth:`Section.lazy`), and slower pictures follow (:meth:`Section.follow_up`).
 A closed tab is cleared, and shows the analysis when it is opened: an upload draws and sends
 only what can be seen (measured: half of the upload's server time went into pictures of closed
 tabs).
@@ -19,22 +19,24 @@ from typing import Any
 
 import gradio as gr
 
+from ..analysis import Analysis
+from ..checkpoints.load import LoadedModel
 from ..images import ImageError
 from .common import friendly, note, open_upload, payload_path
 from .context import Context, Section, union, values
 from .registry import ModelError
 from .sections.models import model_summary
-from .session import Session
+from .session import Session, Upload
 
 
-def random_or_headless_notes(lm: Any, a: Any, up: Any) -> str:
+def random_or_headless_notes(model: LoadedModel, analysis: Analysis, upload: Upload) -> str:
     """Status notes for a new analysis: the upload's own notes, random weights, no classifier."""
-    notes = note("Note:", "; ".join(up.notes) + ".", "info") if up.notes else ""
-    if lm.random_weights:
+    notes = note("Note:", "; ".join(upload.notes) + ".", "info") if upload.notes else ""
+    if model.random_weights:
         notes += note("Random weights:", "every step below is real, but the predictions are noise. "
                       "Load a checkpoint for meaningful ones (see weights/README.md).", "info")
-    elif not a.logits.numel():
-        notes += note("No classifier:", f"{lm.name} outputs features only, so there are no predictions "
+    elif not analysis.logits.numel():
+        notes += note("No classifier:", f"{model.name} outputs features only, so there are no predictions "
                       "and no class-specific maps.", "info")
     return notes
 
@@ -77,42 +79,42 @@ class UploadFlow:
         if path is None:
             return {state: sess, ctx.status: "", **self.clear(sess)}
         try:
-            up = open_upload(payload, ctx.files, ctx.cfg.limits)
+            upload = open_upload(payload, ctx.files, ctx.cfg.limits)
         except ImageError as e:
             gr.Warning(str(e), duration=15)
             return {state: sess, ctx.status: note("Cannot use this image.", str(e)), **self.clear(sess)}
-        for n in up.notes:
+        for n in upload.notes:
             gr.Info(n)
         try:
-            lm = ctx.reg.get(key)
+            model = ctx.reg.get(key)
         except ModelError as e:
             gr.Warning(str(e), duration=15)
             sess.shown = None
             return {state: sess, ctx.status: note("Could not load that model.", str(e))}
-        return self.show_new(sess, key, lm, up, args)
+        return self.show_new(sess, key, model, upload, args)
 
-    def show_new(self, sess: Session, key: str, lm: Any, up: Any, args: list[Any]) -> dict:
-        """Analyse ``up`` with ``lm`` and show it: the sections above the tabs and the open tab
+    def show_new(self, sess: Session, key: str, model: LoadedModel, upload: Upload, args: list[Any]) -> dict:
+        """Analyse ``upload`` with ``model`` and show it: the sections above the tabs and the open tab
         draw now, a closed tab is cleared (it draws when opened)."""
-        a = self.ctx.reg.analyze(key, up.picture)
+        analysis = self.ctx.reg.analyze(key, upload.picture)
         old = sess.peek()  # the previous analysis, if still cached (an evicted one is not computed again)
-        same_grid = old is not None and old.layout.grid == a.layout.grid
-        sess.model_key, sess.upload, sess.analysis = key, up, a
+        same_grid = old is not None and old.layout.grid == analysis.layout.grid
+        sess.model_key, sess.upload, sess.analysis = key, upload, analysis
         sess.forgotten = False
         if self.ctx.sessions is not None:
             self.ctx.sessions.touch(sess)  # weighed with its new picture
         sess.rendered, sess.comparison = {}, None
         if not same_grid:
             sess.query = None
-        out: dict = {self.state: sess, self.ctx.model_md: model_summary(lm),
-                     self.ctx.status: random_or_headless_notes(lm, a, up)}
+        out: dict = {self.state: sess, self.ctx.model_md: model_summary(model),
+                     self.ctx.status: random_or_headless_notes(model, analysis, upload)}
         vals = values(self.show_inputs, args)
         sess.drawn = {}
         for s in self.sections:
             if s.gr_tab is not None and s.name != sess.open_tab:  # closed: drawn when opened (on_tab)
                 out.update({c: None for c in s.views})
                 continue
-            out.update(s.show(sess, lm, vals))
+            out.update(s.show(sess, model, vals))
             sess.drawn[s.name] = sess.view_key
         return out | self.hidden_files()
 
@@ -122,12 +124,18 @@ class UploadFlow:
         return self.on_image(payload, self.ctx.session(rest[-1]).model_key, *rest)
 
     def draw_lazy(self, sess: Session, section: Section | None) -> dict:
-        """The open tab's slower pictures, once per analysis."""
+        """The open tab's slower pictures, once per analysis: claimed before they are drawn, so that
+        the tab's opening and the upload's follow-up, running at once, do not both draw them."""
         if section is None or not sess.ready or sess.rendered.get(section.name) == sess.view_key:
             return {}
-        out = section.lazy(sess)
-        if out:
-            sess.rendered[section.name] = sess.view_key
+        sess.rendered[section.name] = key = sess.view_key
+        try:
+            out = section.lazy(sess)
+        except BaseException:
+            sess.rendered.pop(section.name, None)
+            raise
+        if not out and sess.rendered.get(section.name) == key:
+            sess.rendered.pop(section.name, None)
         return out
 
     def on_lazy(self, sess: Session | None) -> Any:
@@ -150,9 +158,11 @@ class UploadFlow:
         return on_tab
 
     def chain(self, dep: Any) -> Any:
-        """Every section's follow-up, then the open tab's lazy pictures, after ``dep``."""
+        """The open tab's lazy pictures and every section's follow-up, all at once after ``dep`` (each
+        event chained after another waited for the browser's next request: 0.3-1 s at load 10, and the
+        diagnostics' charts waited 4 s for the class maps); returns the lazy pictures' event."""
         for s in self.sections:
-            dep = s.follow_up(dep, self.ctx)
+            s.follow_up(dep, self.ctx)
         return dep.then(friendly(self.on_lazy), [self.state], self.lazy_outputs, api_visibility="private",
                         show_progress="minimal")
 

@@ -154,7 +154,8 @@ class LongAction:
                 time.sleep(POLL_S)  # Gradio's own bookkeeping of the ended event
             return self.idle("Stopped.")
 
-        self.cancel.click(on_cancel, None, me, queue=False, api_visibility="private", show_progress="hidden")
+        self.stopped = self.cancel.click(on_cancel, None, me, queue=False, api_visibility="private",
+                                         show_progress="hidden")  # a tab may chain onto it (.then)
         return run
 
     def handler(self, ctx: Context, work: Callable[..., dict]) -> Callable[..., Any]:

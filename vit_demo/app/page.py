@@ -46,6 +46,8 @@ CSS = """
 .tiles .grid-container {grid-template-columns: repeat(var(--grid-cols), minmax(0, 1fr)) !important;}
 /* ... and its first row starts under the gallery's label, which covered the top of it */
 .tiles .grid-wrap {padding-top: 2.2em !important;}
+/* the Train tab's filmstrip starts under its download and full-screen buttons (they covered its last column) */
+#train-filmstrip .image-frame {padding-top: 30px;}
 /* toasts at the bottom: at the top they covered the model's description */
 .toast-wrap {top: auto !important; bottom: var(--size-4) !important;}
 
@@ -82,6 +84,32 @@ body.present-mode #live-intro {display: none !important;}
 body.present-mode #live-camera video, body.present-mode #live-camera img {max-height: 170px;}
 body.present-mode #live-camera, body.present-mode #live-camera .image-container {height: auto !important;}
 body.present-mode #live-controls .block {padding-top: 4px !important; padding-bottom: 4px !important;}
+/* the Step inside tab: the steps one under the other, each picture at most its own size; guided mode
+   (body.inside-guided, tabs/inside.py) shows one step at a time, large, with Back and Next. (Gradio
+   repeats every rule under its container's classes, which outweigh body.x: those carry !important) */
+.inside-step {border-top: 1px solid var(--border-color-primary); padding-top: 6px;}
+.inside-step .inside-text h3 {margin: 0.2em 0 0.3em;}
+.inside-pic img {max-width: 100%; width: auto; height: auto; object-fit: contain;}
+.inside-pic, .inside-pic .image-container {height: auto !important;}
+#inside-patches img {cursor: crosshair;}
+.inside-where {font-size: 1.1em; font-weight: 600; text-align: center; padding: 0.35em 0; white-space: nowrap;}
+body.inside-guided #inside-guided .info-text {display: none !important;}
+body:not(.inside-guided) #inside-nav {display: none !important;}
+body.inside-guided #inside-nav {justify-content: center !important;}
+#inside-nav-row {flex-wrap: nowrap !important; align-items: center !important;}
+#inside-nav-row > button {flex: 0 0 auto !important; min-width: 5.5em !important; padding: 0.5em 0.6em !important;}
+#inside-nav-row > #inside-where-box {flex: 1 1 auto !important; min-width: 0 !important;}
+body.inside-guided #inside-intro {display: none !important;}
+body.inside-guided .inside-step {border-top: none !important;}
+body.inside-guided .inside-text h3 {font-size: 1.6em !important;}
+body.inside-guided .inside-text p {font-size: 1.2em !important; line-height: 1.4 !important;}
+body.inside-guided .inside-pic img {width: 100% !important; max-height: calc(100vh - 330px) !important;}
+body.present-mode.inside-guided #inside-info, body.present-mode.inside-guided .inside-step .export-row {display: none !important;}
+body.present-mode.inside-guided #inside-controls .block {padding-top: 2px !important; padding-bottom: 2px !important;}
+body.present-mode.inside-guided .inside-text h3 {font-size: 1.35em !important;}
+body.present-mode.inside-guided .inside-text p {font-size: 1.05em !important; line-height: 1.3 !important;
+                                                margin: 0.2em 0 !important;}
+body.present-mode.inside-guided .inside-pic img {max-height: calc(100vh - 340px) !important;}
 """
 
 # Rules for small screens go into the page's <head> as they are: Gradio rewrites the rules of ``css``
@@ -143,7 +171,7 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
     exception (a framework's, which may hold server paths or repeat a request) stays in the server's log."""
     server = server or ServerSettings()
     limits = server.limits
-    kwargs = app_kwargs(limits, server.mcp_calls, server.streams)
+    kwargs = app_kwargs(limits, server.mcp_calls, server.sessions, server.streams)
     if server.mcp:  # Gradio's MCP server, its tools and the URL rule set once it is made
         kwargs["lifespan"] = server.mcp_lifespan
     return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=limits.max_file_size, footer_links=["api"],
@@ -152,14 +180,17 @@ def launch_kwargs(server: ServerSettings | None = None) -> dict[str, Any]:
 
 
 OPENAPI_ROUTE = "/gradio_api/openapi.json"  # Gradio's own schema of the API: closed on an exposed app unless --openapi
+EXPOSED_CLOSED = ("/monitoring", "/gradio_api/dev/reload")  # every client's event counts; the reload watcher's stream
 SESSION_CAPACITY = 1000  # sessions whose state Gradio keeps (their gr.State values; its copy of the page: lean.py)
 
 
-def app_kwargs(limits: Limits, mcp_calls: Any = None, streams: Any = None) -> dict[str, Any]:
+def app_kwargs(limits: Limits, mcp_calls: Any = None, sessions: Any = None, streams: Any = None) -> dict[str, Any]:
     """Gradio's FastAPI app: the gate as its middleware (inside it the door of the Live tab's
     frames, when ``streams``, and, exposed, the path mask), request errors that repeat nothing, and
     no FastAPI schema (Gradio already leaves out /docs and /redoc; its own /gradio_api/info stays),
-    nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`, unless ``--openapi``)."""
+    nor, exposed, Gradio's (:data:`OPENAPI_ROUTE`, unless ``--openapi``), its monitoring and its
+    reload watcher (:data:`EXPOSED_CLOSED`); ``sessions``: the count of new sessions
+    (:class:`vit_demo.app.server.lanes.SessionDoor`)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from gradio.utils import get_upload_folder
@@ -173,7 +204,8 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None, streams: Any = None) -> di
     if limits.upload_budget_bytes is not None:  # every client keeps one file of the largest size, whatever the total
         budget = UploadBudget(limits.upload_budget_bytes, total=20 * limits.upload_budget_bytes,
                               reserve=limits.max_file_size)
-    closed = CLOSED_ROUTES + (OPENAPI_ROUTE,) if limits.exposed and not limits.openapi else CLOSED_ROUTES
+    closed = CLOSED_ROUTES + EXPOSED_CLOSED if limits.exposed else CLOSED_ROUTES
+    closed += (OPENAPI_ROUTE,) if limits.exposed and not limits.openapi else ()
 
     async def invalid(_request: Any, _exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": "The request does not fit this route (missing or malformed fields)."},
@@ -183,7 +215,7 @@ def app_kwargs(limits: Limits, mcp_calls: Any = None, streams: Any = None) -> di
     if streams is not None:  # the live frames' route: opened by the gate, kept for live streams by their door
         closed = tuple(c for c in closed if c != STREAM_ROUTE)
     middleware = [Middleware(Gate, allowed_hosts=limits.answers_to, budget=budget, mcp_body=mcp_body,
-                             calls=mcp_calls, closed=closed)]
+                             calls=mcp_calls, closed=closed, sessions=sessions)]
     if streams is not None:
         middleware.append(Middleware(StreamDoor, live=streams))
     if limits.exposed:  # inside the gate: no server path, nor Gradio's exact release, in what the app sends

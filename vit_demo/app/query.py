@@ -3,7 +3,8 @@ it the session's query (:attr:`Session.query`), and every section redraws what f
 (:meth:`Section.show_query`, reading its ``query_inputs`` and writing its ``query_outputs``).
 
 A tab wires the clicks on its own pictures with :func:`wire_query_click`: the Patches tab its
-patch grid, the Attention tab its query picker and its single-head map. Nothing here knows a tab.
+patch grid, the Attention tab its query picker and its single-head map, the Step inside tab the
+grid of its first step. Nothing here knows a tab.
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ def set_query(ctx: Context, sess: Session, query: int, vals: dict[Component, Any
 
 
 def clicked_patch(a: Analysis, evt: Any, size: tuple[int, int] | None) -> int | None:
-    """The patch under a click (``evt.index``: its pixel) on a picture of ``size`` showing the
-    model input; None off the picture (the colour bar under a map) or when ``size`` is None."""
+    """The patch under a click (``evt.index``: its pixel) on a picture whose top left ``size``
+    shows the model input; None off it (the colour bar under a map, what a step's picture shows
+    beside the grid) or when ``size`` is None."""
     index = getattr(evt, "index", None)
     if size is None or not isinstance(index, (list, tuple)) or len(index) != 2:
         return None
     x, y = float(index[0]), float(index[1])
-    if not y < size[1]:
+    if not (y < size[1] and x < size[0]):
         return None
     return viz.patch_index_at(x, y, size, a.layout.grid)
 

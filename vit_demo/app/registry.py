@@ -176,7 +176,7 @@ class ModelRegistry:
         self._private: set[str] = set()  # keys one session added (an upload, a typed path): not on everyone's menu
         # ("model", key) -> LoadedModel and ("twin", key) -> timm's nn.Module, one budget
         self._models: ByteLRU[tuple[str, str], Any] = ByteLRU(models_bytes, _weight, on_evict=self._evicted)
-        self._pictures: dict[tuple[str, str], Image.Image] = {}
+        self._pictures: dict[tuple[str, str], Any] = {}  # (model, what) -> a picture of the model alone, or its caption
         self._lock = threading.RLock()  # re-entrant: add_checkpoint holds it while _forget takes it
         self._key_locks: dict[str, threading.Lock] = {}
         self._discovered: set[str] = set()  # keys of files found in weights/ (they may come and go)
@@ -421,11 +421,6 @@ class ModelRegistry:
     def is_loaded(self, key: str) -> bool:
         return ("model", key) in self._models
 
-    @property
-    def models_nbytes(self) -> int:
-        """Bytes the loaded models and twins hold now."""
-        return self._models.nbytes
-
     def needs_download(self, key: str) -> bool:
         """A hub model whose weights are not on disk yet: picking it downloads them (once)."""
         spec = self.spec(key)
@@ -481,9 +476,9 @@ class ModelRegistry:
         need = max((forward_working_set(m) + backward_working_set(m) for m in models), default=0)
         return self.analyses.room(need)
 
-    def model_picture(self, key: str, what: str, draw: Callable[[LoadedModel], Image.Image]) -> Image.Image:
-        """A picture that depends on the model only (e.g. its position-embedding similarity),
-        drawn by ``draw`` once per model and ``what``."""
+    def model_picture(self, key: str, what: str, draw: Callable[[LoadedModel], Any]) -> Any:
+        """A picture that depends on the model only (e.g. its position-embedding similarity), or
+        its caption, made by ``draw`` once per model and ``what``."""
         if (key, what) not in self._pictures:
             self._pictures[key, what] = draw(self.get(key))
         return self._pictures[key, what]

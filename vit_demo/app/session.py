@@ -23,11 +23,19 @@ from PIL import Image
 
 from ..analysis import Analysis
 from ..budget import image_nbytes
-from ..images import FORMATS, FRAMES_COUNTED, MAX_FILE_BYTES, MAX_PIXELS, ImageError, count_frames, load_image
+from ..images import (
+    FORMATS,
+    FRAMES_COUNTED,
+    MAX_FILE_BYTES,
+    MAX_PIXELS,
+    WORK_PIXELS,  # a session's picture (9.4 MB, 4 bytes an RGB pixel): the model sees 224 px, a slide 1200
+    ImageError,
+    count_frames,
+    load_image,
+)
 
 MIN_SIDE = 16  # px: smaller pictures hold less than one patch of information
 NARROW_COLUMNS = 2  # tiles a row on a phone's screen (Session.narrow)
-WORK_PIXELS = 1536 * 1536  # a session's picture (9.4 MB, 4 bytes an RGB pixel): the model sees 224 px, a slide 1200
 
 
 @dataclass
@@ -86,7 +94,9 @@ class Session:
     rendered: dict[str, str] = field(default_factory=dict)  # lazily drawn tab -> analysis it shows
     drawn: dict[str, str] = field(default_factory=dict)  # tab -> analysis its show() pictures are of
     placeholders: dict[str, str] = field(default_factory=dict)  # tab -> analysis whose picture it drew unfinished
+    model_views: dict[str, str] = field(default_factory=dict)  # a picture of the model alone -> the model it shows
     comparison: dict[str, Any] | None = None
+    inside: dict[str, Any] = field(default_factory=dict)  # Step inside: its layer and head (the deck's too), what it shows
     shown: tuple[str | None, str] | None = None  # (uploaded file, model) last handled
     last_pick: tuple[str, float] | None = None  # (model key, time) of the last menu pick
     forgotten: bool = False  # the budget let its picture go (idle too long, or memory needed)
@@ -113,6 +123,14 @@ class Session:
     @property
     def ready(self) -> bool:
         return self._analysis is not None and self.upload is not None
+
+    def step_choice(self) -> dict[str, Any]:
+        """What the Step inside tab follows, for the deck's Step inside slides: the query patch (None:
+        the readout's) and the tab's layer and head (indices) when it showed them for this model."""
+        choice: dict[str, Any] = {"patch": self.query}
+        if self.inside.get("model") == self.model_key and "layer" in self.inside:
+            choice.update(layer=self.inside["layer"], head=self.inside["head"])
+        return choice
 
     @property
     def view_key(self) -> str:

@@ -2,9 +2,10 @@
 
 Each tool is an event of its own on hidden components, added only with ``--mcp``: ``predict``
 (top-k), ``explain`` (a class-specific map as a PNG), ``attention`` (a layer and head's map, or
-the rollout) and ``verify`` (timm's model on the same picture). Gradio makes a tool of every
+the rollout), ``verify`` (timm's model on the same picture) and ``steps`` (the picture walked
+through the model, step by step: one step's picture and the numbers). Gradio makes a tool of every
 named event and reads the tool's description and its parameters' from the function's
-docstring; :func:`mcp_lifespan` keeps the tool list to these four (the page's own events, which
+docstring; :func:`mcp_lifespan` keeps the tool list to these five (the page's own events, which
 read a session's state, are not tools) and decides what a picture given as a URL may do.
 
 They are queued events like the page's: an MCP call reaches the app through Gradio's own client
@@ -31,7 +32,8 @@ from typing import Any
 
 import gradio as gr
 
-from .. import viz
+from .. import methods, viz
+from ..inside import STEPS
 from ..methods.attention import cls_attention
 from ..methods.rollout import rollout as rollout_map
 from .common import friendly, open_upload, png
@@ -43,8 +45,9 @@ from .server.lanes import time_limited
 from .server.limits import Limits
 from .server.middleware import LOOPBACK_SECRET, SECRET_HEADER, CallerCap
 from .tabs.compare import compare_with_timm
+from .tabs.inside import steps_json, walk_request
 
-TOOLS = ("predict", "explain", "attention", "verify")  # the MCP tools, by function name
+TOOLS = ("predict", "explain", "attention", "verify", "steps")  # the MCP tools, by function name
 EVENTS = tuple(f"tool_{t}" for t in TOOLS)  # their events' api names (the queue takes them by index too)
 METHODS = ("chefer", "attnlrp", "lrp", "lrp-gated", "grad-rollout", "gradcam", "integrated-gradients")
 URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open to the public): send the "
@@ -52,10 +55,11 @@ URL_REFUSED = ("A picture given as a URL is not fetched by this app (it is open 
 LOOPBACK_TIMEOUT_S = 120.0  # the app's own MCP client: an upload or a join to this app (the queue waits after)
 MAP_SIDE = 448  # px: the longer side of a map sent back
 ECHO_MAX = 200  # characters of an MCP error about a value (Gradio's repeat the whole value)
+STEP_NUMBERS = 1000  # the steps tool's values: those of at most this many numbers (the others are named)
 
 
 class Tools:
-    """The four tools of one app: each a method of its own, whose name, parameters and docstring
+    """The five tools of one app: each a method of its own, whose name, parameters and docstring
     Gradio makes the MCP tool's name, schema and description (keep the text: it is what an agent reads)."""
 
     def __init__(self, ctx: Context) -> None:
@@ -99,12 +103,16 @@ class Tools:
             class_index: the ImageNet class index to explain (0 to 999 for ImageNet models); -1 for the model's top-1 class.
             model: the model to use, as the app's model menu names it; empty for the app's default model.
         """
-        if method not in METHODS:
-            raise InputError(f"method must be one of {', '.join(METHODS)}.")
+        try:
+            method = methods.find(str(method or "chefer"), METHODS)  # any case: "Chefer" is chefer
+        except ValueError:
+            raise InputError(f"method must be one of {', '.join(METHODS)}"
+                             f"{methods.did_you_mean(clip(str(method), 40), METHODS)}.") from None
         up, lm, a = self.analysis(image, model)
         classifier(a)
         n = a.logits.numel()
-        cls = a.top1 if class_index is None or float(class_index) == -1 else whole(class_index, "class_index", 0, n - 1)
+        cls = whole(-1 if class_index is None else class_index, "class_index", -1, n - 1)
+        cls = a.top1 if cls == -1 else cls
         from ..analysis import class_maps
 
         heat = class_maps(a, lm, cls, names=[method])[method]
@@ -140,9 +148,11 @@ class Tools:
 
     def verify(self, image: Any, model: str = "") -> dict:
         """Check the from-scratch Vision Transformer against timm's own implementation running the same
-        weights on this picture: the verdict in one sentence, the largest difference of the logits and of
-        every layer's attention, whether the top-5 classes agree, and both models' top-5. Builds timm's model
-        the first time (a few seconds).
+        weights on this picture, both in fp32 (like with like, whatever precision the app runs the model in;
+        `precision` and `compared` say so): the verdict in one sentence, the largest difference of the logits
+        and of every layer's attention, whether the top-5 classes agree, and both models' top-5. Where the app
+        runs the model in bf16 and its own top class differs from fp32's (a near-tie), `precision_note` says
+        so. Builds timm's model the first time (a few seconds).
 
         Args:
             image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
@@ -152,9 +162,37 @@ class Tools:
         _up, lm, a = self.analysis(image, model)
         classifier(a)
         c = compare_with_timm(a, lm, self.ctx.reg.timm_twin(key), 5)
-        keys = ("verdict", "identical", "max_abs_logit_diff", "topk_agree", "layer_attn_max_diff", "scratch_topk",
-                "timm_topk", "scratch_probs", "timm_probs")
+        keys = ("verdict", "identical", "precision", "compared", "max_abs_logit_diff", "topk_agree",
+                "layer_attn_max_diff", "scratch_topk", "timm_topk", "scratch_probs", "timm_probs", "app_precision",
+                "app_topk", "app_probs", "precision_note")
         return {"model": a.model_name, **{k: _plain(c[k]) for k in keys if k in c}}
+
+    def steps(self, image: Any, row: float = -1, col: float = -1, layer: float = 0, head: float = 0,
+              temperature: float = 1.0, step: str = "softmax", model: str = "") -> tuple[str, dict]:
+        """Walk one patch of a picture through the Vision Transformer, step by step, every number the
+        model's own (read off its forward pass): the patch's pixels and their 768 numbers, the projection
+        to a token, its position, the query of one head meeting every key (score = q . k / sqrt(d)), the
+        softmax, the weighted sum of the values, the MLP, the residual stream, the logit lens and the logits.
+        Returns one step's picture as a PNG image, and JSON: every step's title and sentence (with this
+        picture's numbers) and the values of at most 1000 numbers each by name (attention, scores, query,
+        head_output, residual_norms, mlp_hidden, logits, ...; the larger ones, such as keys and lens, are
+        named under left_out with their shapes).
+
+        Args:
+            image: the picture, as a base64 data URL (data:image/jpeg;base64,...).
+            row: the patch's row, from 0 (0 to 13 for DeiT-Tiny); -1 and col -1: the patch the readout attends to most.
+            col: the patch's column, from 0 (0 to 13 for DeiT-Tiny); -1 and row -1: the model's choice.
+            layer: the block whose attention to step into, counted from 0 (0 to 11 for DeiT-Tiny); -1 for the last.
+            head: the attention head, counted from 0 (0 to 2 for DeiT-Tiny).
+            temperature: the softmax temperature, 1 for the model's own attention (0.1 to 10; others are a what-if).
+            step: the step whose picture comes back: patches, pixels, projection, position, qkv, scores, softmax, ...
+            model: the model to use, as the app's model menu names it; empty for the app's default model.
+        """
+        if step not in STEPS:
+            raise InputError(f"step must be one of {', '.join(STEPS)}.")
+        r, c = (None, None) if row in (None, -1) and col in (None, -1) else (row, col)
+        up, walk = walk_request(self.ctx, image, r, c, layer, head, temperature, model or None)
+        return png(walk.render(step)), steps_json(walk, up.name, STEP_NUMBERS)
 
 
 def classifier(a: Any) -> None:
@@ -164,7 +202,7 @@ def classifier(a: Any) -> None:
 
 
 def make_tools(ctx: Context) -> dict[str, Callable]:
-    """The four tool functions for this app, by name (their names and docstrings are the MCP tools')."""
+    """The five tool functions for this app, by name (their names and docstrings are the MCP tools')."""
     tools = Tools(ctx)
     return {name: friendly(getattr(tools, name)) for name in TOOLS}
 
@@ -183,16 +221,20 @@ def wire(ctx: Context) -> None:
     fns = make_tools(ctx)
     with gr.Group(visible=False):
         image = gr.Image(type="filepath", label="image")
-        k, cls, layer, head = (gr.Number(v, precision=0, label=n) for v, n in
-                               ((5, "k"), (-1, "class_index"), (0, "layer"), (0, "head")))
+        k, cls, layer, head, row, col = (gr.Number(v, precision=0, label=n) for v, n in
+                                         ((5, "k"), (-1, "class_index"), (0, "layer"), (0, "head"), (-1, "row"),
+                                          (-1, "col")))
+        temperature = gr.Number(1.0, label="temperature")
         model = gr.Textbox("", label="model")
         method = gr.Dropdown(list(METHODS), value="chefer", label="method")
+        step = gr.Dropdown(list(STEPS), value="softmax", label="step")
         rollout = gr.Checkbox(False, label="rollout")
         out_json, out_map = gr.JSON(), gr.Image(type="filepath", format="png")
         button = gr.Button()
     events = {"predict": ([image, k, model], [out_json]), "explain": ([image, method, cls, model], [out_map, out_json]),
               "attention": ([image, layer, head, rollout, model], [out_map, out_json]),
-              "verify": ([image, model], [out_json])}
+              "verify": ([image, model], [out_json]),
+              "steps": ([image, row, col, layer, head, temperature, step, model], [out_map, out_json])}
     seconds = ctx.cfg.limits.job_seconds  # the slow lane's time limit (explain's integrated gradients checks it)
     for name, (inputs, outputs) in events.items():
         button.click(time_limited(fns[name], seconds), inputs, outputs, api_name=EVENTS[TOOLS.index(name)], preprocess=False,
@@ -244,12 +286,27 @@ def plain_error(message: Any, hide_urls: bool = True) -> str:
     """An MCP error's text as a caller may read it: (``hide_urls``, an exposed app) no web address
     (Gradio's client's HTTP errors name this app's internal join URL), at most :data:`ECHO_MAX`
     characters."""
-    text = str(message)
+    text = not_one_of(str(message))
     if hide_urls and re.search(r"\b[a-z][a-z0-9+.-]*://", text, re.IGNORECASE):
         status = re.search(r"\b([45]\d\d) [A-Z]", text)
         text = (f"The app refused this call{f' (HTTP {status.group(1)})' if status else ''}: one of its values does "
                 "not fit its parameter (too long, or not a plain value).")
     return clip(text, ECHO_MAX)
+
+
+NOT_ONE_OF = re.compile(r"Input validation error: '(?P<value>.*)' is not one of \[(?P<allowed>[^\]]*)\]", re.DOTALL)
+
+
+def not_one_of(text: str) -> str:
+    """The MCP library's refusal of a value outside a parameter's list ("'Chefer' is not one of
+    ['chefer', ...]", checked before the tool runs) with the names it may mean first: "did you
+    mean 'chefer'?" (a method name in another case, or misspelt), then the allowed ones."""
+    m = NOT_ONE_OF.fullmatch(text.strip())
+    if m is None:
+        return text
+    allowed = re.findall(r"'([^']*)'", m["allowed"])
+    return (f"Input validation error: {clip(m['value'], 40)!r} is not allowed"
+            f"{methods.did_you_mean(clip(m['value'], 40), allowed)}; one of {', '.join(allowed)}.")
 
 
 def calls_per_caller(concurrency: int) -> int:

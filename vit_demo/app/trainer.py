@@ -6,9 +6,11 @@ minutes within ``--train-minutes-max``, the data named), ONE training at a time 
 server (:data:`TRAIN_BUSY` at once for a second one, whoever asks), the pictures taken in a new
 export folder (a zip under the Whole folder tab's rules, :func:`vit_demo.app.uploads.received`;
 a built-in set written once per app), then ``train`` in a child process of its own
-(:class:`vit_demo.train.live.LiveRun`: its own torch threads, killed at once on Cancel, past its
-time limit or when the page goes) while this thread turns its messages into :class:`Progress`
-for the page, a few times a second. At the end: the snapshots as a filmstrip, a GIF and an MP4,
+(:class:`vit_demo.train.live.LiveRun`: forked from a fork server that has PyTorch imported, which
+:func:`get_ready` starts when the Train tab opens; its own torch threads, killed at once on
+Cancel, past its time limit or when the page goes) while this thread turns its messages into
+:class:`Progress` for the page, a few times a second: what the child is doing as it prepares,
+then the epoch of its plan and its one ETA. At the end: the snapshots as a filmstrip, a GIF and an MP4,
 the checkpoint on the session's own model menu (:meth:`vit_demo.app.registry.ModelRegistry.add_trained`)
 and the run as a :class:`Trained` record. Everything a run writes is in its export folder, within
 the exports' disk budget; a run that fails, is cancelled or is stopped leaves nothing (the folder
@@ -35,7 +37,7 @@ from ..present.animate import write_slideshow
 from ..progress import TimeUp, check, report
 from ..train.budget import format_eta
 from ..train.builtin import MAKERS, WORDS, ensure
-from ..train.live import LiveRun
+from ..train.live import LiveRun, start_server
 from ..train.loop import STATE_SUFFIX, TrainOptions
 from ..train.snapshots import FILM_TILE, Snapshot, filmstrip
 from ..viz.charts import training_figure
@@ -91,33 +93,41 @@ def check_request(ctx: Context, dataset: Any, minutes: Any, zip_file: Any) -> tu
 
 @dataclass
 class Progress:
-    """What the page shows of a run while it goes."""
+    """What the page shows of a run while it goes: the bar's words (:meth:`text`: the stage, or the
+    epoch, the plan and the one ETA) and the line of findings under it (:meth:`status`)."""
 
     dataset: str
     minutes: float
     started: float = field(default_factory=time.monotonic)
-    line: str = "starting the training process"
+    stage: str = "starting the training process"  # what the child is doing now (its "stage" messages)
+    stage_share: float = 0.0  # ... and how far into it (an epoch's steps)
+    said: str = ""  # the child's last log line before the epochs (the size it chose, the data, the model)
     history: list[dict[str, float]] = field(default_factory=list)
-    epochs: int = 0  # planned (the run re-plans after its first epoch)
+    epochs: int = 0  # planned (a budgeted run's plan may change: "about")
+    budgeted: bool = True
+    eta_s: float | None = None  # the child's estimate of the epochs left, in seconds ...
+    eta_at: float = 0.0  # ... made at this time (time.monotonic())
     frames: list[tuple[str, str]] = field(default_factory=list)  # (PNG, caption)
     snaps: list[Snapshot] = field(default_factory=list)
     pictures: list[Any] = field(default_factory=list)  # the fixed validation pictures (uint8 arrays)
     names: list[str] = field(default_factory=list)
     finishing: bool = False
-    training_since: float | None = None  # when the first epoch began (the untrained model's snapshot)
 
     def take(self, kind: str, data: Any) -> None:
         """One message of the child (:mod:`vit_demo.train.live`)."""
-        if kind == "log":
-            self.line = str(data).splitlines()[0][:300]
-        elif kind == "epoch":
-            self.history.append(data["row"])
-            self.epochs = data["epochs"]
-            self.finishing = data["row"]["epoch"] >= self.epochs
+        if kind == "stage":
+            self.stage, self.stage_share = str(data["text"])[:200], float(data.get("share") or 0.0)
+        elif kind == "log" and not self.history:
+            self.said = str(data).splitlines()[0][:300]
+        elif kind in ("plan", "epoch"):
+            if kind == "epoch":
+                self.history.append(data["row"])
+                self.stage_share = 0.0
+            self.epochs, self.budgeted = int(data["epochs"]), bool(data.get("budgeted", True))
+            self.eta_s, self.eta_at = data.get("eta_s"), time.monotonic()
+            self.finishing = bool(self.history) and self.history[-1]["epoch"] >= self.epochs
         elif kind == "frame":
             snap = data["snapshot"]
-            if snap.epoch == 0:
-                self.training_since = time.monotonic()
             if data.get("pictures") is not None:
                 self.pictures, self.names = list(data["pictures"]), list(data["names"])
             self.snaps.append(snap)
@@ -125,37 +135,53 @@ class Progress:
 
     @property
     def share(self) -> float:
-        """The bar: the first 10 % while the process starts and reads the pictures, then the epochs."""
+        """The bar: the first 10 % while the process starts and prepares, then the epochs (and the
+        steps of the one under way), the last few % for the files."""
         if self.finishing:
             return 0.97
-        if not self.history or not self.epochs:
+        if not self.epochs or not self.stage.startswith("epoch "):
             return min(0.1, 0.1 * (time.monotonic() - self.started) / max(1.0, 60 * self.minutes))
-        return 0.1 + 0.85 * min(1.0, len(self.history) / self.epochs)
+        return 0.1 + 0.85 * min(1.0, (len(self.history) + self.stage_share) / self.epochs)
 
     def eta(self) -> str:
-        """Time left: the epochs left at the epochs' own pace (the budget before the first one ends)."""
-        if not self.history or not self.epochs or self.training_since is None:
-            return format_eta(60 * self.minutes)
-        per = (time.monotonic() - self.training_since) / len(self.history)
-        return format_eta(per * max(0, self.epochs - len(self.history)))
+        """The one ETA: the child's estimate of the epochs left at the run's pace, counted down since
+        it came; "" before the run has a plan."""
+        if self.eta_s is None:
+            return ""
+        return format_eta(max(0.0, self.eta_s - (time.monotonic() - self.eta_at)))
+
+    def plan(self) -> str:
+        """``epoch 5 of about 45``: the epoch under way, and "about" while a time budget may still
+        change the plan (the first epoch re-plans it, a later one only shortens it: not the last)."""
+        now = min(len(self.history) + 1, self.epochs)
+        about = "about " if self.budgeted and (not self.history or now < self.epochs) else ""
+        return f"epoch {now} of {about}{self.epochs}"
 
     def text(self) -> str:
-        """The bar's words."""
+        """The bar's words: what is being done; in the epochs, the plan and the time left."""
         if self.finishing:
-            return "finishing: logistic regression on the pixels, the checkpoint, the GIF and the MP4"
-        if not self.history:
-            return f"preparing: {self.line}"
-        return f"epoch {len(self.history)} of {self.epochs} · ETA {self.eta()}"
+            what = self.stage.removeprefix("finishing: ") if self.stage.startswith("finishing") else \
+                "the baseline, the checkpoint and the files"
+            return f"finishing: {what}"
+        if not self.epochs:
+            return f"preparing: {self.stage}"
+        eta = self.eta()
+        if not self.stage.startswith("epoch ") and not self.history:
+            planned = f"about {self.epochs} epoch{'s' if self.epochs != 1 else ''} planned"
+            return f"preparing: {self.stage} · {planned}" + (f", about {eta}" if eta else "")
+        if not eta:
+            return self.plan()
+        return f"{self.plan()} · " + ("any moment now" if eta == "0:00" else f"about {eta} left")
 
     def status(self) -> str:
-        """One line of numbers for the page: the last epoch's accuracy and loss, the ETA."""
+        """The line under the bar: what the run found before it trained (the size, the data, the
+        model), then the last epoch's accuracy and loss (the epochs and the time left are the bar's)."""
         if not self.history:
-            return f"*{self.line}*"
+            return f"*{self.said}*" if self.said else ""
         h = self.history[-1]
         acc = h.get("val_accuracy")
         acc_words = f"validation accuracy **{acc:.1%}**" if acc is not None and acc == acc else "no validation pictures"
-        return (f"epoch **{h['epoch']} of {self.epochs}** · {acc_words} · train loss {h['train_loss']:.3f} · "
-                f"ETA **{self.eta()}**")
+        return f"after epoch {h['epoch']}: {acc_words} · train loss {h['train_loss']:.3f}"
 
     def curves(self) -> Image.Image | None:
         if not self.history:
@@ -194,6 +220,27 @@ def datasets_folder() -> Path:
     return workspace().root / "datasets"
 
 
+_READY = threading.Event()  # get_ready() has begun
+
+
+def get_ready() -> None:
+    """What lets the first run start sooner, begun in the background (it returns at once) the first
+    time the Train tab opens: the fork server started with PyTorch imported
+    (:func:`vit_demo.train.live.start_server`), and the built-in sets written. A run that comes first
+    does both itself."""
+    if _READY.is_set():
+        return
+    _READY.set()
+
+    def work() -> None:
+        with contextlib.suppress(Exception):  # the run does it again and says what fails
+            start_server()
+            for name in MAKERS:
+                ensure(name, datasets_folder())
+
+    threading.Thread(target=work, daemon=True, name="vit_demo-train-ready").start()
+
+
 @contextlib.contextmanager
 def run_folder(ctx: Context, dataset: str, files: Any) -> Iterator[tuple[Path, Path, list[str]]]:
     """``(the run's new export folder, the pictures, notes)``; the folder goes if the run fails."""
@@ -221,7 +268,8 @@ def train_steps(ctx: Context, dataset: Any, minutes: Any, files: Any = None) -> 
     try:
         forget_old(ctx.reg)
         prog = Progress(dataset, minutes)
-        report(0.0, "reading the pictures")
+        report(0.0, "preparing: unpacking the zip and checking its pictures" if dataset == "zip" else
+               f"preparing: the {dataset} (written once on this computer)")
         with run_folder(ctx, dataset, files) as (out, pics, notes):
             name = "digits" if dataset == "digits" else "shapes" if dataset == "shapes" else "my-zip"
             ckpt = out / f"{name}-vit.safetensors"
@@ -259,7 +307,7 @@ def follow(live: LiveRun, prog: Progress, out: Path, seconds: float) -> Generato
 def finish(ctx: Context, prog: Progress, done: dict[str, Any], ckpt: Path, name: str, notes: list[str]) -> Trained:
     """The files of a finished run (filmstrip, GIF, MP4), its model on the menu, its record."""
     out = ckpt.parent
-    report(0.97, "writing the GIF and the MP4")
+    report(0.97, "finishing: writing the GIF and the MP4")
     Path(str(ckpt) + STATE_SUFFIX).unlink(missing_ok=True)  # resuming is the CLI's: the state goes
     frames = [Path(p) for p in done["frames"]]
     gif, mp4 = write_slideshow(frames, out / "snapshots" / f"{name}-snapshots")

@@ -30,6 +30,7 @@ ENV_WEIGHTS_DIR = "VIT_DEMO_WEIGHTS_DIR"  # overrides the default weights/ folde
 DEFAULT_MODEL = "deit_tiny_patch16_224"
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "weights" / f"{DEFAULT_MODEL}.safetensors"
 DEFAULT_SHA256 = "9c82f0d7bd2e747b8c1112c01d124ba5f7682cd4a802eea337dcf14fad2f6684"
+DEFAULT_BYTES = 22_883_432  # its size: a file of another size is not it (no hash read)
 META_CLASS_NAMES = "class_names"  # safetensors metadata key: JSON list of the head's class names
 
 
@@ -68,6 +69,20 @@ def default_checkpoint() -> Path:
             f"`git checkout -- weights/{p.name}` (see weights/README.md)"
         )
     return p
+
+
+def is_shipped(path: str | os.PathLike | None) -> bool:
+    """Whether ``path`` is the DeiT-Tiny that ships with the project, by content (its sha256, read once
+    per file version and only for a file of its size): the model the project's measured figures were
+    taken on (docs/performance.md, docs/faithfulness.md), which no other model may quote."""
+    if path is None:
+        return False
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return False
+    return (st.st_size == DEFAULT_BYTES and Path(path).is_file()
+            and file_sha256(str(Path(path).resolve()), st.st_size, st.st_mtime_ns) == DEFAULT_SHA256)
 
 
 def from_checkpoint(
@@ -141,6 +156,9 @@ class LoadedModel:
     class_names: tuple[str, ...] | None = None  # from the checkpoint's metadata (ported / trained)
     precision: str = "fp32"  # what the model runs in: "fp32", or "bf16" (vit_demo.precision.set_precision)
     precision_note: str = "fp32"  # that choice and why, in words: "bf16 (auto: this CPU has AVX512-BF16)"
+    # the DeiT-Tiny that ships with the project (is_shipped, read from the file at load: the app renames
+    # source), the only model the project's measured figures (fidelity, faithfulness) may be quoted for
+    shipped: bool = False
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -200,7 +218,7 @@ def load_model(
         # a file ported from transformers has no timm twin; others name their timm architecture
         timm_name = None if meta.get(META_ARCHITECTURE) else (meta.get("model_name") or name)
         lm = LoadedModel(model, dc, meta.get("model_name") or name or Path(weights).stem, f"file {weights}", timm_name,
-                         class_names=class_names_from_meta(meta))
+                         class_names=class_names_from_meta(meta), shipped=is_shipped(weights))
     elif random_init:
         if not name:
             raise ValueError("--random-init needs --model NAME (any ViT name timm knows)")

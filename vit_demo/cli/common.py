@@ -1,6 +1,12 @@
 """What the commands share: the one error type they report, the model flags, the class and
-method arguments, the images-and-methods pair of the evaluation commands, and the flags, the
-prologue and the ending of the jobs over a folder (atlas, survey)."""
+method arguments, the images-and-methods pair of the evaluation commands, the flags, the
+prologue and the ending of the jobs over a folder (atlas, survey), and the outputs.
+
+Every flag that names an output is declared with :func:`add_output` (a file, or a folder);
+:func:`prepare_outputs` runs before the command does any work and makes each one's folder, with
+its parents, or refuses in one line (exit code 2) when it cannot be made or written: a file in
+the way, a folder where a file is wanted, no permission. No command then fails at its end, after
+minutes of work, on a folder that does not exist."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from ..images import find_images
 from ..precision import PRECISIONS
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]
+KINDS = ("file", "folder")  # what an output flag names
 
 
 class UserError(Exception):
@@ -73,13 +80,40 @@ def parse_class(text: str, labels: tuple[str, ...]) -> int:
 
 
 def parse_methods(spec: str) -> list[str]:
-    """A --methods value: comma-separated registered names, or ``all`` (checked)."""
+    """A --methods value: comma-separated registered names (as :func:`vit_demo.methods.find` reads
+    them: any case), or ``all``; checked, each unknown one with the names it may mean."""
     known = methods.names()
-    chosen = list(known) if spec.strip() == "all" else [m.strip() for m in spec.split(",") if m.strip()]
-    unknown = [m for m in chosen if m not in known]
+    if spec.strip().lower() == "all":
+        return list(known)
+    chosen = [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in chosen if not is_method(m)]
     if unknown or not chosen:
-        raise UserError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}, all")
-    return chosen
+        said = ", ".join(f"{m}{methods.did_you_mean(m, known)}" for m in unknown) or "(none given)"
+        raise UserError(f"unknown method(s) {said}; known: {', '.join(known)}, all")
+    return [methods.find(m) for m in chosen]
+
+
+def is_method(name: str) -> bool:
+    """Whether ``name`` is a registered method as :func:`vit_demo.methods.find` reads it."""
+    try:
+        methods.find(name)
+    except ValueError:
+        return False
+    return True
+
+
+def method_arg(choices: list[str]) -> Callable[[str], str]:
+    """An argparse ``type`` for a --method taking ``choices``: the name as :func:`vit_demo.methods.find`
+    reads it (any case), or an error with the names it may mean."""
+
+    def parse(text: str) -> str:
+        try:
+            return methods.find(text, choices)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = "method"
+    return parse
 
 
 def add_images_and_methods_args(parser: argparse.ArgumentParser, images_help: str) -> None:
@@ -123,7 +157,7 @@ def add_folder_job_args(parser: argparse.ArgumentParser, out_help: str) -> None:
                    help="where the true classes come from: the sub-folders, the ImageNet file names, or auto (default)")
     parser.add_argument("--limit", type=int, help="use N pictures spread evenly through the sorted folder")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", required=True, help=out_help)
+    add_output(parser, "--out", "folder", required=True, help=out_help)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
 
@@ -143,3 +177,62 @@ def end_folder_job(args: argparse.Namespace, result: dict[str, Any], summary: Ca
     """A folder job's last words: the result as one JSON object with --json, else ``summary()``."""
     print(json.dumps(result) if args.json else summary())
     return 0
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def add_output(parser: argparse.ArgumentParser, flag: str, kind: str, **kwargs: Any) -> argparse.Action:
+    """``parser.add_argument(flag, **kwargs)``, recorded as an output of ``kind`` ("file": its folder
+    is made; "folder": the folder itself is made) for :func:`prepare_outputs`."""
+    if kind not in KINDS:
+        raise ValueError(f"an output is a {' or a '.join(KINDS)}, not {kind!r}")
+    action = parser.add_argument(flag, **kwargs)
+    parser.set_defaults(outputs=(*(parser.get_default("outputs") or ()), (action.dest, flag, kind)))
+    return action
+
+
+def declared_outputs(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
+    """(dest, flag, kind) of every output the parsed command declared."""
+    return tuple(getattr(args, "outputs", None) or ())
+
+
+def prepare_outputs(args: argparse.Namespace) -> list[Path]:
+    """Make the folder of every output the command was given (``None``: a flag left out); returns the
+    folders. Raises :class:`UserError` before any of them is half made when one cannot be."""
+    wanted = []
+    for dest, flag, kind in declared_outputs(args):
+        value = getattr(args, dest, None)
+        if value is None or str(value) == "":
+            continue
+        wanted.append((flag, Path(value), kind))
+    for flag, path, kind in wanted:  # refuse on any of them before making the others' folders
+        check_output(flag, path, kind)
+    made = []
+    for flag, path, kind in wanted:
+        folder = path if kind == "folder" else path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"{flag} {path}: cannot make the folder {folder} ({e.strerror or e})") from None
+        made.append(folder)
+    return made
+
+
+def check_output(flag: str, path: Path, kind: str) -> None:
+    """Refuse ``path`` when it cannot become an output of ``kind``: it is the other kind already, a
+    file stands where one of its folders should be, or the nearest existing folder is read-only."""
+    if kind == "file" and path.is_dir():
+        raise UserError(f"{flag} {path}: that is a folder; give a file name (in it, or elsewhere)")
+    if kind == "folder" and path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path}: that is a file, not a folder; give a folder (it is made when missing)")
+    folder = path if kind == "folder" else path.parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        why = "not a folder" if existing == folder else f"so the folder {folder} cannot be made"
+        raise UserError(f"{flag} {path}: {existing} is a file, {why}")
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: {existing} is not writable (no permission)")
+

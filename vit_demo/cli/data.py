@@ -6,15 +6,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..data.annotations import BOXES_FILE
 from ..train.builtin import make_digits
-from ..train.data import BOXES_FILE, CORNERS, MARKS, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
+from ..train.data import CORNERS, MARKS, MORE_SHAPES, SHAPES, SHORTCUTS, ShapeStyle, Shortcut, make_shapes
+from .common import add_output
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("data", help="make training data (procedural shapes with bounding boxes, or the handwritten digits)")
     kinds = p.add_subparsers(dest="data_command", required=True)
     s = kinds.add_parser("shapes", help="circles, squares, triangles, stars (and more) as an ImageFolder + boxes.json")
-    s.add_argument("--out", required=True, help="output folder")
+    add_output(s, "--out", "folder", required=True, help="output folder (made when missing)")
     s.add_argument("--per-class", type=int, default=1000, help="pictures per class (default 1000)")
     s.add_argument("--size", type=int, default=32, help="picture size in pixels (default 32)")
     s.add_argument("--seed", type=int, default=0)
@@ -40,7 +42,7 @@ def register(sub: Any) -> None:
                    help=f"what it looks like: a 2x2 black-and-white checker or a plain white square (default {Shortcut.mark})")
     s.set_defaults(func=run)
     d = kinds.add_parser("digits", help="scikit-learn's 1,797 handwritten digits (8x8 scans) as an ImageFolder")
-    d.add_argument("--out", required=True, help="output folder")
+    add_output(d, "--out", "folder", required=True, help="output folder (made when missing)")
     d.set_defaults(func=run_digits)
 
 

@@ -15,7 +15,7 @@ from ..images import find_images, load_image
 from ..present.deck import build_slides, display_name
 from ..present.slides import FORMATS, write
 from ..progress import part, reporting
-from .common import UserError, add_model_args, load_from_args, parse_class
+from .common import UserError, add_model_args, add_output, load_from_args, parse_class
 
 
 def register(sub: Any) -> None:
@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
     p.add_argument("images", nargs="+", help="image files or folders")
     add_model_args(p)
     p.add_argument("--class", dest="target", help="class to explain: index or label (default each image's top-1)")
-    p.add_argument("--out", required=True, help="output file, e.g. talk.pptx")
+    add_output(p, "--out", "file", required=True, help="output file, e.g. talk.pptx (its folder is made when missing)")
     p.add_argument("--format", choices=(*FORMATS, "both"),
                    help="pptx (default), pdf, or both (talk.pptx and talk.pdf from one run); default from the --out suffix")
     p.add_argument("--width", type=int, default=2400, help="pixel width of the rendered figures (default 2400)")
@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
                 write(slides, path, path.suffix.lstrip("."))
     for path in outs:
         print(f"wrote {path} ({len(slides)} slides)")
+    check = next((s.meta for s in slides if "verdict" in s.meta), None)
+    if check is not None:  # what the timm slide says, and in which precision it compared
+        print(f"checked against timm: {check['verdict']}")
     return 0
 
 

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from .. import methods, viz
 from ..images import ImageError, find_images, load_image
-from ..labels import topk
+from ..labels import check_k, topk
 from ..methods.attention import (
     captured,
     cls_attention,
@@ -41,7 +41,7 @@ from ..methods.attention import (
 from ..methods.rollout import rollout
 from ..preprocess import preprocess
 from ..present.animate import animate_image
-from .common import UserError, add_model_args, load_from_args, parse_class, say_precision
+from .common import UserError, add_model_args, add_output, load_from_args, method_arg, parse_class, say_precision
 
 FIGURES = ("patch-grid", "heads", "distance", "pos-embed", "animation")  # figures that are not one map
 ANIMATION_FORMATS = ("gif", "mp4")  # --method animation (vit_demo.present.animate); the others write figures
@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("images", nargs="*", help="image files or folders (not needed for --method pos-embed)")
     add_model_args(p, precision="auto")
-    p.add_argument("--method", required=True, choices=choices())
+    p.add_argument("--method", required=True, choices=choices(), type=method_arg(choices()),
+                   metavar="{" + ",".join(choices()) + "}")
     p.add_argument(
         "--layer",
         help="the layer's INDEX, counted from 0 as in PyTorch (negative counts from the end; default the last): "
@@ -88,7 +89,7 @@ def register(sub: Any) -> None:
     p.add_argument("--width", type=int, help="PNG width in pixels (default 2400; animations 960 GIF, 1280 MP4)")
     p.add_argument("--separate", action="store_true", help="animation: one file per clip instead of side by side")
     p.add_argument("--topk", type=int, default=5, help="predictions listed in the JSON")
-    p.add_argument("--out", required=True, help="output folder (created if missing)")
+    add_output(p, "--out", "folder", required=True, help="output folder (created if missing)")
     p.set_defaults(func=run)
 
 
@@ -194,7 +195,8 @@ def resolve_settings(args: argparse.Namespace, lm) -> dict[str, Any]:
         "cmap": args.cmap, "alpha": args.alpha, "smooth": not args.blocky,
         "format": fmt, "width": width,
         "separate": args.separate if m == "animation" else None,
-        "topk": args.topk, "patch_size": cfg.patch_size, "grid": grid, "depth": cfg.depth,
+        "topk": check_k(args.topk, cfg.num_classes, "--topk") if cfg.num_classes else args.topk,
+        "patch_size": cfg.patch_size, "grid": grid, "depth": cfg.depth,
     }
 
 

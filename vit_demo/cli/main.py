@@ -8,10 +8,10 @@ import os
 import sys
 
 from ..checkpoints.timm import HubUnavailableError
-from . import atlas, data, deck, explain, faithfulness, pointing, port, predict, sanity, survey, train, verify
-from .common import UserError
+from . import atlas, data, deck, explain, faithfulness, pointing, port, predict, sanity, steps, survey, train, verify
+from .common import UserError, prepare_outputs
 
-COMMANDS = (predict, port, verify, explain, faithfulness, sanity, data, train, pointing, survey, atlas, deck)
+COMMANDS = (predict, port, verify, explain, steps, faithfulness, sanity, data, train, pointing, survey, atlas, deck)
 """Each has ``register(subparsers)``; the order is the order of ``--help``."""
 
 
@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "0")
     args = build_parser().parse_args(argv)
     try:
+        prepare_outputs(args)  # every output's folder made, or refused, before any work
         return args.func(args)
     except (UserError, HubUnavailableError, ValueError) as e:  # ValueError: ImageError, CheckpointError, DataError...
         print(f"error: {e}", file=sys.stderr)

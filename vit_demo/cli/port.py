@@ -10,7 +10,7 @@ from ..checkpoints.files import save
 from ..checkpoints.hf import from_hf_folder, is_hf_folder
 from ..checkpoints.load import class_names_from_meta, from_checkpoint, weights_dir
 from ..checkpoints.timm import from_hub
-from .common import UserError
+from .common import UserError, add_output
 
 
 def register(sub: Any) -> None:
@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     p.add_argument("--from", dest="from_file",
                    help="local checkpoint file, or a transformers model folder (config.json + model.safetensors "
                         "or pytorch_model.bin); else timm's weights from the hub, when reachable")
-    p.add_argument("--out", help="output file (default weights/NAME.safetensors)")
+    add_output(p, "--out", "file", help="output file (default weights/NAME.safetensors; its folder is made when missing)")
     p.set_defaults(func=run)
 
 

@@ -11,7 +11,7 @@ from ..evaluate.faithfulness import TARGETS
 from ..evaluate.sanity import evaluate, format_results
 from ..viz.charts import sanity_figure
 from ..viz.export import save_figure
-from .common import UserError, add_images_and_methods_args, images_and_methods, load_from_args
+from .common import UserError, add_images_and_methods_args, add_output, images_and_methods, load_from_args
 
 
 def register(sub: Any) -> None:
@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
                    help="class explained: top-1 of the trained model, or the file name's class")
     p.add_argument("--batch-size", type=int, default=4, help="images per batch")
     p.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation")
-    p.add_argument("--out", help="folder for the figure (sanity_randomisation.png) and the JSON")
+    add_output(p, "--out", "folder", help="folder for the figure (sanity_randomisation.png) and the JSON")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 

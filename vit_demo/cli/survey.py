@@ -22,8 +22,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.method not in methods.names():
-        raise UserError(f"unknown method {args.method!r}; known: {', '.join(methods.names())}")
+    try:
+        args.method = methods.find(args.method)  # any case; an unknown name with the names it may mean
+    except ValueError as e:
+        raise UserError(str(e)) from None
     lm, progress = start_folder_job(args)
     out = Path(args.out)
     result = survey(lm, args.images, args.method, args.labels, args.limit, args.batch_size, each=Thumbnails(out),

@@ -14,14 +14,15 @@ from ..train.fast import PRECISIONS
 from ..train.loop import TrainOptions, curves_path, state_path
 from ..train.loop import run as train
 from ..train.snapshots import Recorder
-from .common import DEVICES
+from .common import DEVICES, add_output
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train the ViT from scratch or fine-tune a checkpoint on an image folder")
     p.add_argument("--data", required=True, help="ImageFolder (one sub-folder per class), a folder of CIFAR-10/100 "
                    "python-version files (official split, offline), or 'cifar10' / 'cifar100' (downloads once)")
-    p.add_argument("--out", required=True, help="checkpoint to write (.safetensors)")
+    add_output(p, "--out", "file", required=True, help="checkpoint to write (.safetensors; its folder is made when "
+                                                          "missing)")
     p.add_argument("--from", dest="from_", nargs="?", const=str(DEFAULT_CHECKPOINT), default=None,
                    help="fine-tune this checkpoint (no value: the embedded DeiT-Tiny); default: from scratch")
     p.add_argument("--img-size", type=int, help="model input size (default: the pictures' own size from scratch, "
@@ -49,7 +50,7 @@ def register(sub: Any) -> None:
     p.add_argument("--amp", action="store_true", help="the same as --precision bf16")
     p.add_argument("--compile", action="store_true", help="torch.compile the training step's model (needs a C++ compiler "
                                                           "on the CPU; the first epoch includes the compilation)")
-    p.add_argument("--snapshots", metavar="DIR", help="write what the model sees every few epochs into DIR: a frame per "
+    add_output(p, "--snapshots", "folder", metavar="DIR", help="write what the model sees every few epochs into DIR: a frame per "
                    "snapshot (rollout and the last layer's mean attention on one validation picture per class, up to 4, "
                    "and each layer's mean attention distance), filmstrip.png (the frames' maps side by side) and "
                    "snapshots.gif / snapshots.mp4")

@@ -75,21 +75,6 @@ def curves(
     return torch.cat([clean, deleting, blank], dim=-1), torch.cat([blank, inserting, clean], dim=-1)
 
 
-def deletion_insertion(
-    model: VisionTransformer, x: Tensor, saliency: Tensor, target: int | Tensor, per_step: int | None = None
-) -> tuple[Tensor, Tensor]:
-    """Deletion and insertion curves [B, S + 1] each, for maps ``saliency`` [B, gh, gw].
-
-    Point k has the k * ``per_step`` most salient patches removed (deletion) or shown
-    (insertion); ``per_step`` defaults to one grid row (gw), giving S + 1 = gh + 1 points.
-    The values are the softmax probabilities of ``target`` (an int or [B] classes).
-    """
-    B = x.shape[0]
-    t = torch.as_tensor(target, dtype=torch.long, device=x.device).reshape(-1).expand(B)
-    d, i = curves(model, x, patch_order(saliency)[:, None], t, per_step or saliency.shape[-1])
-    return d[:, 0], i[:, 0]
-
-
 def random_orders(n: int, generators: Sequence[torch.Generator]) -> Tensor:
     """[len(generators), n]: one random permutation of the patches per seed."""
     return torch.stack([torch.randperm(n, generator=g) for g in generators])

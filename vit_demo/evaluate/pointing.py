@@ -1,6 +1,6 @@
 """The pointing game on the shapes set: does an explanation map point at the shape?
 
-Each shape comes with its bounding box (``boxes.json``, see vit_demo.train.data). Maps live on the
+Each shape comes with its bounding box (``boxes.json``, see vit_demo.data.annotations). Maps live on the
 model's patch grid, so the box is carried into patch coordinates first:
 
 1. the eval transform's resize and center-crop map picture pixels to model-input pixels
@@ -29,10 +29,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..data.annotations import read_boxes
 from ..images import ImageError, load_image
 from ..preprocess import preprocess
 from ..progress import batches
-from ..train.data import read_boxes
 from .faithfulness import method_maps, spread
 from .geometry import box_to_input, hit_patches, patch_coverage
 

@@ -40,12 +40,12 @@ from PIL import Image
 from torch import Tensor
 
 from .. import methods as registry
+from ..data.annotations import BOXES_FILE, read_boxes, read_watermarks
 from ..distributed.torchrun import Dist, finish, gather_objects, init_distributed
 from ..images import ImageError, find_images, load_image
 from ..labels import class_from_filename
 from ..preprocess import DataConfig, preprocess
 from ..progress import batches, check, report
-from ..train.data import BOXES_FILE, read_boxes, read_watermarks
 from .child import in_child
 from .clusters import MIN_TO_SPLIT, arrange, cluster_maps
 from .faithfulness import spread
@@ -506,7 +506,7 @@ def survey(lm: LoadedModel, images: str | os.PathLike, method: str = DEFAULT_MET
     seed give the same result); ``isolated``: the clustering in a child process (:func:`summarise`);
     ``load``: how a picture is read (the app's limits; default :func:`vit_demo.images.load_image`)."""
     t0 = time.perf_counter()
-    registry.get(method)
+    method = registry.find(method)  # any case ("LRP-Amortised"); an unknown name with the names it may mean
     require_classifier(lm, "a survey needs predictions")
     with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
         records, maps, errors = survey_pictures(lm, pictures, folder, method, batch_size, each, progress, dist, load)

@@ -5,7 +5,8 @@ method with :func:`register` appears everywhere methods are listed: ``explain --
 ``faithfulness / sanity / pointing --methods``, the app's relevance row (slow methods as
 on-request buttons), the analysis cache, the deck's scores, side-by-side and the benchmarks.
 
-- :mod:`.registry`: :func:`register`, :func:`names`, :func:`get`, :func:`single_pass`,
+- :mod:`.registry`: :func:`register`, :func:`names`, :func:`get`, :func:`find` (a name as people
+  spell it: any case, or a did-you-mean), :func:`single_pass`,
   :func:`slow` and :func:`reuse` (several methods sharing their passes on one input);
 - :mod:`.passes`: target classes, the gradient pass, masked forward passes;
 - families: :mod:`.attention` (raw attention, head maps, attention distance, position
@@ -20,7 +21,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .registry import Method, get, names, register, reuse, shared, sharing, single_pass, slow
+from .registry import Method, did_you_mean, find, get, names, register, reuse, shared, sharing, single_pass, slow
 
 INFRASTRUCTURE = ("registry", "passes")  # the modules every family builds on: no methods in them
 
@@ -34,4 +35,4 @@ def _import_families() -> None:
 
 _import_families()
 
-__all__ = ["Method", "get", "names", "register", "reuse", "shared", "sharing", "single_pass", "slow"]
+__all__ = ["Method", "did_you_mean", "find", "get", "names", "register", "reuse", "shared", "sharing", "single_pass", "slow"]

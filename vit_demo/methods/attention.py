@@ -234,3 +234,49 @@ def pos_embed_similarity(model: VisionTransformer) -> Tensor:
             pos = pos[cfg.num_prefix_tokens :]
     p = F.normalize(pos, dim=-1)
     return (p @ p.T).reshape(gh * gw, gh, gw)
+
+
+MAX_PAIRS = 200_000  # pairs of patches :func:`grid_structure` ranks at most (a fixed sample of them beyond)
+
+
+def grid_structure(similarity: Tensor) -> dict[str, float]:
+    """What a position-embedding similarity ``[gh*gw, gh, gw]`` (:func:`pos_embed_similarity`) says
+    about the 2-D grid, in numbers a caption can quote (pairs of distinct patches; distances in patches):
+
+    - ``rank_corr``: Spearman's rank correlation of similarity with closeness (minus the distance
+      between the patches' centres): about 1 when every patch is most alike its neighbours and less
+      and less alike farther ones, about 0 when position on the grid does not matter;
+    - ``across`` / ``down``: the mean similarity of horizontal / vertical neighbours (distance 1);
+    - ``far``: of the pairs at least half the largest distance apart;
+    - ``same_row`` / ``same_col`` / ``other``: of the pairs that share a row / a column / neither.
+    """
+    n, gh, gw = similarity.shape
+    s = similarity.reshape(n, n).double()
+    r, c = torch.div(torch.arange(n), gw, rounding_mode="floor"), torch.arange(n) % gw
+    dr, dc = (r[:, None] - r[None]).abs(), (c[:, None] - c[None]).abs()
+    dist = (dr.double() ** 2 + dc.double() ** 2).sqrt()
+    pair = ~torch.eye(n, dtype=torch.bool)
+
+    def mean(mask: Tensor) -> float:
+        return float(s[mask & pair].mean()) if bool((mask & pair).any()) else float("nan")
+
+    sim, close = s[pair], -dist[pair]
+    if sim.numel() > MAX_PAIRS:
+        keep = torch.randperm(sim.numel(), generator=torch.Generator().manual_seed(0))[:MAX_PAIRS]
+        sim, close = sim[keep], close[keep]
+    return {"rank_corr": _spearman(sim, close), "across": mean((dr == 0) & (dc == 1)),
+            "down": mean((dr == 1) & (dc == 0)), "far": mean(dist >= dist.max() / 2),
+            "same_row": mean(dr == 0), "same_col": mean(dc == 0), "other": mean((dr > 0) & (dc > 0))}
+
+
+def _spearman(a: Tensor, b: Tensor) -> float:
+    """Spearman's rank correlation of two 1-D tensors (ties share their mean rank)."""
+    def ranks(x: Tensor) -> Tensor:
+        _, inverse, counts = torch.unique(x, return_inverse=True, return_counts=True)
+        ends = counts.cumsum(0).double()
+        return (ends - (counts.double() - 1) / 2)[inverse]  # the mean rank of each value's ties, from 1
+
+    ra, rb = ranks(a), ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = float((ra.square().sum() * rb.square().sum()).sqrt())
+    return float((ra * rb).sum()) / den if den > 0 else 0.0

@@ -73,7 +73,8 @@ def integrated_gradients(model: VisionTransformer, x: Tensor, target: Target = N
     return out.detach()
 
 
-@register("integrated-gradients", title="Integrated Gradients", cite="Sundararajan et al., ICML 2017; 16 steps, black baseline")
+@register("integrated-gradients", title="Integrated Gradients", cite="Sundararajan et al., ICML 2017; 16 steps, black baseline",
+          solo=True)
 def integrated_gradients_map(model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
     """The IG map [B, gh, gw]: attributions summed over channels and over each patch."""
     p = model.cfg.patch_size

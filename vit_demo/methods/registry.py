@@ -22,9 +22,10 @@ just before it; causal LRP reuses the gated map).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ class Method:
     slow: bool = False  # hundreds of forward passes: run only when asked for by name (or "all")
     class_specific: bool = True  # explains one class (False: the map is the same for every class)
     bf16_ok: bool = False  # measured as faithful in bfloat16: it runs in the model's precision (else in float32)
+    solo: bool = False  # shares no pass with the others and costs many: may run beside them (vit_demo.analysis.map_lanes)
 
     def __call__(self, model: VisionTransformer, x: Tensor, target: Target = None) -> Tensor:
         return self.fn(model, x, target)
@@ -64,7 +66,7 @@ _METHODS: dict[str, Method] = {}
 
 
 def register(name: str, *, title: str, cite: str, slow: bool = False, class_specific: bool = True,
-             bf16_ok: bool = False) -> Callable[[MapFn], MapFn]:
+             bf16_ok: bool = False, solo: bool = False) -> Callable[[MapFn], MapFn]:
     """Decorator: add ``fn`` to the registry under ``name`` (a name may be registered once).
     The function is returned wrapped so that :func:`reuse` can share its result, and so that it
     runs in the model's precision only when ``bf16_ok`` (its maps measured as faithful in bfloat16,
@@ -75,7 +77,7 @@ def register(name: str, *, title: str, cite: str, slow: bool = False, class_spec
         if name in _METHODS:
             raise ValueError(f"method {name!r} is registered twice ({_METHODS[name].fn.__module__} and {fn.__module__})")
         wrapped = shared(name)(in_precision(fn, bf16_ok))
-        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific, bf16_ok)
+        _METHODS[name] = Method(name, wrapped, title, cite, slow, class_specific, bf16_ok, solo)
         return wrapped
 
     return add
@@ -127,12 +129,34 @@ def slow() -> list[str]:
     return names(slow=True)
 
 
+def _key(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def find(name: str, among: Sequence[str] | None = None) -> str:
+    """The registered name ``name`` means, spelled as people do: any case, spaces or underscores for the
+    hyphens ("Chefer", "LRP_gated" -> "chefer", "lrp-gated"). ValueError otherwise, in one line: the
+    closest names ("did you mean 'chefer'?", :func:`did_you_mean`) and the known ones. ``among``: the
+    names allowed here (default every registered one)."""
+    known = list(names() if among is None else among)
+    if name in known:
+        return name
+    by_key = {n.lower(): n for n in known}
+    if _key(name) in by_key:
+        return by_key[_key(name)]
+    raise ValueError(f"unknown method {str(name)[:40]!r}{did_you_mean(name, known)}; known: {', '.join(known)}")
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """" (did you mean 'chefer'?)" for the names of ``known`` closest to ``name``; "" when none is close."""
+    by_key = {n.lower(): n for n in known}
+    close = difflib.get_close_matches(_key(name), list(by_key), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(by_key[c]) for c in close)}?)" if close else ""
+
+
 def get(name: str) -> Method:
-    """The record for ``name``; ValueError naming the known methods otherwise."""
-    try:
-        return _METHODS[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(names())}") from None
+    """The record for ``name`` (as :func:`find` reads it); ValueError naming the known methods otherwise."""
+    return _METHODS[name] if name in _METHODS else _METHODS[find(name)]
 
 
 # ----------------------------------------------------------------------------- sharing work between methods

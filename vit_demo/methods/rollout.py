@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..model import TokenLayout, VisionTransformer
-from .attention import captured, class_row, on_grid, query_index
+from .attention import captured, on_grid, query_index
 from .registry import Target, register
 
 Fusion = Literal["mean", "max", "min"]
@@ -150,27 +150,6 @@ def rollout(
         w = v / (f.sum(dim=-1) + 1.0)[:, None, :]
         v = torch.baddbmm(w, w, f)
     return on_grid(v[:, 0, layout.num_prefix :], layout)
-
-
-def per_head_rollout(
-    attentions: Sequence[Tensor],
-    layout: TokenLayout,
-    fusion: Fusion = "mean",
-    discard: float = 0.0,
-    start_layer: int = 0,
-) -> Tensor:
-    """One rollout map per head of the LAST layer [B, H, gh, gw]: that head alone (with the
-    same discard, residual and row normalisation) on top of the fused rollout of the layers
-    from ``start_layer`` to the one below the last. With mean fusion and no discard, the mean
-    over heads of these maps is :func:`rollout`."""
-    _check_start(attentions, start_layer)
-    last = attentions[-1]  # [B, H, N, N]
-    last = last.to(torch.promote_types(last.dtype, torch.float32))  # float32 when captured in bfloat16
-    heads = with_residual(_discard_lowest(last, layout, discard))  # every head on its own
-    below = attentions[start_layer:-1]
-    if below:
-        heads = heads @ chain(_rollout_layers(below, layout, fusion, discard))[:, None]
-    return class_row(heads, layout)
 
 
 @register("rollout", title="Attention rollout", cite="Abnar & Zuidema, ACL 2020", class_specific=False,

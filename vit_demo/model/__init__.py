@@ -50,13 +50,13 @@ from .sam import WindowAttention, window_map
 from .variants import GatedMlp, QuickGELU, RMSNorm, VariantAttention
 from .vit import (
     PARTS,
-    Attention,
     Block,
     HookPoint,
     LayerScale,
     Mlp,
     PatchEmbed,
     Positions,
+    SelfAttention,
     TokenLayout,
     VisionTransformer,
     ViTOutput,
@@ -66,10 +66,10 @@ from .vit import (
 )
 
 __all__ = [
-    "ACTIVATIONS", "PARTS", "POOLS", "Attention", "AttentionPool", "Block", "ConvStem", "ConvStemEmbed", "DiffAttention",
+    "ACTIVATIONS", "PARTS", "POOLS", "AttentionPool", "Block", "ConvStem", "ConvStemEmbed", "DiffAttention",
     "GatedMlp", "HookPoint",
     "LayerScale", "Mlp", "ParallelScalingBlock", "ParallelThingsBlock", "PatchEmbed", "Positions", "QuickGELU", "RMSNorm",
-    "RelPosMlp", "RelPosTable", "RotaryEmbedding", "TokenLayout", "VariantAttention", "ViTConfig", "ViTOutput",
+    "RelPosMlp", "RelPosTable", "RotaryEmbedding", "SelfAttention", "TokenLayout", "VariantAttention", "ViTConfig", "ViTOutput",
     "VisionTransformer", "WindowAttention", "diff_lambda", "make_act", "make_norm", "resample_pos_embed",
     "scores_into", "window_map",
 ]

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .config import ViTConfig
-from .vit import PARTS, Attention, Block, HookPoint, Positions, make_act, make_norm, register
+from .vit import PARTS, Block, HookPoint, Positions, SelfAttention, make_act, make_norm, register
 
 
 @register("norm", "rmsnorm")
@@ -50,7 +50,7 @@ PARTS["act"].update(gelu_tanh=partial(nn.GELU, approximate="tanh"), silu=nn.SiLU
 
 
 @register("attention", "variant")
-class VariantAttention(Attention):
+class VariantAttention(SelfAttention):
     """Multi-head self-attention with timm's variants (the module docstring lists them). A position
     family's subclass turns q and k (``turn``, rope.py) or adds a bias of its own (``position_bias``)."""
 

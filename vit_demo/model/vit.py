@@ -6,7 +6,7 @@ DeiT and DINO add (a distillation token, register tokens, average or max pooling
     image [B, 3, h, w]
       -> PatchEmbed: cut into p x p patches, each projected to C channels     [B, n, C], n = gh x gw
       -> prepend the prefix tokens ([class], [dist], registers), add positions [B, N, C], N = P + n
-      -> L x Block: x + Attention(norm(x)), then x + Mlp(norm(x))              [B, N, C]
+      -> L x Block: x + SelfAttention(norm(x)), then x + Mlp(norm(x))          [B, N, C]
       -> norm, pool (the [class] token, or the patches' mean), Linear head    [B, classes]
 
 Shapes in comments: B batch, C embed dim, N tokens, P prefix tokens, n = gh x gw patches, H heads, D head dim.
@@ -50,7 +50,7 @@ class PatchEmbed(nn.Module):
         return self.norm(x.flatten(2).transpose(1, 2)), (x.shape[2], x.shape[3])  # [B, gh*gw, C], row-major
 
 
-class Attention(nn.Module):
+class SelfAttention(nn.Module):
     """Multi-head self-attention: every token's query is compared with every token's key, and the
     softmax of those scores mixes the tokens' values. H heads do it side by side, D channels each."""
 
@@ -362,7 +362,7 @@ def capture_slots(x: Tensor, capture: bool, depth: int, heads: int) -> Sequence[
 # ----------------------------------------------------------------------------- the registry of parts
 # kind -> key -> a part: "embed", "attention", "mlp", "block" by the config's *_kind ("": this file's), "norm", "act"
 # by cfg.norm, cfg.act; "part": cfg -> a model-level part or None; "init": a family's last step; "kernel": attend() ...
-PARTS: dict[str, dict[str, Any]] = {"embed": {"": PatchEmbed}, "attention": {"": Attention}, "mlp": {"": Mlp},
+PARTS: dict[str, dict[str, Any]] = {"embed": {"": PatchEmbed}, "attention": {"": SelfAttention}, "mlp": {"": Mlp},
                                     "block": {"": Block}, "part": {}, "init": {}, "norm": {"layernorm": nn.LayerNorm},
                                     "act": {"gelu": nn.GELU}, "kernel": {"attend": attend, "slots": capture_slots}}
 REGISTERED: set[str] = set()  # the family modules that registered something

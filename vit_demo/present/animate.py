@@ -349,10 +349,13 @@ def write_mp4(anim: Animation, path: str | Path, fps: int = MP4_FPS) -> Path:
     return path
 
 
-def slideshow(frames: Sequence[Image.Image], step_s: float = 0.8, hold_s: float = 2.0) -> Animation:
-    """Still frames one after another (a training run's snapshots): each for ``step_s``, the first
-    and the last for ``hold_s``."""
-    durations = [hold_s if i in (0, len(frames) - 1) else step_s for i in range(len(frames))]
+SLIDE_S, HOLD_S = 0.8, 2.0  # seconds a still frame shows; the first and the last: longer
+
+
+def slideshow(frames: Sequence[Image.Image]) -> Animation:
+    """Still frames one after another (a training run's snapshots): each for :data:`SLIDE_S`, the
+    first and the last for :data:`HOLD_S`."""
+    durations = [HOLD_S if i in (0, len(frames) - 1) else SLIDE_S for i in range(len(frames))]
     return Animation(list(frames), durations, layers=len(frames))
 
 

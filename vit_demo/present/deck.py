@@ -8,6 +8,9 @@ One idea a slide, in the order a talk takes, for every image:
 4. [class] attention across the layers;     7. how faithful the maps are on this image
                                                (deletion / insertion curves, plain words);
 
+then a "Step inside" section about the photo (:mod:`~vit_demo.present.inside`): one of its patches
+walked through the model, four slides of the step-through's pictures with this photo's numbers;
+
 then, once per deck: a comparison of the images (several images only; each map on its own
 scale unless ``shared_scale``), the atlas of the model's most important heads (when an atlas,
 :mod:`vit_demo.evaluate.atlas`, is given), the check against timm (verdict and numbers) and a closing slide
@@ -53,14 +56,15 @@ from ..progress import part
 from ..viz.charts import faithfulness_figure, model_card_figure, shorten, timm_check_figure
 from ..viz.export import render_png
 from ..viz.panels import MAX_PANELS, Panel, images_figure
+from . import inside
 from .atlas_report import Crops
 from .slides import Slide
 
-PER_IMAGE = 7  # slides in each image's section
+PER_IMAGE = 7 + inside.SLIDES  # slides of each image: its own section, then its "Step inside" section
 SCORED = ("attention", "rollout", "grad-rollout", "chefer", "lrp", "lrp-gated")  # on the faithfulness slide
 SHOWN = ("chefer", "lrp-gated")  # the relevance slide's maps
 # the expected cost of each slide, for the progress bar: one image's seven, then comparison, timm, model
-IMAGE_COSTS = (1, 2, 2, 3, 2, 3, 9)
+IMAGE_COSTS = (1, 2, 2, 3, 2, 3, 9, *inside.COSTS)
 COMPARISON_COST, TIMM_COST, MODEL_COST, ATLAS_COST = 2, 3, 1, 1
 ATLAS_HEADS, ATLAS_CROPS = 4, 6  # the atlas slide: the most important heads, each with its best patches
 
@@ -73,6 +77,7 @@ PAPERS = {
     "lrp": "Ali et al., 'XAI for Transformers: Better Explanations through Conservative Propagation' (ICML 2022)",
     "rise": "Petsiuk et al., 'RISE' (BMVC 2018)",
     "michel": "Michel, Levy & Neubig, 'Are Sixteen Heads Really Better than One?' (NeurIPS 2019)",
+    "vaswani": inside.VASWANI, "lens": inside.LENS,
 }
 
 
@@ -199,6 +204,25 @@ def heads_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slid
     )
 
 
+def top_share(attention: torch.Tensor) -> float:
+    """The share of one map's attention on its top tenth of the patches (0.1: spread evenly)."""
+    flat = attention.flatten().float().clamp_min(0)
+    k = max(1, round(flat.numel() / 10))
+    return float(flat.topk(k).values.sum() / flat.sum().clamp_min(1e-12))
+
+
+def spread_sentence(maps: list[torch.Tensor]) -> str:
+    """What these maps (first layer to last) show about where attention gathers, read off them."""
+    first, last = top_share(maps[0]), top_share(maps[-1])
+    said = (f"The top tenth of the patches holds {first:.0%} of the attention in layer 1 and {last:.0%} in layer "
+            f"{len(maps)}")
+    if last > first + 0.1:
+        return said + ": the later layers concentrate on a few patches."
+    if first > last + 0.1:
+        return said + ": here the first layers are the more concentrated."
+    return said + ": in this picture the layers spread their attention alike."
+
+
 def layers_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Slide:
     """The [class] attention of every layer, heads averaged."""
     L, layout = analysis.depth, analysis.layout
@@ -206,8 +230,8 @@ def layers_slide(analysis: Analysis, name: str, width_px: int, cmap: str) -> Sli
     return Slide(
         "Attention across the layers",
         [_render(viz.compare_figure(analysis.picture, per_layer, cmap=cmap, show_input=False, max_cols=min(6, L)), width_px)],
-        f"The attention of {reader(layout)}, averaged over heads, in every layer from the first to the last. Early layers "
-        "look broadly; later layers concentrate on a few patches. Raw attention of one layer ignores how information "
+        f"The attention of {reader(layout)}, averaged over heads, in every layer from the first to the last. "
+        f"{spread_sentence(list(per_layer.values()))} Raw attention of one layer ignores how information "
         f"mixes across layers, which is why rollout was proposed ({PAPERS['rollout']}).",
         f"Image: {name}", f"Where {reader(layout)} look{'' if many_readers(layout) else 's'}, layer 1 to layer {L} "
                           "(mean of the heads, each map its own scale)",
@@ -272,13 +296,14 @@ def faithfulness_slide(analysis: Analysis, lm, name: str, cls: int, width_px: in
 
 
 def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = None, width_px: int = 2400,
-                      cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS, analysis: Analysis | None = None
-                      ) -> Iterator[Slide]:
-    """The seven slides of one image's section, one at a time (the work of each is done when it
-    is asked for, so that progress can follow it). The faithfulness slide's meta holds the
-    image's :class:`~vit_demo.viz.panels.Panel` (for the comparison slide) under ``"panel"``.
-    ``analysis``: the image's analysis by ``lm`` if the caller has it (the app: its cached maps
-    are reused), else it is made here."""
+                      cmap: str = "inferno", seeds: Sequence[int] = RANDOM_SEEDS, analysis: Analysis | None = None,
+                      step: dict | None = None) -> Iterator[Slide]:
+    """The slides of one image, one at a time (the work of each is done when it is asked for, so
+    that progress can follow it): its section's seven, then its "Step inside" section's four
+    (``step``: the patch, layer, head of :func:`~vit_demo.present.inside.inside_slides`). The
+    faithfulness slide's meta holds the image's :class:`~vit_demo.viz.panels.Panel` (for the
+    comparison slide) under ``"panel"``. ``analysis``: the image's analysis by ``lm`` if the
+    caller has it (the app: its cached maps are reused), else it is made here."""
     a = analysis if analysis is not None else analyze(lm, image)
     cls = a.top1 if target is None else int(target)
     roll = rollout(a.attentions, a.layout)[0]
@@ -296,6 +321,7 @@ def iter_image_slides(lm, image: Image.Image, name: str, target: int | None = No
     slide = faithfulness_slide(a, lm, name, cls, width_px, scores)
     slide.meta["panel"] = Panel(a.picture, maps["chefer"], a.topk(1), lm.name, cls)
     yield slide
+    yield from inside.inside_slides(lm, a, name, width_px, step)
 
 
 def comparison_slide(panels: Sequence[Panel], names: Sequence[str], width_px: int, cmap: str,
@@ -371,22 +397,27 @@ def atlas_slide(lm, atlas: dict[str, Any], width_px: int) -> Slide:
 
 def timm_slide(lm, xs: Sequence[torch.Tensor], names: Sequence[str], weights: str | None, width_px: int,
                reference: Any = None) -> Slide:
-    """The check against timm (``reference``: timm's model on the same weights, built here when None)."""
+    """The check against timm (``reference``: timm's model on the same weights, built here when None),
+    like with like: both models in float32, whatever precision the rest of the deck ran the model in
+    (a bf16 model against timm's fp32 would differ by bf16's rounding, not by a bug); the title, the
+    subtitle and the notes say so."""
     tm = reference if reference is not None else timm_twin(lm, weights)
-    checks = [compare_one(lm.model, tm, x, repeats=1) for x in xs]
+    checks = [compare_one(lm.model, tm, x, repeats=1, precision="fp32") for x in xs]
     worst = max(checks, key=lambda c: c["max_abs_logit_diff"])
     sentence = verdict(worst, DEFAULT_TOL)
     ok = sentence.startswith("Identical")
     attn = max(max(c["layer_attn_max_diff"]) for c in checks)
     arch = lm.timm_name or "VisionTransformer, built from the stored config,"
+    rest = (f" (the other slides ran {lm.name} in {lm.precision}, for speed: its rounding is no part of this check)"
+            if lm.precision != "fp32" else "")
     return Slide(
-        "Checked against timm: " + ("identical" if ok else "MISMATCH"),
+        "Checked against timm, both in fp32: " + ("identical" if ok else "MISMATCH"),
         [_render(timm_check_figure(checks, names, DEFAULT_TOL), width_px)],
         f"Everything in this talk comes from a Vision Transformer written from scratch. To trust it, we run timm's "
-        f"reference {arch} on the same weights and the same {len(xs)} image(s): the largest logit difference is "
-        f"{worst['max_abs_logit_diff']:.1e} and the largest attention difference {attn:.1e}, against a tolerance of "
-        f"{DEFAULT_TOL:g}. {sentence} (architecture: {PAPERS['vit']})",
-        "The model", sentence, {"checks": checks, "passed": ok},
+        f"reference {arch} on the same weights and the same {len(xs)} image(s), both models in float32{rest}: the "
+        f"largest logit difference is {worst['max_abs_logit_diff']:.1e} and the largest attention difference "
+        f"{attn:.1e}, against a tolerance of {DEFAULT_TOL:g}. {sentence} (architecture: {PAPERS['vit']})",
+        "The model", sentence, {"checks": checks, "passed": ok, "precision": "fp32", "verdict": sentence},
     )
 
 
@@ -463,22 +494,24 @@ class SlideProgress:
 def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target: int | None = None,
                  weights: str | None = None, width_px: int = 2400, cmap: str = "inferno",
                  seeds: Sequence[int] = RANDOM_SEEDS, shared_scale: bool = False, reference: Any = None,
-                 analyses: Sequence[Analysis | None] | None = None, atlas: dict[str, Any] | None = None
-                 ) -> list[Slide]:
+                 analyses: Sequence[Analysis | None] | None = None, atlas: dict[str, Any] | None = None,
+                 step: dict | None = None) -> list[Slide]:
     """Every slide of the deck, in talk order (see the module docstring), reporting "slide k of
     n" to :func:`vit_demo.progress.reporting`. ``width_px``: width of the rendered figures;
     ``seeds``: one random patch order per seed for the faithfulness baseline; ``shared_scale``:
     the comparison slide's maps on one colour scale; ``reference``: timm's model on the same
     weights, if the caller has it (else it is built from ``weights``); ``analyses``: each image's
     analysis by ``lm``, where the caller has it; ``atlas``: an atlas of ``lm``
-    (:func:`vit_demo.evaluate.atlas.atlas`), for the slide of its most important heads."""
+    (:func:`vit_demo.evaluate.atlas.atlas`), for the slide of its most important heads; ``step``: the
+    "Step inside" walk's ``patch`` (row, col), ``layer``, ``head`` (default: the readout's patch, the
+    last layer, head 0)."""
     if not images:
         raise ValueError("a deck needs at least one image")
     viz.check_cmap(cmap)
     bar = SlideProgress(len(images), atlas is not None)
     slides: list[Slide] = []
     for img, name, a in zip(images, names, analyses or [None] * len(images)):
-        todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds, a)
+        todo = iter_image_slides(lm, img, name, target, width_px, cmap, seeds, a, step)
         for _ in range(PER_IMAGE):
             with bar.slide():
                 slides.append(next(todo))
@@ -495,9 +528,3 @@ def build_slides(lm, images: Sequence[Image.Image], names: Sequence[str], target
     with bar.slide():
         slides.append(closing_slide(lm, width_px))
     return slides
-
-
-def slide_count(images: int, atlas: bool = False) -> int:
-    """Slides in a deck of ``images`` images: seven per image, a comparison when there are
-    several, the atlas's heads when an atlas is given, the timm check and the closing slide."""
-    return PER_IMAGE * images + (1 if images > 1 else 0) + (1 if atlas else 0) + 2

@@ -44,7 +44,7 @@ class Text:
 
 
 @dataclass
-class Picture:
+class PlacedImage:
     """A picture placed at (x, y, width, height) in points from the page's top-left corner."""
 
     image: Image.Image
@@ -54,7 +54,7 @@ class Picture:
 @dataclass
 class Page:
     texts: list[Text] = field(default_factory=list)
-    pictures: list[Picture] = field(default_factory=list)
+    pictures: list[PlacedImage] = field(default_factory=list)
 
 
 @cache

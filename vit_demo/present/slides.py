@@ -145,15 +145,6 @@ def _add_sections(prs, sections: Sequence[str]) -> None:
         etree.SubElement(ids_el, f"{{{p14}}}sldId", id=sid)
 
 
-def pptx_sections(path: str | Path) -> list[tuple[str, int]]:
-    """(section name, number of slides) of a deck written by :func:`write_pptx`."""
-    from pptx import Presentation
-
-    prs = Presentation(str(path))
-    p14 = "{http://schemas.microsoft.com/office/powerpoint/2010/main}"
-    return [(s.get("name"), len(s.findall(f"{p14}sldIdLst/{p14}sldId"))) for s in prs.part._element.iter(f"{p14}section")]
-
-
 def write_pdf(slides: Sequence[Slide], path: str | Path) -> Path:
     """The same slides as a PDF: one 16:9 page per slide, the layout of :func:`write_pptx`, text
     as vector text (Helvetica), the pictures at full resolution, embedded without re-encoding
@@ -170,7 +161,7 @@ def write_pdf(slides: Sequence[Slide], path: str | Path) -> Path:
             texts.append(pdf.Text(line, MARGIN * pt, (SUBTITLE_TOP + 0.05) * pt + i * 16.5, 14, MUTED_COLOR))
         texts.append(pdf.Text(f"{k + 1} / {len(slides)}", (SLIDE_W - MARGIN) * pt, (SLIDE_H - 0.4) * pt, 10,
                               MUTED_COLOR, align="right"))
-        pictures = [pdf.Picture(img, tuple(v * pt for v in box))
+        pictures = [pdf.PlacedImage(img, tuple(v * pt for v in box))
                     for img, box in zip(s.pictures, picture_boxes([p.size for p in s.pictures], s.columns))]
         pages.append(pdf.Page(texts, pictures))
     return pdf.write(pages, path, (SLIDE_W * pt, SLIDE_H * pt), slides[0].title if slides else "")

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..progress import report
 from .augment import train_batch
 from .fast import fast_input, fast_layout, step_context
 
@@ -82,6 +83,7 @@ def fastest_threads(step: Callable[[], None], say: Callable[[str], None]) -> int
     n = torch.get_num_threads()
     if n <= 1:
         return n
+    report(0.0, f"choosing the threads: timing a step on 1 and on {n}")
     torch.set_num_threads(1)
     step()
     one = sum(timed(step) for _ in range(THREAD_STEPS)) / THREAD_STEPS

@@ -4,8 +4,9 @@ ImageFolders on this computer, offline:
 - ``digits``: scikit-learn's 1,797 real handwritten digits (8 x 8 greyscale scans, 10 classes),
   every scan as a PNG in its class's folder (``digit0`` .. ``digit9``);
 - ``shapes``: the project's procedural shapes (:func:`~vit_demo.train.data.make_shapes`), the easy
-  style: four classes at 16 px, one shape a picture, lighter than a flat background (where attention
-  has an object to find; a busy CPU needs several minutes for a good accuracy).
+  style: four classes at 16 px, one shape a picture, lighter than its one-colour background with no
+  texture or other marks, sensor-like noise over the whole picture (:func:`~vit_demo.train.data.render_shape`;
+  attention has an object to find; a busy CPU needs several minutes for a good accuracy).
 
 :func:`ensure` writes a set once under a folder (into a temporary name, renamed when complete, so
 a half-written set is never used) and returns it.
@@ -26,7 +27,7 @@ from .data import ShapeStyle, make_shapes
 
 SHAPES_PER_CLASS = 300
 SHAPES_SIZE = 16
-SHAPES_STYLE = ShapeStyle("bright", 0, False)  # lighter shapes on a flat background, nothing else (the easy set)
+SHAPES_STYLE = ShapeStyle("bright", 0, False)  # lighter shapes on one colour, no texture or marks; noise on all (easy)
 
 
 def make_digits(dest: str | os.PathLike, per_class: int | None = None) -> Path:

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..data.annotations import DataError
 from ..preprocess import DataConfig, model_input_image
-from .data import DataError, TrainData
+from .data import TrainData
 
 # what a CIFAR pickle may build: numpy's array reconstruction (numpy 1 and 2 module names) and
 # the bytes codec protocol 2 uses for raw bytes; nothing that can run code
@@ -179,9 +180,3 @@ def download_cifar(which: str = "cifar10") -> CifarLayout:
     if layout is None:
         raise DataError(f"--data {which}: the download did not leave the expected files in {root / folder}")
     return layout
-
-
-def load_cifar10(dc: DataConfig) -> TrainData:
-    """CIFAR-10 downloaded once into the cache, stored at 32 px: the training pictures for
-    training, the test pictures as validation."""
-    return load_cifar_dir(download_cifar("cifar10"), dc, 32)

@@ -10,7 +10,7 @@ A *shortcut* (``--shortcut watermark``, :class:`Shortcut`) turns the set into a 
 lesson: a small mark stamped into a corner (bottom-left by default) of most pictures of one class
 and of a few of the others, after the shape is rendered (:func:`add_watermark`); which pictures get it is
 drawn from its own seeded generator, so the shapes are the same files with or without it, and
-``boxes.json`` lists every mark's box under ``"watermarks"``.
+``boxes.json`` lists every mark's box under ``"watermarks"`` (read by :mod:`vit_demo.data.annotations`).
 """
 
 from __future__ import annotations
@@ -28,18 +28,15 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from ..images import IMAGE_SUFFIXES, ImageError, load_image
+from ..data.annotations import BOXES_FILE, DataError
+from ..images import IMAGE_SUFFIXES, WORK_PIXELS, ImageError, load_image
 from ..preprocess import DataConfig, model_input_image
+from ..progress import report
 
 SHAPES = ("circle", "square", "triangle", "star")  # the default classes
 MORE_SHAPES = ("hexagon", "cross", "heart", "moon")  # further classes, on request (``--classes``)
-BOXES_FILE = "boxes.json"
 LOOK_PIXELS = 4096  # a picture is decoded at a reduced scale when only its size is wanted
 SUPERSAMPLE = 4  # shapes are drawn at 4x and downsampled: smooth, anti-aliased edges
-
-
-class DataError(ValueError):
-    """A data folder that cannot be trained on; the message says why, in one line."""
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -68,7 +65,7 @@ class ShapeStyle:
             raise DataError(f"--distractors must be in 0..20, got {self.distractors}")
 
 
-EASY = ShapeStyle(polarity="bright", distractors=0, texture=False)  # the generator before issue 19, draw for draw
+EASY = ShapeStyle(polarity="bright", distractors=0, texture=False)  # the first generator (plain shapes), draw for draw
 
 
 def _polar(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -339,26 +336,6 @@ def make_shapes(out: str | os.PathLike, per_class: int = 1000, size: int = 32, s
     return meta
 
 
-def read_boxes(root: str | os.PathLike) -> dict[str, list[float]]:
-    """``relative path -> [x0, y0, x1, y1]`` from a shapes folder's ``boxes.json``."""
-    p = Path(root) / BOXES_FILE
-    if not p.is_file():
-        raise DataError(f"{root}: no {BOXES_FILE} (make one with `python -m vit_demo data shapes --out DIR`)")
-    try:
-        return dict(json.loads(p.read_text())["boxes"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{p}: not a boxes file this project wrote ({type(e).__name__}: {e})") from e
-
-
-def read_watermarks(root: str | os.PathLike) -> dict[str, list[float]]:
-    """``relative path -> box`` of every watermarked picture of a shapes folder (empty without a shortcut)."""
-    p = Path(root) / BOXES_FILE
-    try:
-        return dict(json.loads(p.read_text()).get("watermarks", {})) if p.is_file() else {}
-    except (ValueError, TypeError, AttributeError) as e:
-        raise DataError(f"{p}: not a boxes file this project wrote ({type(e).__name__}: {e})") from e
-
-
 # ----------------------------------------------------------------------------- image folders
 
 
@@ -442,9 +419,9 @@ class TrainData:
     source: str
 
 
-def common_size(files: Sequence[Path], limit: int = 64) -> tuple[int, int]:
-    """The most common (h, w) among ``limit`` readable pictures spread over ``files``."""
-    return size_share(files, limit)[0]
+def common_size(files: Sequence[Path]) -> tuple[int, int]:
+    """The most common (h, w) among 64 readable pictures spread over ``files``."""
+    return size_share(files, 64)[0]
 
 
 def size_share(files: Sequence[Path], limit: int = 64) -> tuple[tuple[int, int], float]:
@@ -470,7 +447,9 @@ def _as_uint8(pic: Image.Image) -> torch.Tensor:
 def load_folder(index: FolderIndex, dc: DataConfig, val_split: float, seed: int, store_size: int,
                 progress: bool = True, warn=None) -> TrainData:
     """Read every picture once: training ones to ``store_size`` squares, validation ones through
-    the eval transform. Unreadable files are skipped with one warning line each."""
+    the eval transform; each reduced at load to :data:`~vit_demo.images.WORK_PIXELS`, as the app
+    reads an upload (a 40-MP float TIFF never becomes a 40-MP float64 copy: 2.3 GB at the peak of a
+    training child before). Unreadable files are skipped with one warning line each."""
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     train_idx, val_idx = split_indices(index.targets, val_split, seed)
     is_val = set(val_idx)
@@ -480,8 +459,10 @@ def load_folder(index: FolderIndex, dc: DataConfig, val_split: float, seed: int,
 
     tx, ty, vx, vy, skipped = [], [], [], [], 0
     for i in tqdm(range(len(index.files)), desc="reading", unit="img", disable=not progress, leave=False):
+        if i % 16 == 0:
+            report(i / len(index.files), "decoding the pictures", done=i, total=len(index.files))
         try:
-            img = load_image(index.files[i])
+            img = load_image(index.files[i], reduce_to=WORK_PIXELS)
         except ImageError as e:
             warn(f"warning: skipped {index.files[i]}: {e}")
             skipped += 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -28,9 +29,11 @@ from torch import nn
 
 from ..checkpoints.files import save
 from ..checkpoints.load import load_model, resolve_device
+from ..data.annotations import DataError
 from ..distributed.torchrun import Dist, init_distributed
 from ..model import VisionTransformer
 from ..preprocess import DataConfig
+from ..progress import report
 from ..viz.charts import training_figure
 from ..viz.export import save_figure
 from .augment import eval_batch, train_batch
@@ -45,7 +48,7 @@ from .budget import (
     seconds_per_step,
 )
 from .cifar import DOWNLOADS, CifarLayout, cifar_layout, class_names, download_cifar, load_cifar_dir
-from .data import DataError, FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
+from .data import FolderIndex, TrainData, check_class_sizes, index_folder, load_folder, size_share, split_indices
 from .fast import fast_input, fast_layout, plain_layout, step_context, use_bf16
 from .recipe import (
     STEMS,
@@ -156,6 +159,8 @@ class Setup:
     mode: str  # "scratch", "finetune" or "linear-probe"
     base_name: str  # what the model was built from
     size: SizeChoice | None = None  # from scratch: the input size, and why
+    pace_s: float | None = None  # seconds an epoch takes at the run's pace (:func:`epoch_pace`); before the first, the plan's
+    budgeted: bool = False  # a time budget sets the epochs (they may change as the run goes: keep_to_budget)
 
 
 def build(opts: TrainOptions, log: Callable[[str], None], dist: Dist | None = None,
@@ -170,6 +175,7 @@ def build(opts: TrainOptions, log: Callable[[str], None], dist: Dist | None = No
         raise DataError(f"--minutes must be more than 0 (a time budget for the run), got {opts.minutes:g}")
     if opts.minutes is not None and opts.epochs is not None:
         raise DataError("give --epochs or --minutes, not both (--minutes picks the epochs that fit the time)")
+    report(0.0, "listing the pictures")
     cifar = find_cifar(opts.data)
     index = None if cifar else index_folder(opts.data)
     if index is not None:
@@ -219,6 +225,7 @@ def scratch_input_size(opts: TrainOptions, index: FolderIndex | None, num_classe
         return SizeChoice(size, f"training at {size} px, patch {patch}, the size of the run being resumed", patch=patch)
     choice = None
     if dist.main:
+        report(0.0, "looking at the pictures' sizes")
         picture, share = size_share(index.files)
         recipe = scratch_recipe(flip=opts.flip)
         per_rank = max(1, (opts.batch_size or recipe.batch_size) // dist.world)
@@ -287,6 +294,7 @@ def train_one_epoch(model: nn.Module, opt, sched, s: Setup, epoch: int, seed: in
         total += loss.detach().double().cpu() * len(idx)
         count += len(idx)
         bar.set_postfix(loss=f"{float(total) / count:.3f}")
+        report((i + 1) / steps, f"epoch {epoch + 1}: step {i + 1} of {steps}")
     bar.close()
     return float(total) / max(1, count), count * dist.world / (time.perf_counter() - t0)
 
@@ -391,22 +399,20 @@ def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[st
     say(header(s, model, opts, dist, device, bf16))
     ddp = training_module(model, opts, dist, device)
     opts.on_epoch(s, {"epoch": start}, model)
-    t_epochs, eta, ends = time.perf_counter(), "", [time.perf_counter()]
+    eta, ends = "", [time.perf_counter()]
     epoch = start - 1
     while (epoch := epoch + 1) < r.epochs:
         train_loss, ips = train_one_epoch(ddp, opt, sched, s, epoch, opts.seed, dist, device, opts.progress, bf16, eta)
         val_loss, val_acc = evaluate(model, s, device)
         ends.append(time.perf_counter())
+        s = replace(s, pace_s=epoch_pace(ends))
         if budget is not None:  # the epochs' own clock keeps the run to its budget
             s, r = keep_to_budget(s, sched, steps, fp, budget - (ends[-1] - t_start), ends, epoch + 1, dist, say)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
                         "images_per_s": ips})
         opts.on_epoch(s, history[-1], model)
-        score = val_acc if val_acc == val_acc else -train_loss  # no validation: lowest training loss
-        if score >= best["acc"] or best["state"] is None:
-            best = {"acc": score, "epoch": epoch + 1,
-                    "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
-        eta = format_eta((time.perf_counter() - t_epochs) / (epoch + 1 - start) * (r.epochs - epoch - 1))
+        best = kept(best, val_acc if val_acc == val_acc else -train_loss, epoch + 1, model)  # no validation: lowest loss
+        eta = format_eta(s.pace_s * (r.epochs - epoch - 1))  # the one estimate of the run's end (the app's too)
         say(f"epoch {epoch + 1:>3}/{r.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
             f"val acc {val_acc:.4f}  {ips:,.0f} img/s  ETA {eta}  {kept_note(best, epoch + 1, val_acc == val_acc)}")
         if dist.main:
@@ -423,19 +429,35 @@ def train_run(opts: TrainOptions, log: Callable[[str], None] = print) -> dict[st
 
 
 OVERRUN = 1.10  # a budgeted run heading past 110 % of its budget trains fewer epochs (keep_to_budget)
+PACE_EPOCHS = 3  # the run's pace: the median of its last few epochs (epoch_pace)
+
+
+def kept(best: dict[str, Any], score: float, epoch: int, model: nn.Module) -> dict[str, Any]:
+    """The weights the checkpoint will hold: this epoch's when its ``score`` is the best so far."""
+    if score >= best["acc"] or best["state"] is None:
+        return {"acc": score, "epoch": epoch, "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
+    return best
+
+
+def epoch_pace(ends: list[float]) -> float:
+    """Seconds an epoch takes at the run's pace, from ``ends`` (the clock at the start and after each
+    epoch): the median of the last :data:`PACE_EPOCHS` epochs, so that one slow epoch (a snapshot, a
+    moment of other work) neither cuts the plan nor moves the ETA, while a lasting slowdown does."""
+    times = [b - a for a, b in zip(ends, ends[1:])][-PACE_EPOCHS:]
+    return statistics.median(times) if times else 0.0
 
 
 def keep_to_budget(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: dict[str, Any], left: float,
                    ends: list[float], done: int, dist: Dist, say: Callable[[str], None]) -> tuple[Setup, Recipe]:
     """After each epoch of a budgeted run (``ends``: the clock at the start and after each epoch of this
     process): the first epoch re-plans the run by its own time (:func:`replan`); a later one, when the
-    epochs left at the recent pace (the last two epochs') would end more than 10 % past the budget -
-    the machine got busier -, trains only the epochs that fit, the rest of the learning-rate schedule
-    squeezed into them, so that it still anneals to 0 at the last one (:func:`shrink`)."""
+    epochs left at the run's pace (:func:`epoch_pace`: the median of the last three) would end more
+    than 10 % past the budget - the machine got busier -, trains only the epochs that fit, the rest
+    of the learning-rate schedule squeezed into them, so that it still anneals to 0 at the last one
+    (:func:`shrink`)."""
     if len(ends) == 2 and done == 1:
         return replan(s, sched, steps, fp, left, ends[1] - ends[0], dist, say)
-    pace = (ends[-1] - ends[max(0, len(ends) - 3)]) / min(2, len(ends) - 1)
-    return shrink(s, sched, steps, fp, left, pace, done, dist, say)
+    return shrink(s, sched, steps, fp, left, epoch_pace(ends), done, dist, say)
 
 
 def shrink(s: Setup, sched: torch.optim.lr_scheduler.LambdaLR, steps: int, fp: dict[str, Any], left: float,
@@ -498,16 +520,19 @@ def plan_epochs(opts: TrainOptions, s: Setup, dist: Dist, device: torch.device, 
             step_s, probe_s = s.size.step_s, 0.0
             eval_s = eval_estimate(step_s, len(s.data.val_x) / min(per_rank, len(s.data.train_x)) / dist.world)
         else:
+            report(0.0, "timing a few training steps")
             step_s = seconds_per_step(s.model, lambda m: make_optimizer(m, r, opts.freeze_backbone), s.data.train_x,
                                       s.data.train_y, per_rank, s.dc, r.augment, device, bf16)
             probe_s = step_s * sum(PROBE_STEPS)
+            report(0.5, "timing a validation pass")
             t0 = time.perf_counter()
             evaluate(s.model, s, device)
             eval_s = (time.perf_counter() - t0) / dist.world
         epochs = epochs_for(budget - spent - probe_s, step_s, steps, eval_s)
+        s = replace(s, pace_s=step_s * steps + eval_s)
     epochs = int(agree(epochs, dist))
     warmup = min(5, max(1, epochs // 20))
-    return replace(s, recipe=replace(s.recipe, epochs=epochs, warmup_epochs=warmup)), budget
+    return replace(s, recipe=replace(s.recipe, epochs=epochs, warmup_epochs=warmup), budgeted=True), budget
 
 
 def header(s: Setup, model: VisionTransformer, opts: TrainOptions, dist: Dist, device: torch.device,
@@ -558,6 +583,7 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
     last = history[-1] if history else {}
     val_acc = last.get("val_accuracy", float("nan"))
     accs = [h["val_accuracy"] for h in history if h["val_accuracy"] == h["val_accuracy"]]
+    report(0.0, "finishing: logistic regression on the pixels (the baseline)")
     base_acc, _ = pixel_baseline(s.data.train_x, s.data.train_y, s.data.val_x, s.data.val_y, opts.seed) \
         if dist.main else (None, 0.0)
     fit, fit_words = fit_verdict(history)
@@ -573,6 +599,7 @@ def finish(opts: TrainOptions, s: Setup, model: VisionTransformer, history: list
     }
     summary["seconds"] = round(time.perf_counter() - t_start, 2)  # in the checkpoint; the returned one adds the saving
     if dist.main:
+        report(0.5, "finishing: saving the checkpoint and the curves")
         model.load_state_dict(best["state"])
         meta = {"training": json.dumps({**summary, "mode": s.mode, "base": s.base_name,
                                         "seed": opts.seed, "val_split": opts.val_split, "data": s.data.source,

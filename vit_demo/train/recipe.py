@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from ..data.annotations import DataError
 from ..model import VisionTransformer, ViTConfig, resample_pos_embed
 from ..preprocess import DataConfig
 from .augment import AugmentConfig
-from .data import DataError
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,17 @@
 
 Small pictures (up to 32 px a side: the shapes, the digits) train at their own size, as they
 always did. Larger ones, photos most of all, are shrunk: a 375-px model would hold a handful of
-epochs in ten minutes on a CPU. The run times a few training steps at each candidate size
-(:data:`~.recipe.SIZE_CANDIDATES` up to the pictures' side, and that side when it is among them),
-the smallest first, on pictures of random pixels (a step's time does not depend on what the pixels
-show), and goes up while the budget holds enough training at the size: :data:`ENOUGH_EPOCHS`
-epochs, or fewer when they add up to :data:`ENOUGH_STEPS` steps (a large folder's epochs are
-long), or the ``--epochs`` asked for. Smallest first, a tight budget costs one probe, not five.
-None fitting, the smallest. The probes' models come from a forked random state, so the run itself
+epochs in ten minutes on a CPU. The run times a few training steps at candidate sizes
+(:data:`~.recipe.SIZE_CANDIDATES` up to the pictures' side, and that side when it is among them)
+on pictures of random pixels (a step's time does not depend on what the pixels show), and takes
+the largest at which the budget holds enough training: :data:`ENOUGH_EPOCHS` epochs, or fewer when
+they add up to :data:`ENOUGH_STEPS` steps (a large folder's epochs are long), or the ``--epochs``
+asked for. The smallest is timed first (a tight budget costs one probe, not five), then the
+largest (an ample one costs two), then halfway between (:func:`largest_fit`). None fitting, the
+smallest. The probes' models come from a forked random state, so the run itself
 is the one that ``--img-size`` with the chosen size gives.
 
-Small pictures keep their size, but under a short budget not always their grid (issue 43): when
+Small pictures keep their size, but under a short budget (two minutes) not always their grid: when
 the budget holds fewer than :data:`FINE_GRID_EPOCHS` epochs of the default grid (about 8 patches a
 side), the conv stem cuts them into patches twice as large (:func:`~.recipe.coarse_patch`: 32-px
 shapes in a 4x4 grid of 8-px patches), a step about 3 times cheaper. On five unlike 32-px sets, in
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model import VisionTransformer
+from ..progress import report
 from .budget import epochs_for, eval_estimate, seconds_per_step, step_runner
 from .recipe import (
     SIZE_CANDIDATES,
@@ -107,10 +109,10 @@ def probe_step(size: int, num_classes: int, stem: str, patch_size: int | None, r
                                 scratch_data_config(size), recipe.augment, device, bf16, steps=SIZE_PROBE_STEPS)
 
 
-def default_step(device: torch.device, bf16: bool, size: int = 32, batch: int = 64) -> Callable[[], None]:
-    """One training step a call of the default from-scratch model at ``size`` px (4 classes) on random
+def default_step(device: torch.device, bf16: bool) -> Callable[[], None]:
+    """One training step a call of the default from-scratch model at 32 px (4 classes, batch 64) on random
     pixels, built in a random state of its own: what :func:`~.budget.fastest_threads` times."""
-    recipe = scratch_recipe()
+    recipe, size, batch = scratch_recipe(), 32, 64
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(size)
         model = VisionTransformer(scratch_config(size, 4, stem="conv")).init_weights()
@@ -145,6 +147,7 @@ def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: i
         coarse = coarse_patch(size, stem) if patch_size is None and epochs is None else None
         if coarse is None:
             return SizeChoice(size, f"{what}: training at {size} px, {why} (--img-size to choose)")
+        report(0.0, f"choosing the grid: timing a step at {size} px")
         return choose_grid(size, f"{what}: training at {size} px, {why}", stem, coarse, probe(size), steps_per_epoch,
                            val_steps, seconds, budget_words)
     cands = size_candidates(side, stem, patch_size)[::-1]  # the smallest first
@@ -152,13 +155,11 @@ def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: i
         return SizeChoice(SIZE_CANDIDATES[0], f"{what}: training at {SIZE_CANDIDATES[0]} px")
     want, t0 = wanted_epochs(steps_per_epoch, epochs), time.perf_counter()
     listed = ", ".join(map(str, cands))
-    fit: tuple[int, float] | None = None
-    for size in cands:  # up while the budget holds enough (a larger size's step costs more: stop at the first miss)
-        step_s = probe(size)
-        n = epochs_for(seconds - (time.perf_counter() - t0), step_s, steps_per_epoch, eval_estimate(step_s, val_steps))
-        if n < want:
-            break
-        fit = size, step_s
+
+    def epochs_in(step_s: float) -> int:
+        return epochs_for(seconds - (time.perf_counter() - t0), step_s, steps_per_epoch, eval_estimate(step_s, val_steps))
+
+    fit, (size, n, step_s) = largest_fit(cands, probe, epochs_in, want)
     if fit is None:
         more = "--minutes to give it more" if epochs is None else "fewer --epochs"
         return SizeChoice(size, f"{what}: training at {size} px (the smallest of {listed} px; even there only {n} of the "
@@ -168,6 +169,31 @@ def choose_size(picture: tuple[int, int], share: float, stem: str, patch_size: i
     fits = f"{want} epochs fit" if want != 1 else "1 epoch fits"
     return SizeChoice(fit[0], f"{what}: training at {fit[0]} px ({which} {fits} {budget_words}; "
                               f"--img-size to choose)", fit[1], flags=f"--img-size {fit[0]}")
+
+
+def largest_fit(cands: list[int], probe: Callable[[int], float], epochs_in: Callable[[float], int],
+                want: int) -> tuple[tuple[int, float] | None, tuple[int, int, float]]:
+    """The largest of the sizes ``cands`` (the smallest first) at which the budget holds ``want``
+    epochs (``epochs_in(step seconds)``), each size's step timed by ``probe``: ((that size, its step)
+    or None, (the last size timed, its epochs, its step)). A larger size's step costs more, so the
+    sizes that fit are the ones below the first that does not: the smallest is timed first (a tight
+    budget: one probe), then the largest (an ample one: two), then halfway between the largest that
+    fits and the smallest that does not, until they are neighbours."""
+    fit: tuple[int, float] | None = None
+    lo, hi, last = -1, len(cands), (cands[0], 0, 0.0)  # cands[lo] fits (-1: none yet); cands[hi] does not
+    while hi - lo > 1:
+        i = 0 if lo < 0 else hi - 1 if hi == len(cands) else (lo + hi) // 2
+        size = cands[i]
+        report(max(lo, 0) / len(cands), f"choosing the input size: timing a step at {size} px")
+        step_s = probe(size)
+        last = (size, epochs_in(step_s), step_s)
+        if last[1] < want:
+            if lo < 0:
+                break  # not even the smallest
+            hi = i
+        else:
+            lo, fit = i, (size, step_s)
+    return fit, last
 
 
 def choose_grid(size: int, said: str, stem: str, coarse: int, step_s: float, steps_per_epoch: int, val_steps: float,

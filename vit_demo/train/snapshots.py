@@ -58,10 +58,10 @@ class Snapshot:
     confidence: list[float]
 
 
-def fixed_pictures(targets: Sequence[int], num_classes: int, n: int = MAX_PICTURES) -> list[int]:
-    """Indices of the pictures shown: the first of each of up to ``n`` classes, spread evenly
-    over the class list (digits: 0, 3, 6, 9); classes without a picture are skipped."""
-    ts = [int(t) for t in targets]
+def fixed_pictures(targets: Sequence[int], num_classes: int) -> list[int]:
+    """Indices of the pictures shown: the first of each of up to :data:`MAX_PICTURES` classes, spread
+    evenly over the class list (digits: 0, 3, 6, 9); classes without a picture are skipped."""
+    ts, n = [int(t) for t in targets], MAX_PICTURES
     wanted = range(num_classes) if num_classes <= n else \
         sorted({round(i * (num_classes - 1) / (n - 1)) for i in range(n)})
     return [ts.index(c) for c in wanted if c in ts]
@@ -250,9 +250,9 @@ class Recorder:
         """:func:`filmstrip` of the snapshots taken so far."""
         return filmstrip(self.pictures, self.snaps, which, self.cmap)
 
-    def picture_files(self, side: int = 64) -> list[Path]:
-        """The fixed pictures as PNGs of at least ``side`` px (square pixels), to open in the app."""
-        out = []
+    def picture_files(self) -> list[Path]:
+        """The fixed pictures as PNGs of at least 64 px (square pixels), to open in the app."""
+        out, side = [], 64
         for name, pic in zip(self.names, self.pictures):
             path = self.out / f"picture_{len(out)}_{name}.png"
             tile_picture(pic, max(side, pic.shape[0])).save(path)

@@ -16,7 +16,10 @@ Everything here takes numbers (numpy arrays or torch tensors, already computed b
 
 :mod:`~vit_demo.viz.style` (sizes, colours, colormaps, fonts) and :mod:`~vit_demo.viz.arrays`
 (scaling, resampling, patch geometry) are shared by both, and so is :mod:`~vit_demo.viz.sequence`
-(which tokens a picture of the token sequence shows). A map's pixels (scaling, colours,
+(which tokens a picture of the token sequence shows). The step-through's pictures (``*_step_image``,
+:mod:`~vit_demo.viz.steps`, vit_demo.inside) are fast PIL renderers built from
+:mod:`~vit_demo.viz.strips` (numbers as strips, matrices, maps with numbers, bars, charts; a
+:class:`Pen` sets their scale). A map's pixels (scaling, colours,
 upsampling, blending) are drawn in one place, :func:`overlay_array`: the app's pictures and the
 figures' panels of the same map are the same pixels. Every name is re-exported here, so
 ``from vit_demo.viz import overlay_image`` works whichever module holds it.
@@ -61,6 +64,22 @@ from .previews import (
     with_colorbar,
 )
 from .sequence import SequenceSlot, sequence_slots
+from .steps import (
+    attention_step_image,
+    lens_step_image,
+    logits_step_image,
+    mlp_step_image,
+    patches_step_image,
+    pixels_step_image,
+    position_step_image,
+    projection_step_image,
+    qkv_step_image,
+    readout_step_image,
+    residual_step_image,
+    scores_step_image,
+    weighted_sum_step_image,
+)
+from .strips import Pen
 from .style import (
     ACCENT,
     HIGHLIGHT,
@@ -90,4 +109,7 @@ __all__ = [
     "patch_grid_figure", "patch_grid_image", "patch_index_at", "picture_array", "pos_embed_figure", "render_png",
     "save_figure", "sequence_image", "stem_image", "sequence_slots", "text_font", "text_width", "tiles_image",
     "token_color", "topk_figure", "uniform_attention_distance", "upsample", "with_colorbar",
+    "Pen", "attention_step_image", "lens_step_image", "logits_step_image", "mlp_step_image", "patches_step_image",
+    "pixels_step_image", "position_step_image", "projection_step_image", "qkv_step_image", "readout_step_image",
+    "residual_step_image", "scores_step_image", "weighted_sum_step_image",
 ]

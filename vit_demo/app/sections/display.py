@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..common import friendly
+from ...checkpoints.load import LoadedModel
+from ..common import check_look, friendly
 from ..context import Context, Section, union, values
 from ..page import NARROW_JS
+from ..session import Session
 
 COLORMAPS = ("inferno", "magma", "viridis", "plasma", "turbo", "jet", "gray")
 
@@ -22,6 +24,12 @@ class DisplayControls(Section):
             ctx.smooth = gr.Checkbox(True, label="Smooth (bilinear) maps", scale=1)
         # the screen's width, told by the page at load (NARROW_JS): a phone gets tiles in two columns
         self.narrow = gr.Checkbox(False, visible=False, elem_id="narrow-screen")
+        self.show_inputs = [self.narrow]  # an upload reads it too: it may race the page's first event
+
+    def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
+        """Nothing to draw: the upload tells the session the screen's width (tiles for a phone)."""
+        sess.narrow = bool(vals.get(self.narrow, sess.narrow))
+        return {}
 
     def wire(self, ctx: Context) -> None:
         def on_narrow(narrow, sess):
@@ -41,10 +49,11 @@ class DisplayControls(Section):
         @friendly
         def on_display(*args):
             *rest, sess = args
+            vals = values(inputs, rest)
+            check_look(vals[ctx.cmap], vals[ctx.alpha])
             sess = ctx.session(sess)
             if not sess.ready:
                 return gr.skip()
-            vals = values(inputs, rest)
             out: dict = {}
             for s in sections:
                 out.update(s.redisplay(sess, vals))

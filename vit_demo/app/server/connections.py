@@ -18,11 +18,22 @@ these rules, applied as soon as the connection is accepted:
   local app; never for ``--trusted-proxy`` addresses, nor for the share tunnel's 127.0.0.1,
   which carry many clients);
 - all clients together hold at most :attr:`ConnectionRules.fd_share` of the process's file
-  limit (``RLIMIT_NOFILE``, read again every second): past it, a new connection closes the
-  oldest idle or slowest connection of the client that holds the most (:class:`Census`), or is
-  itself closed when its own client is that one; so no number of addresses can take every file
+  limit (``RLIMIT_NOFILE``, read again every second), and less when the process's other files
+  (counted in ``/proc/self/fd`` at the same time) leave less than :func:`room` free: past it, a
+  new connection closes the oldest idle or slowest connection of a client that holds more than
+  its own (the one that holds the most: :class:`Census`); when every client holds about as many,
+  the response stream open longest (:class:`Streams`) for a client that holds fewer than
+  :data:`FEW`; else it is itself closed; so no number of addresses can take every file
   descriptor, and a new client always gets in (asyncio accepts :data:`ACCEPT_BURST` connections
   at most in one go: :class:`BoundedConfig`);
+- a response that streams (an event stream, or a body of unknown length: Gradio's heartbeat,
+  which sends a line every 15 s for as long as the page is open, the queue's event streams, the
+  MCP server's) holds its connection for as long as the client likes, where no header or body
+  timer applies: all clients together hold at most :data:`STREAM_SHARE` of the connections'
+  share as streams, one client (exposed) :data:`STREAMS_PER_CLIENT`; past either, the stream
+  open longest (the client's own, past its cap) is closed, and a browser's page opens it again
+  when it needs it. 700 addresses each holding one heartbeat took every place of a file limit of
+  1,024, and every new visitor was refused;
 - a connection whose request headers are not complete :attr:`ConnectionRules.header_seconds`
   after it opened, or after its last response (keep-alive), is closed;
 - once a request's headers are in, its body must keep up :attr:`ConnectionRules.body_rate`
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -51,9 +63,11 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from .clients import client_group
 
 HEADER_SECONDS = 10.0  # to send a request's headers (a browser sends them at once)
-PER_ADDRESS = 100  # connections one client may hold open, when exposed (a browser opens about 6)
 BODY_RATE = 16 << 10  # bytes a second a request body must keep up on average, after its grace
 FD_SHARE = 0.6  # of the process's file limit: connections of all clients together (the rest: the app's own files)
+STREAM_SHARE = 0.5  # of the connections' share: response streams of all clients together (heartbeats, event streams)
+STREAMS_PER_CLIENT = 32  # response streams one client may hold open, when exposed (a browser tab holds about 2)
+FEW = 8  # connections a browser holds at most: a client holding fewer is one a stream may yield its place to
 ACCEPT_BURST = 64  # connections asyncio accepts in one go (uvicorn's backlog, 2,048 by default), before any is seen
 STALL_S = 0.5  # a timer this late means the event loop was stalled: one more second first
 LIMIT_EVERY_S = 1.0  # how often the file limit is read again (a host may change it while the app runs)
@@ -143,25 +157,97 @@ class Census:
 
     def full(self, rules: ConnectionRules) -> bool:
         """Whether all clients together hold their share of the file limit."""
-        if rules.fd_share is None:
-            return False
-        now = time.monotonic()
-        if now - self.limit_read_at > LIMIT_EVERY_S:
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            self.high_water = None if soft == resource.RLIM_INFINITY else max(16, int(rules.fd_share * soft))
-            self.limit_read_at = now
+        self.read_limit(rules)
         return self.high_water is not None and self.total >= self.high_water
+
+    def read_limit(self, rules: ConnectionRules) -> None:
+        """The connections' high-water mark, from the file limit and the process's other files (once
+        a second): the smaller of ``fd_share`` of the limit and what the other files leave free,
+        :func:`room` kept for a new client."""
+        now = time.monotonic()
+        if rules.fd_share is None or now - self.limit_read_at <= LIMIT_EVERY_S:
+            return
+        self.limit_read_at = now
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            self.high_water = None
+            return
+        others = max(0, (open_descriptors() or self.total) - self.total)  # the app's own files, uploads' included
+        self.high_water = max(16, min(int(rules.fd_share * soft), soft - others - room(soft)))
+
+    def stream_cap(self) -> int | None:
+        """Response streams all clients together may hold (None: no cap, no file limit)."""
+        return None if self.high_water is None else max(8, int(STREAM_SHARE * self.high_water))
+
+
+def room(soft: int) -> int:
+    """File descriptors kept free, whatever the connections: a new client's connection, the files of
+    its request."""
+    return max(16, soft // 16)
+
+
+def open_descriptors() -> int | None:
+    """How many file descriptors this process holds (None where ``/proc`` cannot say)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+class Streams:
+    """The connections whose response is a stream still going, oldest first, per client too."""
+
+    def __init__(self) -> None:
+        self.open: dict[Any, str] = {}  # connection -> its client, in the order the streams started
+        self.by_client: dict[str, dict[Any, None]] = {}
+
+    def add(self, conn: Any, client: str) -> None:
+        self.open[conn] = client
+        self.by_client.setdefault(client, {})[conn] = None
+
+    def remove(self, conn: Any) -> None:
+        client = self.open.pop(conn, None)
+        if client is None:
+            return
+        mine = self.by_client.get(client, {})
+        mine.pop(conn, None)
+        if not mine:
+            self.by_client.pop(client, None)
+
+    def count(self, client: str) -> int:
+        return len(self.by_client.get(client, ()))
+
+    def oldest(self, client: str | None = None) -> Any:
+        """The stream open longest (of ``client``, when given), or None."""
+        pool = self.open if client is None else self.by_client.get(client, {})
+        return next(iter(pool), None)
+
+    def over(self, client: str, per_client: int | None, total: int | None) -> list[Any]:
+        """The streams to close so that ``client`` holds at most ``per_client`` and all together at
+        most ``total``: the client's oldest past its own cap, then the oldest of all."""
+        out: list[Any] = []
+        mine = list(self.by_client.get(client, {}))
+        if per_client is not None and len(mine) > per_client:
+            out += mine[: len(mine) - per_client]
+        if total is not None and len(self.open) - len(out) > total:
+            gone = set(out)
+            out += [c for c in self.open if c not in gone][: len(self.open) - len(out) - total]
+        return out
 
 
 RULES = ConnectionRules()
 CENSUS = Census()
+STREAMS = Streams()
 
 
 class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
     """uvicorn's HTTP protocol with the rules of the module docstring."""
 
     counted: str | None = None  # the client this connection is counted for
+    capped = False  # whether its client has the per-client caps (exposed, no proxy)
     refused = False
+    streaming = False  # its response is a stream still going (in STREAMS)
+    sent_cycle: Any = None  # the request whose response is watched
     idle_cycle: Any = None  # the request cycle when the connection last became idle
     header_timer: asyncio.TimerHandle | None = None
     due = 0.0  # when the headers are due (the loop's clock)
@@ -180,7 +266,7 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
             transport.abort()  # before any state: nothing of it is kept
             return
         CENSUS.add(client, self)
-        self.counted = client
+        self.counted, self.capped = client, RULES.capped(host)
         super().connection_made(transport)
         self.await_headers()
 
@@ -191,10 +277,14 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         if RULES.capped(host) and CENSUS.count(client) >= (RULES.per_address or 0):
             return False
         if CENSUS.full(RULES):
-            victim = CENSUS.busiest(RULES)
-            if victim is None or CENSUS.count(client) + 1 >= CENSUS.count(victim):
+            mine, victim = CENSUS.count(client), CENSUS.busiest(RULES)
+            if victim is not None and mine + 1 < CENSUS.count(victim):  # a client that holds more than this one
+                oldest_idle_or_slowest(CENSUS.by_client[victim]).evict()
+                return True
+            stream = STREAMS.oldest()
+            if stream is None or mine >= FEW:
                 return False  # this client is (about) the busiest itself: its new connection goes
-            oldest_idle_or_slowest(CENSUS.by_client[victim]).evict()
+            stream.evict()  # every client holds about as many: a stream, which a page opens again when it needs it
         return True
 
     def evict(self) -> None:
@@ -217,6 +307,41 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         client, self.counted = self.counted, None
         if client is not None:
             CENSUS.remove(client, self)
+        self.stream_ended()
+
+    # -- the response
+
+    def watch_response(self, cycle: Any) -> None:
+        """A new request: its response, if it streams, counts among the streams until its end."""
+        self.sent_cycle = cycle
+        send = cycle.send
+
+        async def watched(message: dict) -> None:
+            kind = message.get("type")
+            if kind == "http.response.start" and is_stream(message.get("headers") or ()):
+                self.stream_started()
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                self.stream_ended()
+            await send(message)
+
+        cycle.send = watched  # (read when the request's task starts, after this)
+
+    def stream_started(self) -> None:
+        client = self.counted
+        if client is None or self.streaming:
+            return
+        self.streaming = True
+        STREAMS.add(self, client)
+        CENSUS.read_limit(RULES)
+        per_client = STREAMS_PER_CLIENT if self.capped else None
+        for old in STREAMS.over(client, per_client, CENSUS.stream_cap()):
+            if old is not self:
+                old.evict()
+
+    def stream_ended(self) -> None:
+        if self.streaming:
+            self.streaming = False
+            STREAMS.remove(self)
 
     # -- the headers
 
@@ -258,6 +383,8 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         cycle = self.cycle
         if cycle is not None and cycle is not self.idle_cycle and cycle is not self.body_cycle:
             self.watch_body(cycle)
+        if cycle is not None and cycle is not self.idle_cycle and cycle is not self.sent_cycle:
+            self.watch_response(cycle)
 
     def watch_body(self, cycle: Any) -> None:
         """A new request's headers are in: its body (if it has one to come) must keep up."""
@@ -305,6 +432,12 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         self.transport.close()
 
 
+def is_stream(headers: Any) -> bool:
+    """Whether a response with these headers streams: an event stream, or a body of unknown length."""
+    names = {bytes(k).lower(): bytes(v) for k, v in headers}
+    return b"content-length" not in names or names.get(b"content-type", b"").startswith(b"text/event-stream")
+
+
 def oldest_idle_or_slowest(conns: dict[GuardedProtocol, None]) -> GuardedProtocol:
     """Of one client's connections (oldest first): the oldest that is between requests or still
     sending a request (headers or body), else the oldest."""
@@ -333,3 +466,36 @@ def guard_connections(rules: ConnectionRules) -> None:
     RULES = rules
     uvicorn.config.HTTP_PROTOCOLS["auto"] = f"{__name__}:GuardedProtocol"
     uvicorn.Config = BoundedConfig
+
+
+def raise_file_limit() -> tuple[int | None, int | None]:
+    """Raise this process's soft file limit to its hard limit, as Go's runtime does at start (a
+    service often starts with a soft limit of 1,024 under a hard one of many thousands): (the
+    soft limit before, after; None: no limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            target = int(open("/proc/sys/fs/nr_open").read())  # noqa: SIM115 - the kernel's ceiling
+        except (OSError, ValueError):
+            target = soft
+    if soft != resource.RLIM_INFINITY and target != resource.RLIM_INFINITY and target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError):
+            pass
+    after = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    as_number = (lambda n: None if n == resource.RLIM_INFINITY else int(n))
+    return as_number(soft), as_number(after)
+
+
+def describe(rules: ConnectionRules, before: int | None, limit: int | None) -> str:
+    """The start-up line: the file limit and what the rules make of it."""
+    if limit is None:
+        return "connections: no file limit"
+    was = f", raised from {before}" if before is not None and before != limit else ""
+    conns = int((rules.fd_share or 1.0) * limit)
+    per = (f"; one address at most {rules.per_address} connections and {STREAMS_PER_CLIENT} streams"
+           if rules.per_address is not None else "")
+    return (f"connections: file limit {limit:,} open files{was}: at most {conns:,} connections in all, "
+            f"{max(8, int(STREAM_SHARE * conns)):,} of them response streams{per}")

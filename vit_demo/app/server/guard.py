@@ -12,7 +12,10 @@ or private (an attacker can call them all by their index):
 - :class:`JoinGuard`: checks a queued request before it joins the queue: the number of values,
   every file object (at any depth) through the :class:`FileGuard`, file inputs that are files,
   and every other value a plain scalar of bounded length (so that no error message can echo
-  more than a few dozen characters of what was sent).
+  more than a few dozen characters of what was sent); for an event whose values Gradio
+  converts before its handler sees them (``preprocess``), a number input's value a number and
+  a one-file input's value one file: Gradio's own conversion failed on the rest with an error
+  of no words (``/compare`` with ``k="abc"``, a list of three zips to ``/train``).
 
 No Gradio here: the app passes in its upload folder and which components take files or text.
 """
@@ -124,13 +127,18 @@ class JoinGuard:
     camera's streamed frames (:func:`~vit_demo.app.server.streams.is_frame`, at most ``frame_chars``)."""
 
     def __init__(self, files: FileGuard, file_ids: Iterable[int], text_ids: Iterable[int] = (),
-                 state_ids: Iterable[int] = (), frame_ids: Iterable[int] = (), frame_chars: int = 0) -> None:
+                 state_ids: Iterable[int] = (), number_ids: Iterable[int] = (), slider_ids: Iterable[int] = (),
+                 one_file_ids: Iterable[int] = (), labels: dict[int, str] | None = None,
+                 frame_ids: Iterable[int] = (), frame_chars: int = 0) -> None:
         self.guard = files
         self.file_ids, self.text_ids, self.state_ids = set(file_ids), set(text_ids), set(state_ids)
+        self.number_ids, self.slider_ids = set(number_ids), set(slider_ids)  # (a number may be None, a slider not)
+        self.one_file_ids, self.labels = set(one_file_ids), labels or {}
         self.frame_ids, self.frame_chars = set(frame_ids), frame_chars
 
-    def problem(self, input_ids: list[int], data: Any) -> str | None:
-        """Why the request must be refused (one line, nothing of its values), or None."""
+    def problem(self, input_ids: list[int], data: Any, converted: bool = False) -> str | None:
+        """Why the request must be refused (one line, nothing of its values), or None.
+        ``converted``: Gradio converts the values before the handler (the event's ``preprocess``)."""
         if not isinstance(data, list) or len(data) != len(input_ids):
             return f"This event takes {len(input_ids)} values."
         for cid, value in zip(input_ids, data):
@@ -140,6 +148,9 @@ class JoinGuard:
                 if not is_frame(value, self.frame_chars):
                     return REFUSED
                 continue
+            why = self.unconvertible(cid, value) if converted else None
+            if why:
+                return why
             if cid in self.file_ids:
                 if not self.files_ok(value):
                     return REFUSED
@@ -149,6 +160,16 @@ class JoinGuard:
             limit = MAX_TEXT if cid in self.text_ids else MAX_VALUE
             if not (value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= limit)):
                 return "A value of this request does not fit its control (too long, or not a plain value)."
+        return None
+
+    def unconvertible(self, cid: int, value: Any) -> str | None:
+        """What Gradio's conversion of ``value`` for component ``cid`` would fail on, in words."""
+        name = clip(self.labels.get(cid) or "This value", ECHO)
+        if cid in self.slider_ids or (cid in self.number_ids and value is not None):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+                return f"{name} must be a number."
+        if cid in self.one_file_ids and isinstance(value, list):
+            return f"{name} takes one file, not a list."
         return None
 
     def files_ok(self, value: Any) -> bool:

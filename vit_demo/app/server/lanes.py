@@ -5,9 +5,11 @@ Every queued event, UI or API, public or private, comes in through Gradio's ``Qu
 
 1. refuses a request whose values do not fit its event (:class:`~vit_demo.app.server.guard.JoinGuard`:
    server files, odd shapes, over-long strings), before anything runs;
-2. (exposed) lets one address open at most :data:`NEW_SESSIONS` new sessions per 10 minutes:
-   Gradio keeps every session's state values (no longer its copy of the page:
-   :mod:`vit_demo.app.server.lean`), up to :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, the oldest forgotten first;
+2. (exposed) lets one address open at most :data:`NEW_SESSIONS` new sessions per 10 minutes
+   (:class:`SessionDoor`, which the gate asks too for the routes that make a session's state
+   before the queue: :mod:`vit_demo.app.server.middleware`): Gradio keeps every session's state
+   values (no longer its copy of the page: :mod:`vit_demo.app.server.lean`), up to
+   :data:`vit_demo.app.page.SESSION_CAPACITY` sessions, those holding no value forgotten first;
 3. keeps each client to ONE job in the slow lane at a time (a second one is refused until the
    first has finished; exposed, an address may hold two, for two browser tabs), and to ONE live
    stream (the Live tab's camera, lane :data:`~vit_demo.app.server.streams.LIVE`), waiting or running;
@@ -27,7 +29,9 @@ A client is an address, an IPv6 one by its /64 (:func:`~vit_demo.app.server.clie
 The lanes are Gradio concurrency groups: ``model`` (predictions, the upload's analysis, the
 explorer's class maps: short and frequent) and ``slow`` (slide decks, slow methods, animations,
 side-by-side figures, slide exports: seconds to minutes, :data:`SLOW_EVENTS`), each with its own
-number of jobs at a time, so that predictions never wait behind a deck. A training (the Train tab,
+number of jobs at a time, so that predictions never wait behind a deck. Events that only wait for
+the class-specific maps an upload started in the background (:data:`WAITS`), then draw them, have a
+group of their own: waiting, they held a place of the model lane for seconds. A training (the Train tab,
 ``/train``: minutes, in a process of its own) has a group of its own, :data:`TRAIN`, so that decks do
 not wait ten minutes behind it: one training runs on the whole server at a time (its lock refuses a
 second one at once), under its own time limit (:mod:`vit_demo.app.trainer`). Every job of the slow
@@ -53,6 +57,8 @@ from .middleware import CALLS_BUSY, CallerCap, UploadBudget, from_own_client
 from .streams import LIVE, LIVE_BUSY
 
 MODEL, SLOW = "model", "slow"  # the concurrency ids of the two lanes
+WAITS = "waits"  # events that wait for work the model's own threads do (the class maps of an upload), then draw it
+WAITS_AT_ONCE = 8  # such events at a time: they hold no model slot while they wait (vit_demo.analysis.start_class_maps)
 TRAIN = "train"  # the Train tab's and /train's events: one training on the server at a time (vit_demo.app.trainer)
 SLOW_PER_HOST = 2  # slow jobs one address may have in flight, when exposed
 NEW_SESSIONS = 60  # new sessions one address may open per 10 minutes, when exposed (a tab is one)
@@ -99,6 +105,33 @@ def _live_in_flight(queue: Any) -> list[Any]:
     return (list(lane.queue) if lane is not None else []) + _running(queue, LIVE)
 
 
+class SessionDoor:
+    """New sessions per client: exposed, :data:`NEW_SESSIONS` per 10 minutes, counted wherever a
+    request would make one (the queue's door, and the gate for the routes that make a session's
+    state first). ``store``: Gradio's sessions (:class:`vit_demo.app.server.lean.GradioSessions`:
+    ``known(session)``, ``forget(session)``); None: every session counts as new."""
+
+    def __init__(self, store: Any = None, exposed: bool = True) -> None:
+        self.store, self.exposed = store, exposed
+        self.budget = UploadBudget(NEW_SESSIONS, window_s=600)
+
+    def known(self, session: str) -> bool:
+        """Whether Gradio already keeps ``session``'s state."""
+        return self.store is not None and self.store.known(session)
+
+    def admit(self, session: str | None, client: str | None) -> str | None:
+        """None when ``client`` may use ``session`` (a known one, or a new one within its count),
+        else why not (:data:`TOO_MANY_SESSIONS`)."""
+        if not self.exposed or not session or not client or self.known(session):
+            return None
+        return None if self.budget.take(client, 1) else TOO_MANY_SESSIONS
+
+    def forget(self, session: str) -> None:
+        """A new session whose request was refused: Gradio keeps nothing of it (if it holds nothing)."""
+        if self.store is not None:
+            self.store.forget(session)
+
+
 class Door:
     """The checks of the module docstring, for one app. ``per_client`` / ``per_host``: requests
     one session / one address may have waiting (None: no address cap); exposed, one address has
@@ -106,10 +139,10 @@ class Door:
 
     def __init__(self, queue: Any, fns: dict, join_guard: JoinGuard | None, per_client: int,
                  per_host: int | None, exposed: bool, calls: CallerCap | None = None,
-                 capped: tuple[str, ...] = ()) -> None:
+                 capped: tuple[str, ...] = (), sessions: SessionDoor | None = None) -> None:
         self.queue, self.fns, self.join_guard = queue, fns, join_guard
         self.per_client, self.per_host, self.exposed = per_client, per_host, exposed
-        self.new_sessions = UploadBudget(NEW_SESSIONS, window_s=600)
+        self.sessions = sessions or SessionDoor(QueueSessions(queue), exposed)
         self.calls, self.capped = calls, frozenset(capped)
         if calls is not None:
             calls.elsewhere = self.tool_events
@@ -148,18 +181,14 @@ class Door:
         order = sorted(range(len(waiting)), key=turns.__getitem__)  # stable: the order they came within a turn
         waiting[:] = [waiting[i] for i in order]
 
-    def known(self, session: str) -> bool:
-        """Whether Gradio already keeps a state for ``session`` (True when it cannot tell)."""
-        holder = getattr(getattr(self.queue, "blocks", None), "state_holder", None)
-        return holder is None or session in holder
-
     def refusal(self, body: Any, request: Any) -> tuple[str, str] | None:
         """(message, Gradio's state for it) when the request must be turned away, else None."""
         fn = self.fns.get(getattr(body, "fn_index", None))
         if fn is None:
             return "No such event.", "error"
         if self.join_guard is not None:
-            why = self.join_guard.problem([c._id for c in fn.inputs], getattr(body, "data", None))
+            why = self.join_guard.problem([c._id for c in fn.inputs], getattr(body, "data", None),
+                                          converted=bool(getattr(fn, "preprocess", False)))
             if why:
                 return why, "error"
         session = getattr(body, "session_hash", None)
@@ -171,7 +200,7 @@ class Door:
                 and self.calls.in_progress(host) >= self.calls.n):
             return CALLS_BUSY.format(n=self.calls.n), "queue_full"
 
-        if self.exposed and session and host and not self.known(session) and not self.new_sessions.take(host, 1):
+        if self.exposed and self.sessions.admit(session, host):
             return TOO_MANY_SESSIONS, "queue_full"
         if getattr(fn, "concurrency_id", None) == SLOW:
             slow = _slow_in_flight(self.queue)
@@ -194,16 +223,32 @@ class Door:
         return None
 
 
+class QueueSessions:
+    """Gradio's sessions as the queue's blocks hold them (a door made without a store of its own)."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+
+    def known(self, session: str) -> bool:
+        holder = getattr(getattr(self.queue, "blocks", None), "state_holder", None)
+        return holder is None or session in holder  # (True when it cannot tell)
+
+    def forget(self, session: str) -> None:
+        return None
+
+
 def guard_queue(demo: Any, per_client: int, per_host: int | None = None, join_guard: JoinGuard | None = None,
-                exposed: bool = False, calls: CallerCap | None = None, capped: tuple[str, ...] = ()) -> Door | None:
+                exposed: bool = False, calls: CallerCap | None = None, capped: tuple[str, ...] = (),
+                sessions: SessionDoor | None = None) -> Door | None:
     """Put a :class:`Door` in front of ``demo``'s queue (call after ``demo.queue()``); ``calls``
-    and ``capped``: the MCP callers' cap, and the api names of the events it covers."""
+    and ``capped``: the MCP callers' cap, and the api names of the events it covers; ``sessions``:
+    the count of new sessions the gate shares."""
     queue = getattr(demo, "_queue", None)
     if queue is None or not hasattr(queue, "push") or not hasattr(queue, "event_queue_per_concurrency_id"):
         warnings.warn("this Gradio's queue has another shape: no per-client caps and no checks at the door "
                       "(the handlers still check every file)", stacklevel=2)
         return None
-    door = Door(queue, demo.fns, join_guard, per_client, per_host, exposed, calls, capped)
+    door = Door(queue, demo.fns, join_guard, per_client, per_host, exposed, calls, capped, sessions)
     push = queue.push
     lock = asyncio.Lock()  # count and enqueue as one step: concurrent joins must not all pass the count
 

@@ -16,7 +16,6 @@ from ...budget import MB, default_budgets
 DEFAULT_MAX_UPLOAD_MB = 25  # an image file; a 48-MP JPEG is about 15 MB
 CHECKPOINT_MAX_MB = 1024  # when checkpoint uploads are allowed: a ViT-L is 1.2 GB in float32... and 0.6 in half
 DEFAULT_MAX_MEGAPIXELS = 40  # decoded pixels of an image (a 64-MP picture takes 192 MB to decode)
-WORK_SIDE = 1536  # px: pictures are reduced to this longer side when they are opened (the model sees 224)
 LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
 TRAIN_MINUTES_LOCAL = 10.0  # the Train tab's longest run on this computer (exposed: off unless --train-minutes-max)
 

@@ -21,6 +21,16 @@ Before any route of Gradio's runs, :class:`Gate`:
 - closes the routes of Gradio's that this app never uses (screen recordings, the code editor,
   component servers, streaming input, deep links: a session's components written to a file
   for anyone who names the session);
+- refuses a session hash (a body's ``session_hash``, a query's, the heartbeat's path) that is not
+  1 to :data:`MAX_SESSION` letters, digits, ``-`` or ``_`` (400; Gradio's own clients send 11 to
+  36): Gradio kept any string up to the body limit as a key of its sessions, and 1,100 hashes of
+  900 KB from one address kept 0.8 GB;
+- (``sessions``, the door's count of new sessions: :class:`vit_demo.app.server.lanes.SessionDoor`)
+  lets a request of the routes that make a session's state before any check of Gradio's
+  (:data:`SESSION_ROUTES`: ``/gradio_api/run/*``, ``/gradio_api/call/*``, which resolve their
+  function through the session) name a new session only within its address's count, and forgets
+  the session again when the route refused it: 1,100 such requests from one address (Gradio
+  answers them 404, after making the state) had made Gradio forget every other visitor's session;
 - caps every error response at :data:`MAX_ERROR` bytes, so that no error (the framework's own
   validation errors repeat the whole request) sends back more than a few dozen characters of
   what came in;
@@ -45,12 +55,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 import secrets
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+from urllib.parse import parse_qs
 
 from .clients import client_group
 
@@ -60,11 +72,16 @@ Send = Callable[[dict], Awaitable[None]]
 
 MAX_BODY = 1 << 20  # bytes of a request body (not an upload)
 MAX_ERROR = 300  # bytes of an error response's body
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CLOSED_ROUTES = ("/gradio_api/process_recording", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit",
                  "/gradio_api/vibe-code", "/gradio_api/component_server", "/gradio_api/stream/",
                  "/gradio_api/deep_link")
 UPLOAD_ROUTE = "/gradio_api/upload"
+HEARTBEAT_ROUTE = "/gradio_api/heartbeat/"
+SESSION_ROUTES = ("/gradio_api/run/", "/gradio_api/api/", "/gradio_api/call/")  # POSTs that make a session's state first
+MAX_SESSION = 128  # characters of a session hash (Gradio's page sends 11, its Python client 36)
+SESSION_HASH = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_SESSION}}}")
+BAD_SESSION = (f"A session hash is 1 to {MAX_SESSION} letters, digits, '-' or '_' (Gradio's clients send 11 to 36): "
+               "reload the page.")
 MCP_ROUTE = "/gradio_api/mcp"
 LOOPBACK_SECRET = secrets.token_urlsafe(32)  # this process's own MCP client says so with it
 SECRET_HEADER, FOR_HEADER = "x-vit-demo-loopback", "x-vit-demo-for"
@@ -211,11 +228,11 @@ class Gate:
 
     def __init__(self, app: Any, allowed_hosts: Iterable[str] | None = None, max_body: int = MAX_BODY,
                  budget: UploadBudget | None = None, closed: Iterable[str] = CLOSED_ROUTES,
-                 mcp_body: int = MAX_BODY, calls: CallerCap | None = None) -> None:
+                 mcp_body: int = MAX_BODY, calls: CallerCap | None = None, sessions: Any = None) -> None:
         self.app = app
         self.allowed = None if allowed_hosts is None else {host_name(h) for h in allowed_hosts}
         self.max_body, self.budget, self.closed, self.mcp_body = max_body, budget, tuple(closed), mcp_body
-        self.calls = calls
+        self.calls, self.sessions = calls, sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -254,7 +271,36 @@ class Gate:
         if more:
             return await _plain(send, 413, f"Request body too large (the limit is {self.max_body // 1024} KB).",
                                 close=True)
+        session, bad = session_of(scope, body)
+        if bad:
+            return await _plain(send, 400, BAD_SESSION)
+        if (session and self.sessions is not None and not loopback and scope.get("method") == "POST"
+                and path.startswith(SESSION_ROUTES)):
+            return await self.new_session(scope, _replay(body, receive), send, session)
         return await self.app(scope, _replay(body, receive), _capped(send))
+
+    async def new_session(self, scope: Scope, receive: Receive, send: Send, session: str) -> None:
+        """A route that makes ``session``'s state before Gradio checks anything: a new session is
+        counted by the door first (429 past its address's count), and forgotten when the route
+        refuses the request (it ran nothing, and nothing of it is kept)."""
+        capped = _capped(send)
+        if self.sessions.known(session):
+            return await self.app(scope, receive, capped)
+        why = self.sessions.admit(session, client_of(scope))
+        if why:
+            return await _plain(send, 429, why)
+        status = [500]
+
+        async def noted(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message.get("status", 200)
+            await capped(message)
+
+        try:
+            await self.app(scope, receive, noted)
+        finally:
+            if status[0] >= 400:
+                self.sessions.forget(session)
 
     async def charged(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
         """The upload route with every chunk of the body charged to ``client`` as it arrives: past
@@ -302,6 +348,27 @@ class Gate:
         kept = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in (SECRET_HEADER.encode(), FOR_HEADER.encode())]
         scope = {**scope, "headers": [*kept, (FOR_HEADER.encode(), client.encode("latin1", "replace"))]}
         return await self.app(scope, _replay(body, receive), _capped(send))
+
+
+def session_of(scope: Scope, body: bytes) -> tuple[str | None, bool]:
+    """The session hash a request names (its JSON body's ``session_hash``, its query's, the
+    heartbeat route's path), and whether one it names is not a hash (:data:`SESSION_HASH`)."""
+    found: list[Any] = []
+    path = scope.get("path", "")
+    if path.startswith(HEARTBEAT_ROUTE):
+        found.append(path[len(HEARTBEAT_ROUTE):])
+    query = scope.get("query_string", b"")
+    if query:
+        found += parse_qs(query.decode("latin1")).get("session_hash", [])
+    if body.lstrip()[:1] == b"{":
+        try:
+            value = json.loads(body)
+        except ValueError:  # not JSON: the route says so
+            value = None
+        if isinstance(value, dict) and value.get("session_hash") is not None:
+            found.append(value["session_hash"])
+    bad = any(not isinstance(s, str) or not SESSION_HASH.fullmatch(s) for s in found)
+    return (None, True) if bad else (found[0] if found else None, False)
 
 
 def client_of(scope: Scope) -> str:

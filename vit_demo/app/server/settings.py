@@ -34,6 +34,7 @@ class ServerSettings:
     example_paths: list[str] = field(default_factory=list)  # the files launch(allowed_paths=...) serves
     mcp_lifespan: Callable[[Any], Any] | None = None  # --mcp: Gradio's MCP server, its tools trimmed (app.tools)
     mcp_calls: CallerCap | None = None  # exposed --mcp: each caller's calls in progress, which the gate reads too
+    sessions: Any = None  # the count of new sessions per client (lanes.SessionDoor), which the gate asks too
     warm_up: Callable[[], None] = nothing_to_warm_up  # the sections' slow start-up work, after the model's
     streams: LiveStreams | None = None  # the Live tab's streams: the door of their frames (server.streams)
 

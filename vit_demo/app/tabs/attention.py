@@ -21,7 +21,7 @@ from ... import viz
 from ...analysis import Analysis
 from ...checkpoints.load import LoadedModel
 from ...methods.attention import cls_attention, head_maps, query_attention
-from ..common import VIEW_SIZE, friendly, jpeg, png
+from ..common import VIEW_SIZE, check_look, friendly, jpeg, png
 from ..context import Context, Section
 from ..exports import export_row, save, slug, wire_export
 from ..motion import AnimationRow, animation_files
@@ -345,6 +345,7 @@ class AttentionTab(Section):
             from 1, ``head`` the menu's value ("all", "mean", "layers" or a head's index from 0),
             ``query`` whose attention ("[class] token" or "a patch (click the picture)"), ``patch``
             the query patch's number."""
+            check_look(cmap, alpha)
             sess = ctx.session(sess)
             if not sess.ready:
                 return gr.skip()

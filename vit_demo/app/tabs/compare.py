@@ -1,6 +1,8 @@
 """The "Compare with timm" tab: timm's own model, loaded from the same weights file, runs on the
-same input tensor; both top-k lists, the largest differences, each model's time, and a
-PASS / FAIL verdict. Also the public ``/compare`` endpoint."""
+same input tensor, both models in fp32 (like with like, whatever the app runs the model in); both
+top-k lists, the largest differences, each model's time, a PASS / FAIL verdict, and where the
+prediction above the tabs (bf16) orders the classes otherwise, that. Also the public ``/compare``
+endpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import gradio as gr
 from ...analysis import Analysis
 from ...checkpoints.load import LoadedModel
 from ...checkpoints.stem_twin import STEM_SCOPE
-from ...precision import full_precision
 from ...viz.charts import layer_diff_figure
 from ..common import display_label, friendly
 from ..context import Context, Section
@@ -28,14 +29,36 @@ RUN_TIMM = "Run timm on this image"
 def compare_with_timm(a: Analysis, lm: LoadedModel, tm: Any, k: int = 5) -> dict[str, Any]:
     """Both models on this image (the cached input tensor), with a verdict sentence: both in float32,
     whatever precision the app runs the model in elsewhere (vit_demo.precision), so that "identical"
-    means identical to float precision."""
-    from ...checkpoints.verify import compare_one, verdict
+    means identical to float precision. A model the app runs in bf16: the prediction shown above the
+    tabs (``a``'s, made in bf16) beside the fp32 one, and where their top-1 differs (a near-tie
+    that bf16's rounding reorders) a sentence that says so (``"precision_note"``)."""
+    from ...checkpoints.verify import compare_one, compared_words, verdict
 
-    with full_precision():
-        c = compare_one(lm.model, tm, a.x, k=int(k), repeats=3)
+    c = compare_one(lm.model, tm, a.x, k=int(k), repeats=3, precision="fp32")
     c["verdict"] = verdict(c)
     c["identical"] = c["verdict"].startswith("Identical")
+    c["compared"] = compared_words("fp32")
+    if lm.precision != "fp32":
+        top = a.topk(len(c["scratch_topk"]))
+        c.update(app_precision=lm.precision, app_topk=[t["index"] for t in top], app_probs=[t["prob"] for t in top])
+        c["app_labels"] = [display_label(a, i) for i in c["app_topk"]]
+        c["precision_note"] = precision_note(a, c)
     return c
+
+
+def precision_note(a: Analysis, c: dict[str, Any]) -> str:
+    """What to say where the prediction above (in the app's precision) and this check's (fp32) differ:
+    their top-1 (a near-tie, said plainly), or only the order below it; "" when they agree."""
+    p, (i, j) = c["app_precision"], (c["app_topk"][0], c["scratch_topk"][0])
+    if i != j:
+        return (f"The prediction above and this check disagree on the top class: in {p} (the app's precision) the "
+                f"model ranks {display_label(a, i)} first ({c['app_probs'][0]:.1%}); in fp32, here, it ranks "
+                f"{display_label(a, j)} first ({c['scratch_probs'][0]:.1%}). A near-tie that {p}'s rounding "
+                "reorders" + (", not a difference from timm: timm agrees with the fp32 column." if c["identical"] else "."))
+    if c["app_topk"] != c["scratch_topk"]:
+        return (f"The prediction above ({p}) has the same top class as this check (fp32), but orders the classes "
+                f"below it differently: near-ties that {p}'s rounding reorders.")
+    return ""
 
 
 def compare_labels(a: Analysis, c: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
@@ -62,6 +85,8 @@ def compare_markdown(c: dict[str, Any]) -> str:
         *(["**Compared from the tokens on** (the convolutional stem has no timm counterpart): the tokens, every "
            "block's output and attention, the final norm, the pooled features and the logits.", ""] if st else []),
         "| Measure | Scratch vs timm |", "|---|---|",
+        f"| precision | {c.get('compared', 'both in fp32')} |",
+        *app_rows(c),
         *stage_rows,
         f"| max \\|logit difference\\| | {c['max_abs_logit_diff']:.2e} |",
         f"| max \\|probability difference\\| | {c['max_abs_prob_diff']:.2e} |",
@@ -76,16 +101,32 @@ def compare_markdown(c: dict[str, Any]) -> str:
     ])
 
 
+def app_rows(c: dict[str, Any]) -> list[str]:
+    """The table's rows for the prediction shown above the tabs when the app runs the model in
+    another precision than this check's fp32: its top classes, and whether they agree with fp32's."""
+    if "app_precision" not in c:
+        return []
+    p = c["app_precision"]
+    top = ", ".join(f"{html.escape(n)} {q:.1%}" for n, q in zip(c["app_labels"][:3], c["app_probs"][:3]))
+    same = ("yes" if c["app_topk"][0] == c["scratch_topk"][0] else
+            f"**no: a near-tie that {p}'s rounding reorders** (fp32's top-1 is the scratch column's)")
+    return [f"| the prediction above the tabs, in {p} (the app's precision) | {top} |",
+            f"| same top-1 in {p} as in fp32 | {same} |"]
+
+
 def export_compare(a: Analysis, up: Upload, c: dict[str, Any]) -> Path:
     fig = layer_diff_figure(c["layer_attn_max_diff"], f"Scratch ViT vs timm · {a.model_name}", wrap(c["verdict"], 100))
     return save(fig, f"{Path(up.name).stem}-scratch-vs-timm")
 
 
 def verdict_html(c: dict) -> str:
+    """The verdict (both in fp32), then, where the app's own prediction (bf16) differs from fp32's, that."""
     kind, word = ("ok", "PASS") if c["identical"] else ("bad", "FAIL")
     head, _, text = c["verdict"].partition(":")
+    note = c.get("precision_note", "")
     return (f'<div class="verdict {kind}"><span class="badge">{word}</span> <b>{html.escape(head)}</b>: '
-            f"{html.escape(text.strip())}</div>")
+            f"{html.escape(text.strip())}" + (f'<p class="precision-note"><b>{html.escape(note)}</b></p>' if note else "")
+            + "</div>")
 
 
 def press_note(lm: LoadedModel) -> str:
@@ -106,19 +147,20 @@ def need_comparison(sess: Session) -> dict:
 
 
 class CompareTab(Section):
-    name, title = "timm", "Compare with timm"
+    name, title = "compare", "Compare with timm"
 
     def layout(self, ctx: Context) -> None:
         gr.Markdown("timm's own model, loaded with **the same weights file** (timm reads the file itself, so a "
-                    "porting bug would show), runs on **the same input tensor**. Both top-k lists, the largest "
+                    "porting bug would show), runs on **the same input tensor**, both models **in fp32** (whatever "
+                    "precision the app runs the model in elsewhere: like with like). Both top-k lists, the largest "
                     "differences, and each model's time. A model trained here: timm's VisionTransformer built from its stored "
                     "config; with a convolutional stem (which timm does not have), the check starts at the tokens.",
                     elem_classes="caption")
         self.timm_btn = gr.Button(RUN_TIMM, variant="primary", elem_id="run-timm")
         self.verdict_md = gr.Markdown(elem_id="verdict")
         with gr.Row():
-            self.ours_lbl = gr.Label(label="Scratch ViT (vit_demo)", elem_id="ours")
-            self.timm_lbl = gr.Label(label="timm", elem_id="theirs")
+            self.ours_lbl = gr.Label(label="Scratch ViT (vit_demo), in fp32", elem_id="ours")
+            self.timm_lbl = gr.Label(label="timm, in fp32", elem_id="theirs")
         self.timm_md = gr.Markdown(elem_id="timm-table")
         self.btn, self.file = export_row("timm-file")
         self.views = [self.verdict_md, self.ours_lbl, self.timm_lbl, self.timm_md]

@@ -28,7 +28,7 @@ SHOWS = [("all pictures", "all"), ("wrong predictions", "wrong"), ("right predic
 SORTS = [("file order", "file"), ("least confident first", "conf-asc"), ("most confident first", "conf-desc"),
          ("most off-object first", "off-desc"), ("most spread map first", "ent-desc"),
          ("most concentrated map first", "ent-asc")]
-OPEN_IN = "methods"  # the tab a clicked tile opens: Rollout & relevance (its name; test_house checks it)
+OPEN_IN = "relevance"  # the tab a clicked tile opens: Rollout & relevance (its id; test_house checks it)
 log = logging.getLogger(__name__)
 
 

@@ -54,7 +54,7 @@ def deck_files(sess: Session, ctx: Context) -> tuple[Path, Path]:
             reference = None  # the deck's timm slide builds it (and says what is wrong) itself
     with part(0.03, 0.9, ""):
         slides = deck.build_slides(lm, [sess.upload.picture], [name], weights=str(spec.path) if spec.path else None,
-                                   width_px=DECK_WIDTH, reference=reference, analyses=[a])
+                                   width_px=DECK_WIDTH, reference=reference, analyses=[a], step=sess.step_choice())
     stem = present_dir() / slug(f"{Path(sess.upload.name).stem}-deck-{a.key[:8]}")
     with part(0.9, 0.93, "writing the PowerPoint file"):
         pptx = write_pptx(slides, stem.with_suffix(".pptx"))

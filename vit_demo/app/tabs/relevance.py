@@ -3,8 +3,9 @@ start layer), and the class-specific maps (gradient rollout, Chefer relevance) f
 picked from the top-k, side by side; below them the relevance methods for the same class
 (CP-LRP, AttnLRP, CP-LRP gated by gradient rollout, probed and amortised LRP, GradCAM, Integrated
 Gradients with a note on its weakness) and, on request only, the
-perturbation methods (RISE, causal LRP). The class-specific maps need one backward pass each per
-class: they follow the first render (:meth:`MethodsTab.follow_up`). The perturbation methods
+perturbation methods (RISE, causal LRP). The class-specific maps need backward passes: they start in
+the background as soon as the browser has an upload's first pictures, whichever tab is open, and the
+tab draws them as they come, the top row first (:meth:`RelevanceTab.follow_up`). The perturbation methods
 (hundreds of forward passes) run only when their button is pressed, with a progress bar; never on
 a slider move."""
 
@@ -17,8 +18,8 @@ import gradio as gr
 import numpy as np
 
 from ... import methods, viz
-from ...analysis import Analysis, class_maps, on_demand_map
-from ...checkpoints.load import LoadedModel
+from ...analysis import Analysis, class_maps, maps_so_far, on_demand_map, start_class_maps
+from ...checkpoints.load import LoadedModel, is_shipped
 from ...methods.attention import cls_attention, many_readers, reader
 from ...methods.rollout import rollout
 from ...progress import part
@@ -39,6 +40,11 @@ IG_NOTE = ("**Integrated Gradients** is a weak baseline on this ViT: hiding the 
            "-0.01 and 0.11); from the mean colour 0.11 and 0.32, still far below gated LRP (0.38 and 0.77 "
            "on 100 held-out photos). "
            "Details: docs/faithfulness.md.")
+# the same paragraph for any other model: what is true of the method, no figure measured on another model
+IG_NOTE_UNMEASURED = ("**Integrated Gradients** adds up the class score's gradient along a straight path from a black "
+                      "picture to this one (16 steps), so its map depends on that black starting picture. How faithful "
+                      "it is on this model was not measured here: `python -m vit_demo faithfulness --weights FILE "
+                      "--images DIR --methods integrated-gradients,lrp-gated` measures it on your pictures.")
 
 
 def tile_title(name: str, label: str) -> str:
@@ -54,6 +60,28 @@ def class_choices(a: Analysis, k: int = 5) -> list[tuple[str, int]]:
     return [(f"{i + 1}. {t['label']} ({t['prob'] * 100:.1f}%)", t["index"]) for i, t in enumerate(top)]
 
 
+def attention_tiles(a: Analysis, fusion: str = "mean", discard: float = 0.0, start_layer: int = 0
+                    ) -> dict[str, np.ndarray]:
+    """The class-agnostic tiles (raw attention, rollout with its settings; ``start_layer`` from 0)."""
+    start_layer = int(np.clip(int(start_layer), 0, a.depth - 1))
+    return {
+        f"Raw attention\nlayer {a.depth} of {a.depth}, mean of heads":
+        cls_attention(a.attentions, a.layout, a.depth - 1)[0].numpy(),
+        f"Attention rollout\n{fusion} fusion" + (f", discard {float(discard):.0%}" if float(discard) > 0 else "")
+        + (f", from layer {start_layer + 1}" if start_layer else ""):
+        rollout(a.attentions, a.layout, fusion, float(discard), start_layer)[0].numpy(),
+    }
+
+
+def class_tiles(a: Analysis, by_method: dict[str, np.ndarray], names: list[str] | tuple[str, ...], cls: int
+                ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The tiles of the methods ``names`` for class ``cls``: (title -> map, of those in ``by_method``;
+    the titles of the others, still being computed)."""
+    label = a.labels[cls]
+    return ({tile_title(n, label): by_method[n] for n in names if n in by_method},
+            [tile_title(n, label) for n in names if n not in by_method])
+
+
 def method_maps(
     a: Analysis,
     lm: LoadedModel | None,
@@ -64,28 +92,19 @@ def method_maps(
 ) -> dict[str, np.ndarray]:
     """Every method's map for the side-by-side view. The class-specific maps (one backward
     pass per class, cached on the analysis) only when ``lm`` is given and the class is known."""
-    start_layer = int(np.clip(int(start_layer), 0, a.depth - 1))  # the index, from 0
-    out = {
-        f"Raw attention\nlayer {a.depth} of {a.depth}, mean of heads":
-        cls_attention(a.attentions, a.layout, a.depth - 1)[0].numpy(),
-        f"Attention rollout\n{fusion} fusion" + (f", discard {float(discard):.0%}" if float(discard) > 0 else "")
-        + (f", from layer {start_layer + 1}" if start_layer else ""):
-        rollout(a.attentions, a.layout, fusion, float(discard), start_layer)[0].numpy(),
-    }
+    out = attention_tiles(a, fusion, discard, start_layer)
     if lm is not None and a.logits.numel():
         cls = a.top1 if cls is None else int(cls)
-        by_method = class_maps(a, lm, cls)
-        label = a.labels[cls]
-        out.update({tile_title(name, label): by_method[name] for name in TOP_ROW})
+        out.update(class_tiles(a, class_maps(a, lm, cls), TOP_ROW, cls)[0])
     return out
 
 
 def pending_titles(a: Analysis, cls: int | None) -> list[str]:
-    """Titles of the class-specific maps not computed yet (placeholders in the first render)."""
-    if not a.logits.numel() or has_class_maps(a, cls):
+    """Titles of the class-specific maps of the top row not made yet (placeholders in the first render)."""
+    if not a.logits.numel():
         return []
-    label = a.labels[a.top1 if cls is None else int(cls)]
-    return [tile_title(name, label) for name in TOP_ROW]
+    cls = a.top1 if cls is None else int(cls)
+    return class_tiles(a, maps_so_far(a, cls), TOP_ROW, cls)[1]
 
 
 def relevance_names() -> list[str]:
@@ -99,47 +118,62 @@ def on_demand_names() -> list[str]:
     return [n for n in relevance_names() if methods.get(n).slow]
 
 
+def row_names(by_method: dict[str, np.ndarray]) -> list[str]:
+    """The relevance row's methods: the single-pass ones, and the slow ones that have been run."""
+    return [n for n in relevance_names() if not methods.get(n).slow or n in by_method]
+
+
 def relevance_maps(a: Analysis, lm: LoadedModel | None, cls: int | None) -> dict[str, np.ndarray]:
     """The relevance row: LRP, AttnLRP, gated LRP, GradCAM for the class (computed with the
     other class-specific maps when ``lm`` is given), and RISE only if it has been run."""
     if lm is None or not a.logits.numel():
         return {}
     cls = a.top1 if cls is None else int(cls)
-    by_method, label = class_maps(a, lm, cls), a.labels[cls]
-    return {tile_title(name, label): by_method[name] for name in relevance_names() if name in by_method}
+    by_method = class_maps(a, lm, cls)
+    return class_tiles(a, by_method, row_names(by_method), cls)[0]
 
 
 def relevance_pending(a: Analysis, cls: int | None) -> list[str]:
-    if not a.logits.numel() or has_class_maps(a, cls):
+    """Titles of the relevance row's maps not made yet."""
+    if not a.logits.numel():
         return []
-    label = a.labels[a.top1 if cls is None else int(cls)]
-    return [tile_title(name, label) for name in relevance_names() if not methods.get(name).slow]
+    cls = a.top1 if cls is None else int(cls)
+    by_method = maps_so_far(a, cls)
+    return class_tiles(a, by_method, row_names(by_method), cls)[1]
 
 
-def has_class_maps(a: Analysis, cls: int | None) -> bool:
-    return a.logits.numel() > 0 and (a.top1 if cls is None else int(cls)) in a.class_maps
-
-
-def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, cls: int | None) -> str:
+def methods_caption(a: Analysis, fusion: str, discard: float, start_layer: int, cls: int | None,
+                    measured: bool = False) -> str:
     """What each map lets you conclude, one sentence each; the methods' papers in a details line.
-    ``start_layer``: the index (from 0)."""
+    ``start_layer``: the index (from 0). ``measured``: the model is the one the project's faithfulness
+    figures were measured on (the shipped DeiT-Tiny, :func:`~vit_demo.checkpoints.load.is_shipped`):
+    only then are they quoted."""
     parts = [
         f"**Raw attention**: where {reader(a.layout, long=True)} look{'' if many_readers(a.layout) else 's'} "
         f"in layer {a.depth} of {a.depth}. It shows where the model looks, not why.",
-        f"**Attention rollout**: where information reaches {reader(a.layout)} from, through all the layers. It is the "
-        "same for every class, so it cannot say which answer the evidence supports.",
+        f"**Attention rollout**: {rollout_sentence(a.layout)} It is the same for every class, so it cannot say which "
+        "answer the evidence supports.",
     ]
     if a.logits.numel():
         label = a.labels[a.top1 if cls is None else int(cls)]
         parts.append(f"**Gradient rollout** and **Chefer relevance**: the patches that raised the score of *{label}*. "
                      "You may conclude that these patches mattered for this class, and only for it.")
-        parts.append(f"**Below**, the same question for *{label}* answered by other methods; on 1000 ImageNet photos "
-                     "the gated LRP map was the most faithful single pass and causal LRP the most faithful of all "
-                     "(on request: hundreds of forward passes, about 20 s).")
-        parts.append(IG_NOTE)
+        parts.append(f"**Below**, the same question for *{label}* answered by other methods; " + (
+            "on 1000 ImageNet photos the gated LRP map was the most faithful single pass and causal LRP the most "
+            "faithful of all (on request: hundreds of forward passes, about 20 s)." if measured else
+            "the slow ones (causal LRP, RISE) on request: hundreds of forward passes each."))
+        parts.append(IG_NOTE if measured else IG_NOTE_UNMEASURED)
     else:
         parts.append(no_class_note())
     return "\n\n".join(parts) + "\n\n" + methods_details(fusion, discard, start_layer, a.depth)
+
+
+def rollout_sentence(layout: Any) -> str:
+    """What the rollout map shows, in one sentence that reads right for whoever the model answers from."""
+    if many_readers(layout):  # no [class] token, no attention pool: the rows of every patch, averaged
+        return ("which patches the patch tokens draw their information from, through all the layers (averaged over "
+                "the patch tokens: this model has no [class] token and answers from their mean).")
+    return f"which patches the information reaching {reader(layout)} comes from, through all the layers."
 
 
 def no_class_note() -> str:
@@ -206,7 +240,7 @@ def start_index(value: Any, depth: int) -> int:
 
 
 class RelevanceTab(Section):
-    name, title = "methods", "Rollout & relevance"
+    name, title = "relevance", "Rollout & relevance"
 
     def layout(self, ctx: Context) -> None:
         with gr.Row():
@@ -246,36 +280,43 @@ class RelevanceTab(Section):
         self._reg = ctx.reg
 
     def picture(self, sess: Session, fusion: str, discard: float, start: Any, class_value: Any, cmap: str,
-                alpha: float, smooth: bool, compute: bool) -> dict:
+                alpha: float, smooth: bool, until: str = "now") -> dict:
         """The tiles (each with its colour bar) and their caption, for the values of :attr:`inputs`;
-        ``start``: the slider's layer, from 1; ``class_value``: the class menu's value.
-        ``compute``: run the backward pass for the class-specific maps if they are not cached;
-        otherwise they show as grey placeholders."""
+        ``start``: the slider's layer, from 1; ``class_value``: the class menu's value. ``until``: "now"
+        draws the class-specific maps made so far (:func:`~vit_demo.analysis.maps_so_far`), the others as
+        grey placeholders; "top" first waits for the top row's, and draws that row only (the relevance
+        row is left as it is); "all" waits for every map (computing them if no one is)."""
         a = sess.analysis
         cls = chosen_class(a, class_value)
-        first = start_index(start, a.depth)
-        lm = self._reg.get(sess.model_key) if (compute or has_class_maps(a, cls)) else None
-        maps = method_maps(a, lm, fusion, discard, first, cls)
-        pending = [] if lm is not None else pending_titles(a, cls)
-        rel = relevance_maps(a, lm, cls)
-        rel_pending = [] if lm is not None else relevance_pending(a, cls)
-        caption = methods_caption(a, fusion, discard, first, cls)
+        maps, rel, pending, rel_pending = attention_tiles(a, fusion, discard, start_index(start, a.depth)), {}, [], []
+        if a.logits.numel():
+            c = a.top1 if cls is None else cls
+            by_method = (class_maps(a, self._reg.get(sess.model_key), c) if until == "all"
+                         else maps_so_far(a, c, TOP_ROW if until == "top" else ()))
+            top, pending = class_tiles(a, by_method, TOP_ROW, c)
+            maps.update(top)
+            rel, rel_pending = class_tiles(a, by_method, row_names(by_method), c)
+        caption = methods_caption(a, fusion, discard, start_index(start, a.depth), cls,
+                                  measured=is_shipped(self._reg.spec(sess.model_key).path))
         cols = NARROW_COLUMNS if sess.narrow else None
-        if pending or rel_pending:  # finished when the pass ends (follow_up), and after the tab's opening (on_open)
+        if pending or rel_pending:  # finished when the maps are made (follow_up), and after the tab's opening (on_open)
             sess.placeholders[self.name] = sess.view_key
             caption = f"{COMPUTING}\n\n{caption}"
+        elif sess.placeholders.get(self.name) == sess.view_key:
+            sess.placeholders.pop(self.name, None)
 
         def tiles(by_title: dict, waiting: list[str]) -> str:
             return jpeg(viz.with_colorbar(viz.tiles_image(a.picture, by_title, cmap, alpha, smooth, pending=waiting,
                                                           columns=cols), cmap))
 
-        return {self.methods_img: tiles(maps, pending),
-                self.relevance_img: tiles(rel, rel_pending) if rel or rel_pending else None,
-                self.methods_md: caption}
+        out = {self.methods_img: tiles(maps, pending), self.methods_md: caption}
+        if until != "top":
+            out[self.relevance_img] = tiles(rel, rel_pending) if rel or rel_pending else None
+        return out
 
     def unfinished(self, sess: Session) -> bool:
         """Whether the tab drew a picture of this analysis with placeholders (maps still being computed)
-        that :meth:`on_open` has not finished yet."""
+        that has not been finished yet."""
         return sess.ready and sess.placeholders.get(self.name) == sess.view_key
 
     def show(self, sess: Session, lm: LoadedModel, vals: dict) -> dict:
@@ -287,47 +328,58 @@ class RelevanceTab(Section):
             self.start: gr.update(maximum=a.depth, value=start),
             self.cls_dd: gr.update(choices=choices, value=choices[0][1] if choices else None,
                                    interactive=bool(choices)),
-            **self.picture(sess, fusion, discard, start, None, cmap, alpha, smooth, False),
+            **self.picture(sess, fusion, discard, start, None, cmap, alpha, smooth),
         }
 
     def redisplay(self, sess: Session, vals: dict) -> dict:
-        return self.picture(sess, *(vals[c] for c in self.inputs), False)
+        return self.picture(sess, *(vals[c] for c in self.inputs))
+
+    def start_maps(self, sess: Session, lm: LoadedModel) -> None:
+        """The class-specific maps of the top-1 class, in the background from now (vit_demo.analysis)."""
+        if sess.ready and sess.analysis.logits.numel():
+            start_class_maps(sess.analysis, lm)
 
     def follow_up(self, dep: Any, ctx: Context) -> Any:
+        """The class-specific maps, started in the background as soon as the browser has the upload's
+        first pictures (started with them, they slowed the label down: 0.94 s against 0.65 s, load 18),
+        and sent as they come while the tab is open: the top row as soon as it is made, then every
+        tile. With the tab closed, the event waits for the maps (its end says they are cached) and draws
+        nothing. It waits in the :data:`~vit_demo.app.server.lanes.WAITS` lane: waiting holds no place
+        of the model lane."""
         @friendly
         def on_class_maps(*args):
             *rest, sess = args
             sess = ctx.session(sess)
+            self.start_maps(sess, ctx.model(sess))
             if not sess.ready or not sess.analysis.logits.numel():
-                return gr.skip()
-            if sess.open_tab != self.name:  # closed: the backward pass now, the picture when it is opened
-                fusion, discard, start, class_value = rest[:4]
-                a = sess.analysis
-                method_maps(a, self._reg.get(sess.model_key), fusion, discard, start_index(start, a.depth),
-                            chosen_class(a, class_value))
-                if not self.unfinished(sess) or sess.open_tab != self.name:
-                    return gr.skip()  # (opened while the pass ran: its placeholders are replaced now)
-            return self.picture(sess, *rest, True)
+                yield gr.skip()
+            elif sess.open_tab != self.name:  # closed: the maps now, the picture when it is opened
+                class_maps(sess.analysis, ctx.model(sess), chosen_class(sess.analysis, rest[3]))
+                yield gr.skip()
+            elif not self.unfinished(sess):
+                yield gr.skip()
+            else:
+                yield self.picture(sess, *rest, "top")
+                if self.unfinished(sess):
+                    yield self.picture(sess, *rest, "all")
 
         return dep.success(on_class_maps, [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
-                           show_progress="minimal", preprocess=False, **ctx.heavy)
+                           show_progress="minimal", preprocess=False, **ctx.waits)
 
     def on_open(self, dep: Any, ctx: Context) -> Any:
         """Opened while the class-specific maps were being computed: the tab showed placeholders,
-        so it waits for the maps (:func:`~vit_demo.analysis.class_maps` lets one computation run
-        per analysis) and draws them. Opened later, nothing to do."""
+        so it waits for the maps (a job makes each class's maps once, however many wait for them:
+        :func:`~vit_demo.analysis.class_maps`) and draws them. Opened later, nothing to do."""
         @friendly
         def on_open_finish(*args):
             *rest, sess = args
             sess = ctx.session(sess)
             if sess.open_tab != self.name or not self.unfinished(sess) or not sess.analysis.logits.numel():
                 return gr.skip()
-            # sent after the opening's own picture, so whichever pass drew first, the last one is whole
-            sess.placeholders.pop(self.name, None)
-            return self.picture(sess, *rest, True)
+            return self.picture(sess, *rest, "all")
 
         return dep.then(on_open_finish, [*self.inputs, ctx.state], self.redisplay_outputs, api_visibility="private",
-                        show_progress="minimal", preprocess=False, **ctx.heavy)
+                        show_progress="minimal", preprocess=False, **ctx.waits)
 
     def wire(self, ctx: Context) -> None:
         @friendly
@@ -336,7 +388,7 @@ class RelevanceTab(Section):
             sess = ctx.session(sess)
             if not sess.ready:
                 return gr.skip()
-            return self.picture(sess, *rest, True)
+            return self.picture(sess, *rest, "all")
 
         def on_demand(name: str):
             def run(*args):
@@ -349,7 +401,7 @@ class RelevanceTab(Section):
                     raise gr.Error("This model has no classifier: there is no class to explain.", print_exception=False)
                 with part(0.0, 1.0, methods.get(name).title):
                     on_demand_map(a, ctx.model(sess), name, chosen_class(a, rest[3]))
-                return self.picture(sess, *rest, True)
+                return self.picture(sess, *rest, "all")
 
             return run
 

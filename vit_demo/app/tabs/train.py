@@ -32,12 +32,14 @@ from ..trainer import (
     Trained,
     dataset_choices,
     forget,
+    get_ready,
     run_to_end,
     time_limit_s,
     train_steps,
 )
 
 CURVES_S = 2.0  # the live curves are drawn again at most this often (seconds)
+STOPPED = "Stopped: the run and its files are gone, and nothing joined the model menu."
 OPEN_IN = "attention"  # the tab "Explain it" opens (by name: a tab does not import another)
 INTRO = ("Train a small Vision Transformer **from scratch, here, on this computer's CPU** and watch it learn: the loss "
          "and the accuracy every epoch, and every few epochs **what it looks at** on one validation picture per class. "
@@ -113,27 +115,30 @@ class TrainTab(Section):
 
     def api_layout(self) -> None:
         """``/train``'s components (hidden): its parameters, and what it returns."""
-        self.api_dataset = gr.Dropdown(list(DATASETS), value="digits", visible=False)
-        self.api_minutes = gr.Number(2, visible=False)
-        self.api_zip = gr.File(file_types=[".zip"], type="filepath", visible=False)
+        self.api_dataset = gr.Dropdown(list(DATASETS), value="digits", label="dataset", visible=False)
+        self.api_minutes = gr.Number(2, label="minutes", visible=False)
+        self.api_zip = gr.File(file_types=[".zip"], type="filepath", label="zip", visible=False)  # (the door names them)
         self.api_summary = gr.JSON(visible=False)
         self.api_files = gr.File(file_count="multiple", visible=False)
 
     # ------------------------------------------------------------------------- events
 
     def live(self, prog: Progress, shown: list[Any]) -> dict:
-        """The page's update for a run's progress: the numbers; the curves when an epoch ended (at most
-        every :data:`CURVES_S`: matplotlib draws them in this process); the filmstrip and the frames
-        when a snapshot came."""
+        """The page's update for a run's progress: the findings line; the curves when an epoch ended (at
+        most every :data:`CURVES_S`: matplotlib draws them in this process); the filmstrip and the
+        frames when a snapshot came; the board of them shown with the first, the curves with theirs (no
+        empty panels before)."""
         out: dict = {self.status: prog.status()}
-        epochs, frames, drawn_at = shown
+        epochs, frames, drawn_at, _ = shown
         if len(prog.history) > epochs and time.monotonic() - drawn_at > CURVES_S and (img := prog.curves()) is not None:
-            out[self.curves] = png(img)
+            out[self.curves] = gr.update(value=png(img), visible=True)
             shown[0], shown[2] = len(prog.history), time.monotonic()
         if len(prog.frames) > frames and (strip := prog.strip()) is not None:
             shown[1] = len(prog.frames)
             out.update({self.strip: png(strip), self.frames: gr.update(value=list(prog.frames),
                                                                           selected_index=len(prog.frames) - 1)})
+        if (self.curves in out or self.strip in out) and not shown[3]:
+            out[self.board], shown[3] = gr.update(visible=True), True
         return out
 
     def wire(self, ctx: Context) -> None:
@@ -144,10 +149,11 @@ class TrainTab(Section):
         def on_train(dataset, minutes, zip_file, runs, sess):
             sess = ctx.session(sess)
             steps = train_steps(ctx, dataset, minutes, zip_file if dataset == "zip" else None)
-            shown: list[Any] = [0, 0, 0.0]  # epochs drawn, frames shown, when the curves were drawn
+            shown: list[Any] = [0, 0, 0.0, False]  # epochs drawn, frames shown, when the curves were drawn, board shown
             prog = None
             yield {self.result: "", self.explain: gr.update(visible=False), self.downloads: gr.update(visible=False),
-                   self.curves: None, self.strip: None, self.frames: None, self.board: gr.update(visible=True)}
+                   self.curves: gr.update(value=None, visible=False), self.strip: None, self.frames: None,
+                   self.board: gr.update(visible=False), self.status: ""}
             while True:
                 try:
                     prog = next(steps)
@@ -156,7 +162,8 @@ class TrainTab(Section):
                     break
                 yield self.live(prog, shown)
             curves = prog.curves() if prog is not None else None
-            return {**self.finished(ctx, run, runs, sess), self.curves: png(curves) if curves is not None else None}
+            return {**self.finished(ctx, run, runs, sess), self.board: gr.update(visible=True),
+                    self.curves: gr.update(value=png(curves) if curves is not None else None, visible=curves is not None)}
 
         def on_dataset(dataset):
             return gr.update(visible=dataset == "zip")
@@ -178,6 +185,11 @@ class TrainTab(Section):
                    self.runs, ctx.state, ctx.model_dd]
         self.action.wire(ctx, on_train, [self.dataset, self.minutes, self.zip, self.runs, ctx.state], outputs,
                          lane=ctx.training)
+        # after a Cancel, no epoch count or accuracy of the stopped run stays on screen under "Stopped.",
+        # nor its board (the last snapshot's "epoch 2 of 6", the curves of a run whose files are gone)
+        self.action.stopped.then(lambda: (STOPPED, gr.update(visible=False)), None, [self.status, self.board],
+                                 api_visibility="private", queue=False, show_progress="hidden")
+        self.gr_tab.select(get_ready, None, None, api_visibility="private", queue=False, show_progress="hidden")
         self.dataset.change(on_dataset, [self.dataset], [self.zip], api_visibility="private", queue=False,
                             show_progress="hidden")
         self.explain.click(friendly(on_explain), [self.runs, ctx.state], [ctx.state, ctx.model_dd, ctx.tabs],
