@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .vit import Attention, Block, HookPoint, Mlp, Positions, register
+from .vit import Block, HookPoint, Mlp, Positions, SelfAttention, register
 
 
 def scores_into(capture: bool | torch.Tensor, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -174,7 +174,7 @@ class LeanBlock(Block):
     def forward(self, x: torch.Tensor, capture: bool | torch.Tensor = False, positions: Positions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attn, mlp = self.attn, self.mlp
-        if (positions is not None or torch.is_grad_enabled() or type(attn) is not Attention or type(mlp) is not Mlp
+        if (positions is not None or torch.is_grad_enabled() or type(attn) is not SelfAttention or type(mlp) is not Mlp
                 or attn.relevance_rule is not None or torch.compiler.is_compiling()):  # compiled: torch's fusions
             return super().forward(x, capture, positions)
         parts = (self.norm1, self.ls1, self.norm2, mlp.act, self.ls2)
@@ -183,7 +183,7 @@ class LeanBlock(Block):
             return super().forward(x, capture, positions)
         norm1, ls1, norm2, act, ls2 = (m.forward for m in parts)
         qkv, proj, fc1, fc2 = products(x, attn.qkv, attn.proj, mlp.fc1, mlp.fc2)
-        B, N, _ = x.shape  # the attention: Attention.project and Attention.forward
+        B, N, _ = x.shape  # the attention: SelfAttention.project and .forward
         q, k, v = qkv(norm1(x)).reshape(B, N, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         o, probs = attn.attend(q, k, v, attn.scale, capture)
         x = x + ls1(proj(o.transpose(1, 2).reshape(B, N, -1)))
