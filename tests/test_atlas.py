@@ -146,6 +146,43 @@ def test_concept_occlusion_and_reconstruction_error() -> None:
             assert torch.allclose(out[b, 1 + p], want, atol=1e-6)
 
 
+def test_concept_addition_stamps_the_concept_s_own_patches(folder: tuple[Path, object]) -> None:
+    """Adding a concept to a picture, against a loop written out: its source is one of the concept's
+    8 strongest pictures in turn (never itself); within one patch of the source's top patch, each
+    patch embedding is the source's there (elsewhere nothing moves); the blocks run on it as the
+    model runs them; the rise of every logit and the new prediction come back."""
+    from vit_demo.evaluate.atlas import concept_gains, first_pass, stamp_sources
+    from vit_demo.evaluate.survey import list_pictures, read_folder
+
+    shapes, lm = folder
+    pics, mode = list_pictures(shapes)
+    seen = first_pass(lm, pics, read_folder(shapes, mode, lm.data_config), 2, 5, False)
+    g = np.random.default_rng(4)
+    n, P, k = len(pics), lm.model.cfg.num_prefix_tokens, 1
+    codes = (g.random((n, 16, 3)) * (g.random((n, 16, 3)) > 0.6)).astype(np.float32)
+    rises, preds = concept_gains(lm, seen, codes, k, batch_size=5)
+    embeds, logits = np.concatenate(seen.embeds), np.concatenate(seen.logits)
+    top = list(np.argsort(-codes[:, :, k].max(axis=1), kind="stable")[:8])
+    src = stamp_sources(codes[:, :, k], n)
+    model = lm.model
+    for i in range(n):
+        s = top[i % 8] if top[i % 8] != i else top[(i + 1) % 8]
+        assert src[i] == s != i
+        r0, c0 = divmod(int(codes[s, :, k].argmax()), 4)
+        e = embeds[i].copy()
+        for cell in range(16):
+            r, c = divmod(cell, 4)
+            if abs(r - r0) <= 1 and abs(c - c0) <= 1:
+                e[P + cell] = embeds[s, P + cell]
+        t = torch.from_numpy(e)[None]
+        with torch.no_grad():
+            for blk in model.blocks:
+                t = blk(t, False, model.positions((4, 4), t.device))[0]
+            z = model.forward_head(model.norm(t))[0][0].numpy()
+        assert rises[i] == pytest.approx(z - logits[i], abs=1e-4) and preds[i] == z.argmax()
+    assert np.abs(rises).max() > 1e-3
+
+
 def same_json(a: object, b: object, path: str = "") -> None:
     """The same JSON, floats within 1e-4."""
     if isinstance(a, float) or isinstance(b, float):
@@ -243,6 +280,92 @@ def test_atlas_finds_the_watermark_unprompted(lesson_models: Path, tmp_path: Pat
     assert f"Possible Clever-Hans feature: concept {found[0]}</b>" in finding and "circle" in finding
     assert finding.index("Possible Clever-Hans") < finding.index("Most important heads")
     assert res["faithfulness"]["passed"], res["faithfulness"]
+
+
+SHORTCUT_MODELS = ROOT / "tests" / "data"  # shapes-mark-*.safetensors: tests/data/README.md
+
+
+def shortcut_atlas(tmp_path: Path, weights: str, cls: str, corner: str, mark: str
+                   ) -> tuple[object, dict, dict, int]:
+    """A shortcut model of tests/data over a held-out set (seed 1, 30 a class) with its mark on
+    ``cls``: (the model, its atlas at the defaults, the one concept whose top patches sit on the
+    mark (three quarters of them at least), how many of the other classes' 90 clean pictures the
+    mark drawn on them turns into ``cls``)."""
+    from vit_demo.checkpoints.load import load_model
+    from vit_demo.evaluate.atlas import atlas
+    from vit_demo.evaluate.geometry import cell_coverage
+    from vit_demo.images import load_image
+    from vit_demo.preprocess import preprocess
+    from vit_demo.train.data import add_watermark, watermark_box
+
+    lm = load_model(weights=SHORTCUT_MODELS / weights, device="cpu", progress=False)
+    make_shapes(tmp_path / "test", per_class=30, seed=1, progress=False,
+                shortcut=Shortcut(target=cls, corner=corner, mark=mark))
+    make_shapes(tmp_path / "clean", per_class=30, seed=1, progress=False)
+    others = [p for c in lm.labels if c != cls for p in sorted((tmp_path / "clean" / c).glob("*.png"))]
+    x = torch.stack([preprocess(add_watermark(load_image(p), corner, mark)[0], lm.data_config)[0] for p in others])
+    with torch.no_grad():
+        turned = int((lm.model(x).logits.argmax(1) == lm.labels.index(cls)).sum())
+    res = atlas(lm, tmp_path / "test", progress=False, batch_size=60)
+    on = cell_coverage(watermark_box(32, corner), (32, 32), tuple(res["grid"])).numpy() > 0
+    found = [c for c in res["concepts"] if np.mean([on[t["row"], t["col"]] for t in c["top"]]) >= 0.75]
+    assert len(found) == 1, [c["id"] for c in found]
+    return lm, res, found[0], turned
+
+
+def flagged_for(res: dict, k: dict, cls: str) -> None:
+    """Concept ``k`` among the class's top three (the larger of removal and addition), flagged, and
+    named as a possible Clever-Hans feature."""
+    assert k["id"] in res["findings"]["class_concepts"][cls] and cls in k["top_for"] and k["suspicious"]
+    assert k["id"] in [f["id"] for f in res["findings"]["suspicious_concepts"]]
+    assert k["importance"][cls] == max(k["removal"][cls], k["addition"][cls])
+
+
+@pytest.mark.slow
+def test_atlas_finds_a_shortcut_that_is_enough_but_not_needed(tmp_path: Path) -> None:
+    """A model trained at the defaults' size on shapes with a white mark top-left on 90 % of the
+    circles (tests/data/README.md) that turns other shapes into circles when the mark is stamped
+    on them. Its atlas over a held-out marked set, told nothing about the mark, ranks the mark's
+    concept among the circle's three most important and flags it, because it measures what adding
+    the concept to the other classes' pictures does; by removal alone (occluding it on the circles,
+    the atlas's only measure before) the concept was 5th for "circle", out of its top three."""
+    from vit_demo.evaluate.survey import survey
+    from vit_demo.present.atlas_report import write_report
+
+    lm, res, k, turned = shortcut_atlas(tmp_path, "shapes-mark-circle.safetensors", "circle", "top-left", "white")
+    assert turned == 30  # the mark turns 30 of the 90 other shapes into circles
+    flagged_for(res, k, "circle")
+    by_id = {c["id"]: c for c in res["concepts"]}
+    removal = sorted(by_id, key=lambda i: -by_id[i]["removal"]["circle"])
+    assert removal.index(k["id"]) >= 3  # deletion alone: out of the circle's top three
+    assert k["removal"]["circle"] < 0.3 < 0.9 < k["addition"]["circle"] == k["importance"]["circle"]
+    assert k["turned"]["circle"] >= 0.25  # its own patches turn a quarter of the other shapes into circles
+    page = write_report(res, tmp_path / "out", lm.data_config, lm.model.cfg.patch_size).read_text()
+    finding = page[page.index('<div id="finding">') : page.index("</div>")]
+    assert (f"Possible Clever-Hans feature: concept {k['id']}</b>" in finding
+            and f"it turns {k['turned']['circle']:.0%} of them into circle" in finding)
+    # the survey's lesson says the same: the marked circles' cluster, flagged at the mark's corner
+    sv = survey(lm, tmp_path / "test", progress=False)
+    flags = [(f["class"], f["place"]) for f in sv["findings"]["suspicious_clusters"]]
+    assert flags == [("circle", {"row": 1, "col": 1})] and sv["watermark"]["share_in_cluster"] > 0.9, flags
+
+
+@pytest.mark.slow
+def test_atlas_finds_a_shortcut_of_another_class_corner_and_mark(tmp_path: Path) -> None:
+    """The same finding on an unlike setup, so that it is not tuned to one model: a checkered mark
+    bottom-right on 90 % of the squares (tests/data/README.md). The mark drawn on the 90 other
+    shapes turns 25 of them into squares; the atlas's concept on the mark is among the square's top
+    three, flagged, its addition larger than its removal and turning a fifth of the other shapes;
+    the survey flags the squares' cluster at the mark's corner."""
+    from vit_demo.evaluate.survey import survey
+
+    lm, res, k, turned = shortcut_atlas(tmp_path, "shapes-mark-square.safetensors", "square", "bottom-right", "checker")
+    assert turned >= 20, turned
+    flagged_for(res, k, "square")
+    assert k["removal"]["square"] < k["addition"]["square"] and k["addition"]["square"] > 0.9
+    assert k["turned"]["square"] >= 0.2
+    sv = survey(lm, tmp_path / "test", progress=False)
+    assert ("square", {"row": 6, "col": 6}) in [(f["class"], f["place"]) for f in sv["findings"]["suspicious_clusters"]]
 
 
 def test_accuracy_change_never_reads_minus_zero() -> None:

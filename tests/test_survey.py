@@ -200,6 +200,35 @@ def test_findings_flag_a_cluster_at_one_place_near_the_edge() -> None:
     assert [k["cluster"] for k in f["suspicious_clusters"]] == [0, 1]  # both of 5; off the box: 30 % and 90 %
 
 
+def test_a_place_that_only_one_cluster_looks_at_is_flagged() -> None:
+    """A model that learnt the shapes and a mark splits each marked circle's map between the two:
+    the cluster's mean map has less than half its mass at the corner (43 % on the model in
+    tests/data), but the other pictures' maps put almost nothing there. Flagged from 30 % there
+    at 4 times the others' share; not where the others look there as much, nor under 30 %."""
+    from vit_demo.evaluate.survey import survey_findings
+
+    flat = np.full((8, 8), 1 / 64)
+
+    def corner(share: float) -> list:
+        m = flat * (1 - share)
+        m[:2, :2] += share / 4
+        return m.tolist()
+
+    def clusters(first: list, rest: list) -> list:
+        return [{"id": 0, "class": "circle", "size": 10, "accuracy": 1.0, "off_object": 0.2, "prototype": first}] + [
+            {"id": i, "class": name, "size": 10, "accuracy": 1.0, "off_object": 0.2, "prototype": rest}
+            for i, name in ((1, "square"), (2, "star"))]
+
+    f = survey_findings([], clusters(corner(0.4), flat.tolist()), (8, 8))
+    assert [(k["cluster"], k["place"]) for k in f["suspicious_clusters"]] == [(0, {"row": 0, "col": 0})]
+    k = f["suspicious_clusters"][0]
+    assert k["one_place_share"] == pytest.approx(0.4 + 0.6 * 4 / 64) and k["contrast"] == pytest.approx(
+        (0.4 + 0.6 * 4 / 64) / (4 / 64), abs=1e-3)
+    assert not survey_findings([], clusters(corner(0.4), corner(0.2)), (8, 8))["suspicious_clusters"]  # 2.0 times
+    assert not survey_findings([], clusters(corner(0.2), flat.tolist()), (8, 8))["suspicious_clusters"]  # 24 % there
+    assert not survey_findings([], clusters(corner(0.4), flat.tolist())[:1], (8, 8))["suspicious_clusters"]  # alone
+
+
 def test_a_continuum_is_one_cluster() -> None:
     """What the default-trained watermark model draws: every map partly on the mark and partly on
     the shape, in any proportion (here 20-100 % on the mark). The largest eigengap alone cuts such

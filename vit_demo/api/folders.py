@@ -54,7 +54,7 @@ class SurveyResult(Drawable):
 
     def _repr_html_(self) -> str:
         d = self.data
-        acc = "no labels" if d["accuracy"] is None else f"accuracy {d['accuracy']:.3f} on {d['labelled']} labelled"
+        acc = survey_report.accuracy_words(d)
         head = (f"<p><b>Survey of {d['count']} pictures</b> with {html.escape(d['model'])} and "
                 f"{html.escape(d['method_title'])} ({acc}): {len(d['clusters'])} clusters of maps. "
                 f"Report: <code>{html.escape(self.report)}</code></p>")
@@ -119,7 +119,8 @@ def survey(folder: str | os.PathLike, model: Model | str | os.PathLike | None = 
            progress: bool = False) -> SurveyResult:
     """``python -m vit_demo survey`` from Python: every picture of ``folder`` through ``model`` (a
     :class:`Model`, a name or path for :func:`load`, or None: the shipped DeiT-Tiny) and ``method``;
-    the maps clustered per predicted class; the report written to ``out`` (default: a new
+    the maps clustered per predicted class (per folder where the folders are not the model's classes);
+    the report written to ``out`` (default: a new
     temporary folder). ``labels``: "auto", "folders" (DIR/<class>/<image>) or "imagenet" (file names);
     ``limit``: N pictures spread through the folder."""
     m = model_of(model)

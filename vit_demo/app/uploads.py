@@ -29,8 +29,9 @@ MAX_PICTURES = 1000  # per job on this computer
 MAX_PICTURES_EXPOSED = 100  # per job when the app is reachable by others
 ENTRIES_PER_PICTURE = 20  # members of the uploaded zips looked at, per picture a job may take
 READ_BYTES = 1 << 30  # bytes decompressed per job, kept or not (about 3 s of CPU)
-BATCH = 4  # pictures a survey runs through the model at once in the app: its time limit is checked between
-# batches, and a batch of 16 took the amortised LRP's gradient passes 23 s at a load of 7 on 2 cores
+BATCH = 8  # pictures a survey runs through the model at once in the app: its time limit is checked between
+# batches (and between the probes' masked passes), and a batch of 16 took the amortised LRP's gradient passes 23 s at
+# a load of 7 on 2 cores; 8 a batch cost 0.82 times the time of 4 a batch (16 photos, bf16, load 18-23: docs/survey.md)
 
 
 def allowance(max_files: int) -> Allowance:

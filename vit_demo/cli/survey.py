@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import methods
+from ..evaluate.grouping import POOLED_NAMES
 from ..evaluate.survey import DEFAULT_METHOD, survey
-from ..present.survey_report import Thumbnails, write_report
+from ..present.survey_report import Thumbnails, accuracy_words, write_report
 from .common import UserError, add_folder_job_args, end_folder_job, start_folder_job
 
 
@@ -38,13 +39,14 @@ def run(args: argparse.Namespace) -> int:
 
 def summary_lines(result: dict[str, Any], page: Path) -> str:
     """What the command says when it is done (without --json)."""
-    acc = "no labels" if result["accuracy"] is None else f"accuracy {result['accuracy']:.3f} on {result['labelled']} labelled"
+    by_folder = result.get("grouped_by") == "folder"
+    acc = accuracy_words(result)
     where = f" on {result['processes']} processes" if result["processes"] > 1 else ""
+    groups = "folders" if by_folder else "predicted classes"
     lines = [f"surveyed {result['count']} pictures with {result['model']} and {result['method']} ({acc}) "
              f"in {result['seconds']:.1f} s{where}",
              f"{len(result['clusters'])} clusters of maps over {len({c['class'] for c in result['clusters']})} "
-             "predicted classes; "
-             f"classes with more than one: {classes_with_several(result)}"]
+             f"{groups}; {groups} with more than one: {classes_with_several(result)}"]
     w = result.get("watermark")
     if w:
         lines.append(f"watermark: {w['watermarked']} marked pictures of '{w['class']}', {w['share_in_cluster']:.0%} in "
@@ -58,6 +60,7 @@ def summary_lines(result: dict[str, Any], page: Path) -> str:
 def classes_with_several(result: dict[str, Any]) -> str:
     counts: dict[str, int] = {}
     for c in result["clusters"]:
-        counts[c["class"]] = counts.get(c["class"], 0) + 1
+        if c["class"] not in POOLED_NAMES:
+            counts[c["class"]] = counts.get(c["class"], 0) + 1
     several = [f"{k} ({n})" for k, n in counts.items() if n > 1]
     return ", ".join(several[:8]) + (", ..." if len(several) > 8 else "") if several else "none"

@@ -27,10 +27,14 @@ signed and its negative part matters, so each token is split into [relu(x), relu
 non-negative numbers) and A ~ W H codes the whole token (W: each patch's code over the K
 concepts; H+ - H-: the concepts in token space). A concept's **presence** at a patch is its code
 over the 99th percentile of its codes in the folder, clipped at 1. Its **importance for a class**
-is the mean fall of that class's logit, over the class's pictures, when the patches where it is
-present are **occluded** in the embeddings (the input of the first block: each patch embedding
-moved towards the folder's median embedding at that place, by the concept's presence) and the
-whole model runs again. Why not remove the concept from the tokens at ``layer``, as CRAFT does:
+is the larger of two measures (:class:`Importance`): **removal**, the mean fall of that class's
+logit, over the class's pictures, when the patches where it is present are **occluded** in the
+embeddings (the input of the first block: each patch embedding moved towards the folder's median
+embedding at that place, by the concept's presence) and the whole model runs again; and
+**addition**, the mean rise of the class's logit over the other classes' pictures when the
+concept's own patches are **stamped** on them (:func:`concept_gains`): a shortcut that is enough
+for a class without being needed by it (a mark on most circles, of a model that also knows a
+circle without it) shows only there. Why not remove the concept from the tokens at ``layer``, as CRAFT does:
 by a late layer the blocks have copied what a patch holds into every other token, so removing
 it where it sits changes little; on the watermark lesson that credited the mark's concept to the
 classes that are *not* marked (docs/atlas.md). The median, not the mean: a mark on a minority
@@ -46,8 +50,8 @@ object, is flagged as a possible Clever-Hans feature. ``layer`` 0: the patch emb
 Under ``torchrun`` (:mod:`vit_demo.distributed.torchrun`, shared with the survey and the training)
 every process takes every ``world``-th picture for the model passes (pass 1: attention and tokens;
 pass 2: the heads removed one by one, after the heads' mean outputs over the whole folder are
-shared); process 0 gathers them and alone fits the concepts and measures their importance (14
-passes of the whole model: one a concept, then the faithfulness check), then writes the result.
+shared); process 0 gathers them and alone fits the concepts and measures their importance (22
+passes of the whole model: two a concept, then the faithfulness check), then writes the result.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +74,7 @@ from ..methods.attention import head_maps, in_float32, mean_attention_distance
 from ..model import TokenLayout, VisionTransformer
 from ..precision import autocast, runs_bf16
 from ..progress import TimeUp, batches, check, report, time_left
-from .child import in_child
+from .child import Child
 from .concepts import FIT_ROWS, PRESENCE_PCT, Concepts, fit_concepts
 from .geometry import box_to_input, near_edge, patch_coverage
 from .survey import Folder, Loader, Picture, folder_job, label_index, none_readable, read_batch, require_classifier
@@ -88,11 +92,13 @@ FLAG_PRESENCE = 0.6  # ... and, near the edge, present at that place in at most 
 # (12 blocks x 3 heads), 32 photos, one thread on a busy machine (load 7): pass 1 5.8 s; the heads' ablation
 # 45.7 s, 19.5 passes from a block on per picture, 0.40 of pass 1 each; the occlusions 31.0 s, 14 whole passes
 # per picture, 0.38 each; NMF 13.5 s, 2.3 times pass 1; 96 s in all (16.6 times; its reading: 0.3 s). Rounded up, so that
-# an estimate errs on the long side.
+# an estimate errs on the long side. The additions (a stamping pass a concept) are whole passes like the occlusions:
+# 8 more took the atlas of 100 photos from 50.2 to 60.9 CPU-seconds (bf16, one thread, docs/atlas.md).
 ABLATION_COST, OCCLUSION_COST, NMF_COST = 0.45, 0.42, 2.5
 FIRST = 4  # pictures of pass 1 timed on their own under a time limit, to say early whether the atlas fits
 READS = 3  # times the atlas reads each picture: pass 1, pass 2, the report's crops
 FIT_SHARE = 0.9  # of the time a job has: what the pictures an atlas is told it may take should need at most
+NMF_IMPORTS = ("sklearn.decomposition",)  # what NMF's child process imports while the model's passes run
 __all__ = ["FIT_ROWS", "PRESENCE_PCT", "Concepts", "atlas", "fit_concepts"]
 
 
@@ -259,7 +265,7 @@ def atlas_cost(model: VisionTransformer, concepts: int) -> float:
     occlusions (K + 1 + :data:`RANDOM_DRAWS` whole passes a picture) and NMF; each part's weight
     measured (:data:`ABLATION_COST`, ...)."""
     L, H = len(model.blocks), model.blocks[0].attn.num_heads
-    return 1 + ABLATION_COST * H * (L + 1) / 2 + OCCLUSION_COST * (concepts + 1 + RANDOM_DRAWS) + NMF_COST
+    return 1 + ABLATION_COST * H * (L + 1) / 2 + OCCLUSION_COST * (2 * concepts + 1 + RANDOM_DRAWS) + NMF_COST
 
 
 def fits_in_time(read_s: float, model_s: float, done: int, total: int, cost: float) -> None:
@@ -434,7 +440,7 @@ def class_importance(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline
                      ) -> np.ndarray:
     """[K, classes]: the mean fall of each class's logit over the class's pictures (target: the
     label, else the predicted class) when concept k is occluded (:func:`concept_falls`); NaN for
-    classes not in the folder."""
+    classes not in the folder. The importance by **removal**."""
     n, K = presence.shape[0], presence.shape[-1]
     targets = np.array(seen.targets)
     out = np.full((K, len(lm.labels)), np.nan)
@@ -444,8 +450,81 @@ def class_importance(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline
         falls = concept_falls(lm, seen, presence, baseline, mask, batch_size)
         for c in np.unique(targets):
             out[k, c] = falls[targets == c, c].mean()
-        report(0.75 + (k + 1) / K / 8, "concepts")
+        report(0.75 + (k + 1) / K / 12, "concepts removed")
     return out
+
+
+def stamp_sources(codes: np.ndarray, n: int) -> np.ndarray:
+    """A concept's codes [n, patches] -> the picture each picture gets the concept from: its
+    :data:`TOP` pictures with the highest code, in turn (never the picture itself)."""
+    top = np.argsort(-codes.max(axis=1), kind="stable")[: min(TOP, n)]
+    src = top[np.arange(n) % len(top)]
+    clash = src == np.arange(n)
+    if len(top) > 1:
+        src[clash] = top[(np.arange(n)[clash] + 1) % len(top)]
+    return src
+
+
+def around_top(codes: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+    """A concept's codes [n, patches] -> [n, patches] 1 within one patch of each picture's top
+    patch (its highest code), else 0: what a stamp of the concept carries. Not the concept's
+    presence: the lesson's white mark fills 2x2 patches at 4-px patches, and the concept's presence
+    was 0 on one of them in some models (a stamp by presence turned 8 % of the other shapes into
+    circles, the whole mark 28 %); nor the whole picture, which would carry its object along."""
+    gh, gw = grid
+    rows, cols = np.divmod(codes.argmax(axis=1), gw)
+    r, c = np.divmod(np.arange(gh * gw), gw)
+    return ((np.abs(r[None] - rows[:, None]) <= 1) & (np.abs(c[None] - cols[:, None]) <= 1)).astype(np.float32)
+
+
+def concept_gains(lm: LoadedModel, seen: Seen, codes: np.ndarray, k: int, batch_size: int = 16
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Concept ``k`` **added** to every picture: the patch embeddings within one patch of the
+    concept's top patch in a picture where it is strongest (:func:`stamp_sources`, :func:`around_top`)
+    copied into the same places of the picture (the concept's own patches stamped on, with the one
+    patch around them that a feature larger than a patch also fills), and the whole model run
+    again. Returns (the logits' rises [n, classes], the new predictions [n])."""
+    model, P = lm.model, lm.model.cfg.num_prefix_tokens
+    grid = tuple(s // model.cfg.patch_size for s in lm.data_config.input_size)
+    embeds, logits = np.concatenate(seen.embeds), np.concatenate(seen.logits)
+    src = stamp_sources(codes[:, :, k], len(embeds))
+    stamps = around_top(codes[:, :, k], grid)
+    rises, preds = [], []
+    for start in range(0, len(embeds), batch_size):
+        check()
+        s = src[start : start + batch_size]
+        m = torch.from_numpy(stamps[s]).to(lm.device)
+        with torch.inference_mode():
+            x = occlude(torch.from_numpy(embeds[start : start + batch_size]).to(lm.device), m,
+                        torch.from_numpy(embeds[s, P:]).to(lm.device), P)
+            z = run_from(model, x, 0, grid).float().cpu().numpy()
+        rises.append(z - logits[start : start + batch_size])
+        preds.append(z.argmax(axis=1))
+    return np.concatenate(rises), np.concatenate(preds)
+
+
+def stamp_importance(lm: LoadedModel, seen: Seen, codes: np.ndarray, batch_size: int = 16
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The importance by **addition**: ([K, classes] the mean rise of each class's logit over the
+    *other* classes' pictures when concept k is stamped on them (:func:`concept_gains`), [K, classes]
+    the share of those pictures it turns into the class); NaN for classes not in the folder or
+    without other pictures. A feature that is enough for a class but not needed by it (a mark on
+    most of its pictures, whose other pictures the model also gets right) shows here, not in
+    :func:`class_importance`: a marked circle is still a circle without its mark."""
+    K = codes.shape[-1]
+    targets = np.array(seen.targets)
+    before = np.concatenate(seen.logits).argmax(axis=1)
+    gain = np.full((K, len(lm.labels)), np.nan)
+    turned = np.full((K, len(lm.labels)), np.nan)
+    for k in range(K):
+        rises, preds = concept_gains(lm, seen, codes, k, batch_size)
+        for c in np.unique(targets):
+            others = targets != c
+            if others.any():
+                gain[k, c] = rises[others, c].mean()
+                turned[k, c] = ((preds[others] == c) & (before[others] != c)).mean()
+        report(0.75 + 1 / 12 + (k + 1) / K / 12, "concepts added")
+    return gain, turned
 
 
 def faithfulness(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np.ndarray, importance: np.ndarray,
@@ -466,7 +545,7 @@ def faithfulness(lm: LoadedModel, seen: Seen, presence: np.ndarray, baseline: np
         rnd = torch.zeros(n, K)
         rnd.scatter_(1, torch.rand(n, K, generator=g).argsort(dim=1)[:, :m], 1)
         fall_random += concept_falls(lm, seen, presence, baseline, rnd, batch_size)[np.arange(n), targets] / RANDOM_DRAWS
-        report(0.875 + (d + 1) / RANDOM_DRAWS / 8, "random concepts")
+        report(0.75 + 2 / 12 + (d + 1) / RANDOM_DRAWS / 12, "random concepts")
     return {"concepts_removed": m, "random_draws": RANDOM_DRAWS,
             "top_fall": round(float(fall_top.mean()), 6), "random_fall": round(float(fall_random.mean()), 6),
             "share_top_larger": round(float((fall_top > fall_random).mean()), 6),
@@ -525,11 +604,35 @@ def suspicious(place: dict[str, Any], grid: tuple[int, int]) -> bool:
 # ----------------------------------------------------------------------------- the whole atlas
 
 
-def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Concepts, importance: np.ndarray,
+@dataclass
+class Importance:
+    """A concept's importance for each class [K, classes], measured both ways: ``removal`` (the
+    class's logit's fall on its own pictures, :func:`class_importance`), ``addition`` (its rise on
+    the other classes' pictures, :func:`stamp_importance`) and ``turned`` (the share of those
+    pictures the concept turns into the class)."""
+
+    removal: np.ndarray
+    addition: np.ndarray
+    turned: np.ndarray
+
+    @property
+    def both(self) -> np.ndarray:
+        """What ranks the concepts: the larger of the two (removal alone where there is no addition)."""
+        return np.fmax(self.removal, self.addition)
+
+
+def per_class(values: np.ndarray, k: int, classes: Sequence[int], labels: Sequence[str]) -> dict[str, float | None]:
+    """Row ``k`` of [K, classes] as {class name: value} over ``classes`` (None for NaN)."""
+    return {labels[c]: None if np.isnan(values[k, c]) else round(float(values[k, c]), 6) for c in classes}
+
+
+def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Concepts, ways: Importance,
                     layer: int) -> list[dict[str, Any]]:
-    """Every concept's record: its top patches, where they sit, its importance for every class in the folder."""
+    """Every concept's record: its top patches, where they sit, its importance for every class in
+    the folder (``importance``: the larger of ``removal`` and ``addition``; ``turned``)."""
     classes = sorted(set(seen.targets))
     grid = (lm.data_config.input_size[0] // lm.model.cfg.patch_size, lm.data_config.input_size[1] // lm.model.cfg.patch_size)
+    importance = ways.both
     ranks = {c: list(np.argsort(-importance[:, c], kind="stable")[:CLASS_TOP]) for c in classes}
     out, presence = [], concepts.presence()
     for k in range(concepts.basis.shape[0]):
@@ -537,6 +640,9 @@ def concept_records(lm: LoadedModel, seen: Seen, folder: Folder, concepts: Conce
         top_of = [lm.labels[c] for c in classes if k in ranks[c]]
         out.append({"id": k + 1, "layer": layer, "top": top, **place,
                     "importance": {lm.labels[c]: round(float(importance[k, c]), 6) for c in classes},
+                    "removal": per_class(ways.removal, k, classes, lm.labels),
+                    "addition": per_class(ways.addition, k, classes, lm.labels),
+                    "turned": per_class(ways.turned, k, classes, lm.labels),
                     "top_for": top_of, "suspicious": bool(top_of) and suspicious(place, grid)})
     return out
 
@@ -552,7 +658,8 @@ def findings(heads: list[dict[str, Any]], concepts: list[dict[str, Any]], classe
             "class_concepts": per_class,
             "suspicious_concepts": [{"id": k["id"], "top_for": k["top_for"], "border_share": k["border_share"],
                                      "one_place_share": k["one_place_share"], "place": k["place"],
-                                     "place_presence": k["place_presence"], "off_object_share": k.get("off_object_share")}
+                                     "place_presence": k["place_presence"], "off_object_share": k.get("off_object_share"),
+                                     "turned": {c: k["turned"][c] for c in k["top_for"]}}
                                     for k in flagged]}
 
 
@@ -582,14 +689,16 @@ def atlas(lm: LoadedModel, images: str | os.PathLike, layer: int | None = None, 
         raise ValueError(f"--layer must be in 0..{depth} for {lm.name}, not {layer}")
     if concepts < 2:
         raise ValueError(f"--concepts must be at least 2, not {concepts}")
-    with folder_job(lm, images, labels, limit) as (pictures, folder, dist):
+    with folder_job(lm, images, labels, limit) as (pictures, folder, dist), ExitStack() as stack:
+        # NMF's process, started now: it imports scikit-learn while the model's passes run
+        child = stack.enter_context(Child(NMF_IMPORTS, "The atlas's concepts (NMF)")) if isolated and dist.main else None
         seen, drop, wrong = sharded_passes(lm, pictures, folder, layer, batch_size, progress, dist, load,
                                            atlas_cost(lm.model, concepts))
         if seen is None:
             return None
         if not seen.pictures:
             raise none_readable(images, pictures, seen.errors)
-        result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed, fitted, isolated)
+        result = concept_atlas(lm, seen, folder, drop, wrong, layer, concepts, batch_size, seed, fitted, child)
     result.update(folder=str(images), labels=folder.mode, processes=dist.world)
     if folder.watermark_box is not None:
         result["shortcut"] = folder.shortcut
@@ -621,27 +730,29 @@ def sharded_passes(lm: LoadedModel, pictures: Sequence[Picture], folder: Folder,
 
 def concept_atlas(lm: LoadedModel, seen: Seen, folder: Folder, drop: np.ndarray, acc: np.ndarray, layer: int,
                   k: int, batch_size: int, seed: int, fitted: dict[str, Any] | None = None,
-                  isolated: bool = False) -> dict[str, Any]:
+                  child: Child | None = None) -> dict[str, Any]:
     """Process 0's part on the merged ``seen``: the head records, the concepts (also put in
     ``fitted["concepts"]`` when given), their importance, the faithfulness check and the findings."""
     model, depth = lm.model, len(lm.model.blocks)
     heads = head_records(lm, seen, drop, acc)
     tokens = np.concatenate(seen.tokens)
     patches = tokens[:, model.cfg.num_prefix_tokens :]
-    found = (in_child(fit_concepts, patches, k, seed, what="The atlas's concepts (NMF)") if isolated
-             else fit_concepts(patches, k, seed))
+    found = child.run(fit_concepts, patches, k, seed) if child is not None else fit_concepts(patches, k, seed)
     if fitted is not None:
         fitted["concepts"] = found
     presence, baseline = found.presence(), place_baseline(seen, model.cfg.num_prefix_tokens)
-    imp = class_importance(lm, seen, presence, baseline, batch_size)
-    check = faithfulness(lm, seen, presence, baseline, imp, seed, batch_size)
-    concept_list = concept_records(lm, seen, folder, found, imp, layer)
+    ways = Importance(class_importance(lm, seen, presence, baseline, batch_size),
+                      *stamp_importance(lm, seen, found.codes, batch_size))
+    check = faithfulness(lm, seen, presence, baseline, ways.both, seed, batch_size)
+    concept_list = concept_records(lm, seen, folder, found, ways, layer)
     classes = [lm.labels[c] for c in sorted(set(seen.targets))]
     return {"images": len(seen.pictures), "model": lm.name, "labelled": int(sum(seen.labelled)), "layers": depth,
             "heads_per_layer": model.blocks[0].attn.num_heads,
             "grid": [s // model.cfg.patch_size for s in lm.data_config.input_size],
             "concept_layer": layer, "reconstruction_error": round(found.error, 6),
-            "importance_method": "mean-ablation (heads); occlusion of the patches where the concept is, "
-                                 "in the embeddings (concepts)",
+            "importance_method": "mean-ablation (heads); for the concepts the larger of: the class's logit's fall "
+                                 "when the patches where the concept is are occluded in the embeddings (removal), "
+                                 "and its rise on the other classes' pictures when the concept's own patches are "
+                                 "stamped on them (addition)",
             "heads": heads, "concepts": concept_list, "faithfulness": check,
             "findings": findings(heads, concept_list, classes), "errors": seen.errors}

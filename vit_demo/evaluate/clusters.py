@@ -21,7 +21,8 @@ distance is the L1 (Manhattan) distance between features. Per class:
 3. scikit-learn's :class:`~sklearn.cluster.SpectralClustering` on that affinity with that many
    clusters (seeded).
 
-A class with fewer than :data:`MIN_TO_SPLIT` pictures is one cluster; one with more than
+A class of n pictures splits into at most n / :data:`MIN_CLUSTER` clusters (and at most
+:data:`MAX_K`); a class with fewer than :data:`MIN_TO_SPLIT` pictures is one cluster; one with more than
 :data:`MAX_TO_SPLIT` is clustered on a seeded sample of that many and every other map joins the
 cluster with the nearest mean (memory stays bounded: the affinity is n x n). The embedding of
 every map is scikit-learn's t-SNE on the same features and distance (PCA for fewer than
@@ -67,6 +68,7 @@ from threadpoolctl import threadpool_limits
 MAX_K = 8  # at most this many clusters per class
 GAP_RATIO = 4.0  # k clusters only where the (k+1)-th eigenvalue is at least this many times the k-th
 MIN_TO_SPLIT = 8  # fewer pictures in a class: one cluster
+MIN_CLUSTER = 4  # a class of n pictures splits into at most n // 4 clusters (4 pictures a cluster on average)
 MAX_TO_SPLIT = 2000  # more: cluster a sample of this many, the rest joins the nearest cluster mean
 MIN_TSNE = 12  # fewer maps: PCA for the embedding (t-SNE needs a few neighbours per point)
 DIRECTIONS = 8  # the sliced Wasserstein distance's directions (0, 22.5, ..., 157.5 degrees)
@@ -152,7 +154,7 @@ def cluster_maps(maps: np.ndarray, seed: int = 0) -> tuple[np.ndarray, list[floa
     xs = x if sample is None else x[sample]  # the maps clustered
     a = affinity(xs)
     ev = laplacian_spectrum(a, min(len(a), MAX_K + 1))
-    k = min(eigengap(ev), len(a) // 2)
+    k = min(eigengap(ev), len(a) // MIN_CLUSTER)
     spectrum = [round(float(v), 6) for v in ev]
     if k <= 1:
         return np.zeros(n, dtype=int), spectrum

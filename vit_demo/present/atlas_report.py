@@ -87,8 +87,8 @@ def finding_html(result: dict[str, Any]) -> str:
             where += f", {k['off_object_share']:.0%} off the object"
         where += f"; present there in {k['place_presence']:.0%} of the pictures"
         lines.append(f'<li class="flag"><b>Possible Clever-Hans feature: concept {k["id"]}</b>, among the top concepts of '
-                     f'{e(", ".join(k["top_for"]))}, sits at one place near the picture\'s edge or off the object ({where}). '
-                     f'<a href="#concept-{k["id"]}">See it</a>.</li>')
+                     f'{e(", ".join(k["top_for"]))}, sits at one place near the picture\'s edge or off the object ({where}).'
+                     f'{e(turned_text(k, k["top_for"]))} <a href="#concept-{k["id"]}">See it</a>.</li>')
     heads = "; ".join(f'<a href="#head-{h["layer"]}-{h["head"]}">layer {h["layer"]} head {h["head"]}</a> '
                       f'({h["importance"]:+.3f}: {e(h["summary"])})' for h in f["top_heads"][:3])
     lines.append(f"<li>Most important heads (fall of the true-class logit when ablated): {heads}.</li>")
@@ -105,9 +105,32 @@ def finding_html(result: dict[str, Any]) -> str:
     return "<ul>" + "".join(lines) + "</ul>"
 
 
+def turned_text(concept: dict[str, Any], classes: list[str] | None = None, least: float = 0.0) -> str:
+    """' Stamped on the other classes' pictures, it turns 33% of them into circle.': the largest share
+    the concept's addition turns into one of ``classes`` (default: any), if above ``least``; ""
+    otherwise (and for an atlas made before additions were measured)."""
+    turned = concept.get("turned") or {}
+    shares = [(v, c) for c, v in turned.items() if v is not None and v > least and (classes is None or c in classes)]
+    if not shares:
+        return ""
+    share, cls = max(shares)
+    return f" Stamped on the other classes' pictures, it turns {share:.0%} of them into {cls}."
+
+
+def ways(concept: dict[str, Any], cls: str) -> str:
+    """How a concept's importance for ``cls`` was measured: ' (removed -0.003, added +1.250, 33% turned)'."""
+    rem, add = (concept.get("removal") or {}).get(cls), (concept.get("addition") or {}).get(cls)
+    words = [f"removed {rem:+.3f}" if rem is not None else "", f"added {add:+.3f}" if add is not None else ""]
+    turned = (concept.get("turned") or {}).get(cls)
+    if turned:
+        words.append(f"{turned:.0%} turned")
+    words = [w for w in words if w]
+    return f" ({', '.join(words)})" if words else ""
+
+
 def concept_html(concept: dict[str, Any], crops: Crops) -> str:
     imp = sorted(concept["importance"].items(), key=lambda kv: -kv[1])[:6]
-    best = ", ".join(f"{html.escape(k)} {v:+.3f}" for k, v in imp)
+    best = ", ".join(f"{html.escape(k)} {v:+.3f}{ways(concept, k)}" for k, v in imp)
     flag = ' <span class="badge">possible Clever-Hans</span>' if concept["suspicious"] else ""
     off = f", {concept['off_object_share']:.0%} off the object" if concept.get("off_object_share") is not None else ""
     return (f'<section class="item{" flagged" if concept["suspicious"] else ""}" id="concept-{concept["id"]}">'
@@ -147,9 +170,13 @@ def write_report(result: dict[str, Any], out: str | Path, dc: DataConfig, patch:
     body = (f'<div id="finding">{finding_html(result)}</div>'
             f'<h2>Concepts at layer {result["concept_layer"]}</h2><p class="hint">The patch tokens after block '
             f'{result["concept_layer"]}, split by sign and factorised by NMF into {len(result["concepts"])} concepts; '
-            f'importance: the fall of a class\'s logit when the patches where the concept is present are occluded in '
-            f'the embeddings (moved towards the folder\'s median there). Each crop: the patch where the concept is '
-            f'strongest in one picture (outlined), best first.</p>'
+            f'importance for a class: the larger of two measures. <i>Removed</i>: the fall of the class\'s logit on '
+            f'its pictures when the patches where the concept is present are occluded in the embeddings (moved '
+            f'towards the folder\'s median there). <i>Added</i>: the rise of the class\'s logit on the other '
+            f'classes\' pictures when the concept\'s own patches (around its strongest patch in the pictures where it '
+            f'is strongest) are stamped on them, with the share of them it turns into the class: a feature that is '
+            f'enough for a class without being needed by it (a mark on most of its pictures) shows only there. Each '
+            f'crop: the patch where the concept is strongest in one picture (outlined), best first.</p>'
             + "".join(concept_html(c, crops) for c in result["concepts"])
             + '<h2>Heads, most important first</h2><p class="hint">Importance: mean-ablation (Michel et al. 2019), the '
               "head's output replaced by its mean over the folder. Each crop: the patch the head's [class] row weights most "

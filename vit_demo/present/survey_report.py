@@ -121,10 +121,11 @@ def page_data(result: dict[str, Any]) -> dict[str, Any]:
     for r in images:
         r["name"] = Path(r["path"]).name
     clusters = [{k: c[k] for k in ("id", "class", "size", "accuracy", "mean_confidence", "off_object",
-                                   "mass_on_watermark", "watermarked", "image") if k in c} for c in result["clusters"]]
+                                   "mass_on_watermark", "watermarked", "image", "predicted") if k in c}
+                for c in result["clusters"]]
     head = {k: result.get(k) for k in ("folder", "model", "method", "method_title", "labels", "count", "labelled",
                                        "accuracy", "embedding", "seconds", "processes", "device", "grid",
-                                       "watermark", "shortcut", "notes")}
+                                       "watermark", "shortcut", "notes", "grouped_by")}
     return {"head": head, "images": images, "clusters": clusters}
 
 
@@ -134,6 +135,20 @@ def script_json(data: Any) -> str:
 
 
 MAX_FLAGS = 5  # flagged clusters listed at the top
+
+
+def accuracy_words(result: dict[str, Any]) -> str:
+    """'accuracy 0.810 on 100 labelled', or why there is none: no labels, or folders that are not the
+    model's classes (the command's summary, the Python API, the app's status line)."""
+    if result["accuracy"] is not None:
+        return f"accuracy {result['accuracy']:.3f} on {result['labelled']} labelled"
+    return "no accuracy: the folders are not the model's classes" if result.get("grouped_by") == "folder" else "no labels"
+
+
+def contrast(flag: dict[str, Any]) -> str:
+    """' (5.2 times what the other pictures' maps put there)' for a flagged cluster, where measured."""
+    c = flag.get("contrast")
+    return f" ({c:.1f} times what the other pictures' maps put there)" if c else ""
 
 
 def finding_html(result: dict[str, Any]) -> str:
@@ -147,8 +162,8 @@ def finding_html(result: dict[str, Any]) -> str:
                      f'alt="cluster {k["cluster"]}: its prototype over its most confident picture">'
                      f'<b>Possible Clever-Hans feature: cluster {k["cluster"]}</b> of <b>{e(k["class"])}</b> ({k["size"]} '
                      f'pictures, accuracy {pct(k["accuracy"])}): {k["one_place_share"]:.0%} of its mean map within one cell of '
-                     f'row {k["place"]["row"]}, column {k["place"]["col"]} of the {f["grid"][0]}x{f["grid"][1]} map; '
-                     f'{k["off_object"]:.0%} {e(k["off_object_is"])}.</li>')
+                     f'row {k["place"]["row"]}, column {k["place"]["col"]} of the {f["grid"][0]}x{f["grid"][1]} map'
+                     f'{contrast(k)}; {k["off_object"]:.0%} {e(k["off_object_is"])}.</li>')
     if f and not f.get("suspicious_clusters"):
         lines.append("<li>No cluster of three or more maps sits at one place near the picture's edge or off the object.</li>")
     w = result.get("watermark")
@@ -159,10 +174,15 @@ def finding_html(result: dict[str, Any]) -> str:
     if f.get("split_classes"):
         names = f["split_classes"]
         more = f" and {len(names) - 20} more" if len(names) > 20 else ""
-        lines.append(f"<li>Decided in more than one way (more than one cluster): {e(', '.join(names[:20]))}{more}.</li>")
+        what = ("Folders whose maps fall into more than one cluster" if result.get("grouped_by") == "folder"
+                else "Decided in more than one way (more than one cluster)")
+        lines.append(f"<li>{what}: {e(', '.join(names[:20]))}{more}.</li>")
     if result.get("accuracy") is not None:
         lines.append(f"<li>Accuracy {result['accuracy']:.1%} on {result['labelled']} labelled pictures "
                      f"({f.get('wrong', 0)} wrong).</li>")
+    elif result.get("grouped_by") == "folder":
+        lines.append("<li>No accuracy: the folders are not classes of this model (see the note below); the clusters "
+                     "are of each folder's maps.</li>")
     return "<ul>" + "".join(lines) + "</ul>" if lines else ""
 
 
@@ -233,9 +253,10 @@ PAGE = """<!doctype html>
     wrong prediction. Click a tile for its numbers.</p>
     <div id="gallery"></div></section>
   <section><h2>Clusters of explanations</h2>
-    <p class="hint">The maps of each predicted class, clustered (SpRAy: spectral clustering, the number of clusters by the
-    eigengap). Each card is a cluster's prototype, the mean of its members' maps. A class the model decides in more than one
-    way has more than one card. Click a card to show its members.</p>
+    <p class="hint" id="clusters-hint">The maps of each predicted class, clustered (SpRAy: spectral clustering, the number of
+    clusters by the eigengap; classes of fewer than 8 pictures, when there are many, clustered together as "several classes").
+    Each card is a cluster's prototype, the mean of its members' maps. A class the model decides in more than one way has more
+    than one card. Click a card to show its members.</p>
     <label class="small"><input type="checkbox" id="all-clusters"> also show the classes with a single cluster of one or two
     pictures (hidden when there are many clusters)</label>
     <div id="clusters"></div></section>
@@ -395,6 +416,7 @@ function clusterCards() {
     const size = c.size + (c.size === 1 ? " picture" : " pictures");
     d.append(i, el("div", "", "cluster " + c.id + " · " + c.class), el("div", "", size + " · accuracy " + pct(c.accuracy)),
              el("div", "", "off-object " + pct(c.off_object)));
+    if (c.predicted) d.append(el("div", "", "called: " + c.predicted.map((p) => p[0] + " " + p[1]).join(", ")));
     if (c.mass_on_watermark !== undefined) d.append(el("div", "", "on the watermark " + pct(c.mass_on_watermark) +
                                                       " · " + c.watermarked + " marked"));
     d.addEventListener("click", () => { state.cluster = state.cluster === String(c.id) ? "" : String(c.id);
@@ -423,7 +445,12 @@ function embedding() {
 }
 
 function setup() {
-  const acc = HEAD.accuracy === null ? "no labels" : "accuracy " + pct(HEAD.accuracy) + " on " + HEAD.labelled + " labelled";
+  const byFolder = HEAD.grouped_by === "folder";
+  const acc = HEAD.accuracy !== null ? "accuracy " + pct(HEAD.accuracy) + " on " + HEAD.labelled + " labelled" :
+    byFolder ? "no accuracy (the folders are not the model's classes)" : "no labels";
+  if (byFolder) $("clusters-hint").textContent = "The folders are not the model's classes, so the maps of each folder " +
+    "are clustered (spectral clustering, the number of clusters by the eigengap). Each card is a cluster's prototype, the " +
+    "mean of its members' maps, with what the model called its pictures. Click a card to show its members.";
   $("summary").textContent = HEAD.count + " pictures of " + HEAD.folder + " · model " + HEAD.model + " · map: " +
     HEAD.method_title + " of the predicted class · " + acc + " · " + CLUSTERS.length + " clusters · " + HEAD.seconds + " s";
   if ((HEAD.notes || []).length) { $("notes").hidden = false; $("notes").textContent = HEAD.notes.join(" "); }

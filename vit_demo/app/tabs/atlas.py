@@ -28,7 +28,7 @@ from PIL import Image
 from ... import viz
 from ...analysis import Analysis
 from ...checkpoints.load import LoadedModel
-from ...present.atlas_report import accuracy_change
+from ...present.atlas_report import accuracy_change, turned_text
 from ...present.deck import atlas_slide
 from ...present.slides import write_pdf, write_pptx
 from ...progress import check, part
@@ -99,8 +99,10 @@ def concept_text(c: dict[str, Any]) -> str:
     off = f", {c['off_object_share']:.0%} off the object" if c.get("off_object_share") is not None else ""
     flag = ("  \n⚠ **Possible Clever-Hans feature**: among the top concepts of " + ", ".join(c["top_for"])
             + ", and it lives at one place near the edge or off the object." if c["suspicious"] else "")
-    return (f"**Concept {c['id']}** (the tokens after layer {c['layer']}) matters most for: {best} (the class's logit "
-            f"falls by this much when the concept is removed).  \nIts best patches: {c['one_place_share']:.0%} at one "
+    return (f"**Concept {c['id']}** (the tokens after layer {c['layer']}) matters most for: {best} (the larger of the "
+            f"class's logit's fall on its pictures when the concept is removed, and its rise on the other classes' "
+            f"pictures when the concept's own patches are stamped on them).{turned_text(c, least=0.1)}  \nIts best patches: "
+            f"{c['one_place_share']:.0%} at one "
             f"place (row {c['place']['row']}, column {c['place']['col']}), {c['border_share']:.0%} on the border{off}."
             + flag)
 

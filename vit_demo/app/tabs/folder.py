@@ -1,8 +1,9 @@
 """The "Whole folder" tab: several pictures (or a zip of them, class sub-folders as labels) through
 the model and one single-pass method at once (:mod:`vit_demo.evaluate.survey`): a gallery that
 filters and sorts (wrong, least confident, most off-object, one cluster), the clusters of the
-maps per predicted class with their prototypes, the 2-D embedding of all maps, and the HTML
-report to download. A click on a tile opens that picture in the other tabs."""
+maps per predicted class (per folder where the folders are not the model's classes) with their
+prototypes, the 2-D embedding of all maps, and the HTML report to download. A click on a tile
+opens that picture in the other tabs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import gradio as gr
 from ... import methods
 from ...evaluate.child import ChildDied
 from ...evaluate.survey import DEFAULT_METHOD, relative_paths, survey
-from ...present.survey_report import Thumbnails, embedding_image, write_report
+from ...present.survey_report import Thumbnails, accuracy_words, embedding_image, write_report
 from ...progress import reporting
 from ..common import friendly, png
 from ..context import Context, Section
@@ -49,15 +50,19 @@ def arrange(result: dict[str, Any], show: str, sort: str, cluster: Any) -> list[
 def caption(r: dict[str, Any]) -> str:
     mark = "✗ " if r["correct"] is False else "✓ " if r["correct"] else ""
     label = f" (label: {r['label']})" if r["correct"] is False and r["label"] else ""
+    label = f" · {r['label']}" if r["correct"] is None and r.get("label") else label  # a folder that is no class
     return f"{mark}{r['predicted']} {r['confidence']:.0%}{label} · cluster {r['cluster']} · {Path(r['path']).name}"
 
 
 def status_text(result: dict[str, Any], notes: list[str]) -> str:
-    acc = "no labels" if result["accuracy"] is None else f"accuracy **{result['accuracy']:.1%}** on {result['labelled']}"
-    several = sorted({c["class"] for c in result["clusters"]
-                      if sum(d["class"] == c["class"] for d in result["clusters"]) > 1})
+    by_folder = result.get("grouped_by") == "folder"
+    acc = (f"accuracy **{result['accuracy']:.1%}** on {result['labelled']}" if result["accuracy"] is not None
+           else accuracy_words(result))
+    several = result["findings"]["split_classes"]
+    split = "folders whose maps fall into more than one cluster" if by_folder else \
+        "classes the model decides in more than one way"
     lines = [f"**{result['count']} pictures** · {result['method_title']} maps of the predicted class · {acc} · "
-             f"{len(result['clusters'])} clusters; classes the model decides in more than one way: "
+             f"{len(result['clusters'])} clusters{' of the folders' if by_folder else ''}; {split}: "
              f"{', '.join(several[:10]) or 'none'} · {result['seconds']:.1f} s"]
     w = result.get("watermark")
     if w:
@@ -85,10 +90,12 @@ class FolderTab(Section):
 
     def layout(self, ctx: Context) -> None:
         limit = picture_limit(ctx)
-        gr.Markdown(f"Many pictures at once (up to {limit}; a zip's sub-folders are taken as the classes): each picture's "
-                    "prediction and map, a gallery to sort and filter, and the maps **clustered per predicted class** "
-                    "(SpRAy): a class the model decides in two ways, e.g. by the object and by a watermark, shows two "
-                    "clusters. Click a tile to open that picture in the other tabs.", elem_classes="caption")
+        gr.Markdown(f"Many pictures at once (up to {limit}; a zip's sub-folders are taken as the classes, and scored "
+                    "where they are the model's classes): each picture's prediction and map, a gallery to sort and "
+                    "filter, and the maps **clustered per predicted class** (SpRAy; per folder when the folders are not "
+                    "the model's classes): a class the model decides in two ways, e.g. by the object and by a "
+                    "watermark, shows two clusters. Click a tile to open that picture in the other tabs.",
+                    elem_classes="caption")
         with gr.Row(equal_height=True):
             self.uploads = gr.File(label="Pictures or a zip", file_count="multiple", file_types=["image", ".zip"],
                                  type="filepath", height=120, elem_id="folder-files", scale=3)
