@@ -8,11 +8,14 @@
   for every kind of query (the [class] token, the mean of the patch queries, the pool's probe),
   head fusion, discard and start layer;
 - rollout and the heads' maps read the one block as one [L, B, H, N, N] view (no copy) and give
-  the numbers they give on separate per-layer tensors.
+  the numbers they give on separate per-layer tensors;
+- without autograd a plain block (bfloat16: packed weights) gives vit.py's block's numbers bit for
+  bit, runs a hook set on any of its parts, and follows a parameter changed in place.
 """
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 
 import pytest
@@ -21,6 +24,7 @@ import torch
 from vit_demo.methods.attention import class_row, head_maps, stacked
 from vit_demo.methods.rollout import rollout, rollout_matrix
 from vit_demo.model import VisionTransformer, ViTConfig
+from vit_demo.precision import set_precision
 
 SMALL = dict(img_size=(32, 32), patch_size=8, embed_dim=32, depth=3, num_heads=2, mlp_ratio=2.0, num_classes=5)
 KINDS = {
@@ -93,3 +97,58 @@ def test_maps_read_the_block_as_one_view(kind: str) -> None:
             got = head_maps(out.attentions, out.layout, query_patch=query_patch)
             assert got.shape == (2, 3, 2, 4, 4)
             torch.testing.assert_close(got, head_maps(apart, out.layout, query_patch=query_patch), atol=0, rtol=0)
+
+
+def bf16_copy(kind: str) -> VisionTransformer:
+    return set_precision(copy.deepcopy(model_of(kind)), "bf16")
+
+
+def same_outputs(a, b) -> None:
+    torch.testing.assert_close(a.logits, b.logits.detach(), atol=0, rtol=0)
+    for p, q in zip(a.attentions, b.attentions):
+        torch.testing.assert_close(p, q.detach(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["class token", "head size 24 (a scale that is not a power of 2)"])
+def test_the_lean_block_gives_the_block_s_numbers_in_bfloat16(kind: str) -> None:
+    """Without autograd a block multiplies by packed bfloat16 weights and skips the module calls:
+    bit for bit the numbers of vit.py's block (autograd on), at one batch size and then another."""
+    model = bf16_copy(kind)
+    for batch in (2, 5):
+        x = torch.randn(batch, 3, 32, 32)
+        with torch.inference_mode():
+            fast = model(x, capture=True)
+        same_outputs(fast, model(x, capture=True))
+
+
+def test_a_hook_on_a_part_runs_without_autograd() -> None:
+    model = bf16_copy("class token")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.inference_mode():
+        plain = model(x).logits
+    handle = model.blocks[1].mlp.fc1.register_forward_hook(lambda m, i, o: o + 1.0)
+    try:
+        with torch.inference_mode():
+            hooked = model(x, capture=True)
+        assert not torch.equal(hooked.logits, plain)
+        same_outputs(hooked, model(x, capture=True))  # the hook's numbers, as with autograd
+    finally:
+        handle.remove()
+
+
+def test_packed_weights_follow_a_changed_parameter() -> None:
+    model = bf16_copy("class token")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.inference_mode():
+        before = model(x).logits
+    with torch.no_grad():  # in place, as an optimiser step or load_state_dict does
+        model.blocks[0].mlp.fc1.weight.mul_(-1.0)
+        model.blocks[2].attn.qkv.bias.add_(0.5)
+    with torch.inference_mode():
+        after = model(x, capture=True)
+    assert not torch.equal(after.logits, before)
+    same_outputs(after, model(x, capture=True))
+    state = {k: v.clone() for k, v in model_of("class token").state_dict().items()}
+    model.load_state_dict(state)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x).logits, before, atol=0, rtol=0)

