@@ -185,6 +185,6 @@ class LeanBlock(Block):
         qkv, proj, fc1, fc2 = products(x, attn.qkv, attn.proj, mlp.fc1, mlp.fc2)
         B, N, _ = x.shape  # the attention: SelfAttention.project and .forward
         q, k, v = qkv(norm1(x)).reshape(B, N, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        o, probs = attn.attend(q, k, v, attn.scale, capture)
+        o, probs = attn.attend(q, k, v, attn.scale, capture, None, None, None)  # no bias, rule or hook
         x = x + ls1(proj(o.transpose(1, 2).reshape(B, N, -1)))
         return x + ls2(fc2(act(fc1(norm2(x))))), probs  # the MLP: Mlp.forward
