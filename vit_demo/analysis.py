@@ -298,7 +298,8 @@ def map_lanes(lm: LoadedModel, names: Sequence[str]) -> list[list[str]]:
 def lane_count(lm: LoadedModel) -> int:
     """How many lanes a record's class maps may use: as many as the cores hold at the model's
     thread count (torch's), at most :data:`MAX_LANES`, and one more than the first only while the
-    machine has a core to spare for it (the 1-minute load average under cores - 1: on a busy machine
+    machine is not busier than its cores (the 1-minute load average under cores, which counts the app's
+    own work and its browser's: on a busy machine
     two lanes' threads wait for each other's turn at the interpreter's lock, and took 1.3 times as
     long as one lane at load 15-22); one on a GPU, or for a model whose backward passes need more
     than :data:`PARALLEL_BYTES` (two at once would double the peak)."""
@@ -306,7 +307,7 @@ def lane_count(lm: LoadedModel) -> int:
     if lm.device.type != "cpu" or backward_working_set(lm) > PARALLEL_BYTES:
         return 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    spare = max(1, math.ceil(cores - load))  # the first lane runs whatever the load; each more needs a free core
+    spare = max(1, math.ceil(cores + 1 - load))  # the first lane runs whatever the load; a second while load < cores
     return max(1, min(MAX_LANES, cores // max(1, torch.get_num_threads()), spare))
 
 
