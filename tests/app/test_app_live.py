@@ -183,6 +183,7 @@ def test_a_refused_or_missing_camera_is_one_sentence(chromium, live_app, flags) 
         errors: list[str] = []
         pg.on("pageerror", lambda e: errors.append(str(e)))
         pg.get_by_role("tab", name="Live").click()
+        pg.wait_for_function("window.vitDemoCamera === true")  # the page's camera script is in place
         pg.locator("#live-camera").get_by_text("Click to Access Webcam").click()
         note = pg.locator("#live-camera-note")
         note.wait_for(state="visible")

@@ -242,5 +242,7 @@ class LiveTab(Section):
         shown = gr.Textbox(visible=False)
         self.freeze.click(on_freeze, [shown, self.state], [ctx.image, self.note], js=FREEZE_JS,
                           api_visibility="private", show_progress="hidden")
+        # at load too: a camera refused at once (no prompt) rejects before the tab's select has run its script
+        ctx.demo.load(None, None, None, js=CAMERA_JS, api_visibility="private", show_progress="hidden")
         self.gr_tab.select(None, None, None, js=CAMERA_JS, api_visibility="private", show_progress="hidden")
         ctx.tabs.select(None, None, None, js=LEAVE_JS, api_visibility="private", show_progress="hidden")
