@@ -118,6 +118,8 @@ def test_view_size(browser, app, package_photos, width: int, height: int) -> Non
         if width < 1000:  # a phone: the maps side by side in two columns, so that each one can be read
             pg.get_by_role("tab", name="Rollout & relevance").click()
             pg.wait_for_function("!document.querySelector('#relevance').innerText.includes('processing')")
+            pg.wait_for_function("(() => { const i = document.querySelector('#relevance img');"
+                                 " return !!i && i.complete && i.naturalWidth > 0; })()")  # the picture loaded
             nw, nh = pg.locator("#relevance img").first.evaluate("e => [e.naturalWidth, e.naturalHeight]")
             shown = pg.locator("#relevance img").first.bounding_box()
             assert nh > nw and shown["width"] >= 0.8 * width, (nw, nh, shown)  # 7 tiles: 4 rows of 2, screen-wide
