@@ -4,6 +4,7 @@ upload (only a file the :class:`~vit_demo.app.server.guard.FileGuard` allows), a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import inspect
@@ -70,43 +71,39 @@ def readable_error(e: Exception, where: str = "") -> gr.Error:
     return gr.Error(SOMETHING_WRONG, print_exception=False)
 
 
+@contextlib.contextmanager
+def readable(name: str):
+    """Around one handler's work: an exception leaves as :func:`readable_error`'s one line, and
+    with ``$VIT_DEMO_TIMING`` the handler's time goes to the log."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    except Exception as e:
+        err = readable_error(e, name)
+        if err is e:
+            raise
+        raise err from e
+    finally:
+        if TIMING:
+            print(f"[timing] {name}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)
+
+
 def friendly(fn):
     """Turn unexpected exceptions into one readable line in the UI (the traceback goes to the log).
     A generator function (an event that sends pictures as they come) stays one."""
     if inspect.isgeneratorfunction(fn):
-        return _friendly_generator(fn)
+
+        @functools.wraps(fn)
+        def generator(*args, **kwargs):
+            with readable(fn.__name__):
+                yield from fn(*args, **kwargs)
+
+        return generator
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
+        with readable(fn.__name__):
             return fn(*args, **kwargs)
-        except Exception as e:
-            err = readable_error(e, fn.__name__)
-            if err is e:
-                raise
-            raise err from e
-        finally:
-            if TIMING:
-                print(f"[timing] {fn.__name__}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)
-
-    return wrapper
-
-
-def _friendly_generator(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            yield from fn(*args, **kwargs)
-        except Exception as e:
-            err = readable_error(e, fn.__name__)
-            if err is e:
-                raise
-            raise err from e
-        finally:
-            if TIMING:
-                print(f"[timing] {fn.__name__}: {1000 * (time.perf_counter() - t0):.0f} ms", file=sys.stderr, flush=True)
 
     return wrapper
 
